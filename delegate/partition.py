@@ -1,0 +1,67 @@
+"""Split a graph into maximal GPU partitions and CPU partitions, in an order that respects dependencies.
+
+Ops are scheduled topologically, always preferring a ready op on the current device, so independent CPU
+and GPU ops do not needlessly fragment a partition (the TFLite delegate does the same by node reordering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuengine.model.ir import Graph
+
+
+@dataclass
+class Partition:
+    device: str  # "gpu" or "cpu"
+    ops: list[int]
+    inputs: list[int]  # non-constant tensors read here and produced elsewhere (or graph inputs)
+    outputs: list[int]  # tensors produced here and needed elsewhere (or graph outputs)
+
+
+def partition(graph: Graph, support: dict[int, str | None]) -> list[Partition]:
+    producers = graph.producers()
+    deps: dict[int, set[int]] = {}
+    for i, op in enumerate(graph.ops):
+        deps[i] = {producers[t] for t in op.inputs if t >= 0 and t in producers}
+    users: dict[int, list[int]] = {i: [] for i in deps}
+    for i, ds in deps.items():
+        for d in ds:
+            users[d].append(i)
+    pending = {i: len(ds) for i, ds in deps.items()}
+    ready = sorted(i for i, n in pending.items() if n == 0)
+    device_of = {i: "gpu" if support.get(i) is None else "cpu" for i in deps}
+    groups: list[tuple[str, list[int]]] = []
+    current = device_of[ready[0]] if ready else "gpu"
+    while ready:
+        same = [i for i in ready if device_of[i] == current]
+        if not same:
+            current = device_of[ready[0]]
+            continue
+        i = same[0]
+        ready.remove(i)
+        if not groups or groups[-1][0] != current:
+            groups.append((current, []))
+        groups[-1][1].append(i)
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                ready.append(u)
+        ready.sort()
+    return [_with_boundaries(graph, dev, ops) for dev, ops in groups]
+
+
+def _with_boundaries(graph: Graph, device: str, ops: list[int]) -> Partition:
+    inside = set(ops)
+    produced = {t for i in ops for t in graph.ops[i].outputs}
+    inputs: list[int] = []
+    for i in ops:
+        for t in graph.ops[i].inputs:
+            if t >= 0 and t not in produced and graph.tensors[t].data is None and t not in inputs:
+                inputs.append(t)
+    needed = set(graph.outputs)
+    for j, op in enumerate(graph.ops):
+        if j not in inside:
+            needed.update(t for t in op.inputs if t >= 0)
+    outputs = [t for i in ops for t in graph.ops[i].outputs if t in needed]
+    return Partition(device=device, ops=ops, inputs=inputs, outputs=outputs)

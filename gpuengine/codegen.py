@@ -1,0 +1,82 @@
+"""KernelSpec -> WGSL text: fill a shader template with baked numbers, bindings and the fused epilogue."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import string
+from importlib import resources
+
+from .kernels.base import Code, KernelSpec
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@functools.cache
+def load_template(name: str) -> string.Template:
+    if not _NAME.match(name):
+        raise ValueError(f"invalid shader template name {name!r}")
+    text = resources.files("gpuengine.shaders").joinpath(f"{name}.wgsl").read_text()
+    return string.Template(text)
+
+
+def literal(value: int | float | bool | Code) -> str:
+    """A WGSL literal for a Python number; Code passes through. Anything else is refused."""
+    if isinstance(value, Code):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite constant {value} cannot be baked into WGSL")
+        text = repr(float(value))
+        return text if ("." in text or "e" in text) else text + ".0"
+    raise TypeError(f"only numbers and Code may be baked into WGSL, got {type(value).__name__}")
+
+
+def vec4_literal(values: list[float]) -> Code:
+    return Code("vec4<f32>(" + ", ".join(literal(float(v)) for v in values) + ")")
+
+
+def f32_array_literal(values: list[float]) -> Code:
+    return Code(f"array<f32, {len(values)}>(" + ", ".join(literal(float(v)) for v in values) + ")")
+
+
+def bindings_decl(spec: KernelSpec) -> str:
+    lines = []
+    for i, b in enumerate(spec.bindings):
+        if not _NAME.match(b.name):
+            raise ValueError(f"invalid binding name {b.name!r}")
+        access = "read_write" if b.writable else "read"
+        lines.append(f"@group(0) @binding({i}) var<storage, {access}> {b.name}: array<{b.element}>;")
+    return "\n".join(lines)
+
+
+def epilogue(spec: KernelSpec) -> str:
+    parts = [str(c) for c in spec.epilogue]
+    rem = spec.out_channels % 4
+    if spec.out_channels and rem:
+        last = spec.out_channels // 4
+        mask = ", ".join("true" if i < rem else "false" for i in range(4))
+        parts.append(f"if (os == {last}u) {{ value = select(vec4<f32>(0.0), value, vec4<bool>({mask})); }}")
+    return "\n    ".join(parts)
+
+
+def render(spec: KernelSpec) -> str:
+    params = {k: literal(v) for k, v in spec.params.items()}
+    params.update(
+        BINDINGS=bindings_decl(spec), EPILOGUE=epilogue(spec),
+        WG_X=str(spec.workgroup[0]), WG_Y=str(spec.workgroup[1]), WG_Z=str(spec.workgroup[2]),
+        GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
+    )
+    try:
+        return load_template(spec.shader).substitute(params)
+    except KeyError as e:
+        raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e
+
+
+def dispatch_size(spec: KernelSpec) -> tuple[int, int, int]:
+    return tuple(-(-g // w) for g, w in zip(spec.grid, spec.workgroup))  # type: ignore[return-value]

@@ -1,0 +1,71 @@
+"""One subgraph compiled for execution: passes -> support -> partitions -> GPU programs and CPU fallbacks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .delegate.cpu_fallback import CpuProgram
+from .delegate.partition import Partition, partition
+from .delegate.support import gpu_support, unsupported_summary
+from .model.ir import Graph
+from .passes.pipeline import run_passes
+from .runtime.device import GpuDevice, get_device
+from .runtime.program import EngineOptions, GpuProgram
+
+
+@dataclass
+class Plan:
+    """What the engine decided for a graph, before touching the GPU (inspect uses this alone)."""
+
+    graph: Graph
+    support: dict[int, str | None]
+    partitions: list[Partition]
+    unsupported: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ops_gpu(self) -> int:
+        return sum(len(p.ops) for p in self.partitions if p.device == "gpu")
+
+
+def plan_graph(graph: Graph, options: EngineOptions) -> Plan:
+    optimized = run_passes(graph, options.optimize)
+    support = gpu_support(optimized)
+    return Plan(optimized, support, partition(optimized, support), unsupported_summary(optimized, support))
+
+
+class CompiledGraph:
+    """Runs a planned graph: host arrays cross partition boundaries, everything else stays where it is."""
+
+    def __init__(self, graph: Graph, options: EngineOptions, num_threads: int | None = None,
+                 gpu: GpuDevice | None = None, workgroups: dict[str, Any] | None = None) -> None:
+        start = time.perf_counter()
+        self.source = graph
+        self.options = options
+        self.plan = plan_graph(graph, options)
+        self.graph = self.plan.graph
+        needs_gpu = any(p.device == "gpu" for p in self.plan.partitions)
+        self.gpu = gpu or (get_device(options.adapter) if needs_gpu else None)
+        self.programs: list[GpuProgram | CpuProgram] = []
+        for part in self.plan.partitions:
+            if part.device == "gpu":
+                self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
+                                                options, workgroups))
+            else:
+                self.programs.append(CpuProgram(self.graph, part, num_threads))
+        # Constants that are outputs (or pass straight through) are served from the host.
+        self.constants = {t.index: np.asarray(t.data) for t in self.graph.tensors if t.data is not None}
+        self.compile_ms = (time.perf_counter() - start) * 1e3
+
+    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        values: dict[int, np.ndarray] = dict(feeds)
+        for program in self.programs:
+            values.update(program.run(values))
+        return {t: values[t] if t in values else self.constants[t] for t in self.graph.outputs}
+
+    @property
+    def dispatches(self) -> int:
+        return sum(len(p.dispatches) for p in self.programs if isinstance(p, GpuProgram))

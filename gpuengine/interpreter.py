@@ -1,0 +1,276 @@
+"""A drop-in for ai_edge_litert.interpreter.Interpreter that runs the model on the GPU through WebGPU.
+
+Swap `from ai_edge_litert.interpreter import Interpreter` for `from gpuengine import Interpreter`; engine
+extras are keyword options (adapter, precision, memory_strategy, workgroup_cache, optimize).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .engine import CompiledGraph
+from .errors import ModelError, UnsupportedOpError
+from .model.ir import Graph, Model, Tensor
+from .model.reader import read_model
+from .runtime.program import EngineOptions
+
+_TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
+               7: "INT16", 9: "INT8", 10: "FLOAT64"}
+
+
+def tensor_details(t: Tensor) -> dict[str, Any]:
+    """The same keys and value types LiteRT's get_tensor_details() gives."""
+    q = t.quantization
+    scales = q.scale.astype(np.float32) if q is not None else np.zeros(0, np.float32)
+    zeros = q.zero_point.astype(np.int32) if q is not None else np.zeros(0, np.int32)
+    sparsity: dict[str, Any] = {}
+    if t.sparsity is not None:
+        sparsity = {"traversal_order": np.array(t.sparsity.traversal_order, np.int32),
+                    "block_map": np.array(t.sparsity.block_map, np.int32),
+                    "dim_metadata": t.sparsity.dim_metadata}
+    return {
+        "name": t.name,
+        "index": t.index,
+        "shape": np.array(t.shape, np.int32),
+        "shape_signature": np.array(t.shape_signature if t.shape_signature is not None else t.shape, np.int32),
+        "dtype": t.dtype.type,
+        "quantization": (float(scales[0]), int(zeros[0])) if scales.size == 1 and zeros.size else (0.0, 0),
+        "quantization_parameters": {"scales": scales, "zero_points": zeros,
+                                    "quantized_dimension": q.axis if q is not None else 0, "block_size": 0},
+        "sparsity_parameters": sparsity,
+    }
+
+
+class Interpreter:
+    """LiteRT-compatible interpreter backed by WebGPU kernels (CPU fallback through LiteRT for the rest)."""
+
+    def __init__(self, model_path: str | os.PathLike | None = None, model_content: bytes | None = None,
+                 experimental_delegates: Any = None, num_threads: int | None = None,
+                 experimental_op_resolver_type: Any = None, experimental_preserve_all_tensors: bool = False,
+                 *, adapter: str | None = None, precision: str = "fp32", memory_strategy: str = "best",
+                 workgroup_cache: str | None = None, optimize: bool = True, **_ignored: Any) -> None:
+        if (model_path is None) == (model_content is None):
+            raise ValueError("Exactly one of model_path or model_content must be given")
+        if precision != "fp32":
+            raise ValueError(f"precision {precision!r} is not available yet; use 'fp32'")
+        self._model: Model = read_model(model_path if model_path is not None else model_content)
+        self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
+                                      workgroup_cache=workgroup_cache, optimize=optimize)
+        self._num_threads = num_threads
+        self._graph: Graph = self._model.main
+        self._compiled: CompiledGraph | None = None
+        self._values: dict[int, np.ndarray] = {}
+        self._outputs: dict[int, np.ndarray] = {}
+        self._runners: dict[str, SignatureRunner] = {}
+
+    # -- setup -------------------------------------------------------------------------------------------
+    def allocate_tensors(self) -> None:
+        if self._compiled is None:
+            self._compiled = CompiledGraph(self._graph, self._options, self._num_threads)
+        for t in self._graph.inputs:
+            tensor = self._graph.tensors[t]
+            if t not in self._values or self._values[t].shape != tensor.shape:
+                self._values[t] = np.zeros(tensor.shape, tensor.dtype)
+
+    def _require_allocated(self) -> CompiledGraph:
+        if self._compiled is None:
+            raise RuntimeError("Invoke called on model that is not ready. Call allocate_tensors() first.")
+        return self._compiled
+
+    def resize_tensor_input(self, input_index: int, tensor_size: Any, strict: bool = False) -> None:
+        """Change an input's shape; the graph's other shapes are re-derived and the model rebuilt."""
+        if input_index not in self._graph.inputs:
+            raise ValueError(f"Tensor {input_index} is not an input of the model")
+        new_shape = tuple(int(d) for d in tensor_size)
+        tensor = self._graph.tensors[input_index]
+        if new_shape == tensor.shape:
+            return
+        if strict and tensor.shape_signature is not None:
+            for d, (old, new) in enumerate(zip(tensor.shape_signature, new_shape)):
+                if old != -1 and old != new or len(new_shape) != len(tensor.shape_signature):
+                    raise ValueError(f"ResizeInputTensorStrict only allows mutating unknown dimensions "
+                                     f"identified by -1 (dimension {d}).")
+        self._graph = _reshaped(self._model, self._graph, {input_index: new_shape})
+        self._compiled = None
+        self._values.pop(input_index, None)
+
+    # -- data --------------------------------------------------------------------------------------------
+    def set_tensor(self, tensor_index: int, value: Any) -> None:
+        if not 0 <= tensor_index < len(self._graph.tensors):
+            raise ValueError(f"Tensor index {tensor_index} out of range (0..{len(self._graph.tensors) - 1})")
+        tensor = self._graph.tensors[tensor_index]
+        value = np.asarray(value)
+        if value.dtype != tensor.dtype:
+            raise ValueError(f"Cannot set tensor: Got value of type {_type_name(value.dtype)} but expected type "
+                             f"{_type_name(tensor.dtype)} for input {tensor_index}, name: {tensor.name} ")
+        if value.ndim != len(tensor.shape):
+            raise ValueError(f"Cannot set tensor: Dimension mismatch. Got {value.ndim} but expected "
+                             f"{len(tensor.shape)} for input {tensor_index}.")
+        for d, (got, want) in enumerate(zip(value.shape, tensor.shape)):
+            if got != want:
+                raise ValueError(f"Cannot set tensor: Dimension mismatch. Got {got} but expected {want} for "
+                                 f"dimension {d} of input {tensor_index}.")
+        if tensor_index not in self._graph.inputs:
+            raise ValueError(f"Tensor {tensor_index} ({tensor.name!r}) is not an input; gpuengine only accepts "
+                             "values for model inputs")
+        self._values[tensor_index] = np.array(value, copy=True)
+
+    def invoke(self) -> None:
+        compiled = self._require_allocated()
+        feeds = {t: self._values[t] for t in self._graph.inputs}
+        self._outputs = compiled.run(feeds)
+
+    def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
+        return np.array(self._lookup(tensor_index), copy=True)
+
+    def tensor(self, tensor_index: int) -> Any:
+        """A function returning a live view of the tensor (inputs can be written through it, as in LiteRT)."""
+        self._lookup(tensor_index)
+        return lambda: self._lookup(tensor_index)
+
+    def _lookup(self, t: int) -> np.ndarray:
+        if not 0 <= t < len(self._graph.tensors):
+            raise ValueError(f"Tensor index {t} out of range (0..{len(self._graph.tensors) - 1})")
+        for source in (self._outputs, self._values):
+            if t in source:
+                return source[t]
+        tensor = self._graph.tensors[t]
+        if tensor.data is not None:
+            return np.asarray(tensor.data)
+        if self._compiled is not None and tensor.data is None:
+            folded = self._compiled.graph.tensors[t].data
+            if folded is not None:
+                return np.asarray(folded)
+        raise ValueError(f"Tensor {t} ({tensor.name!r}) is an intermediate kept on the GPU and is not "
+                         "readable; read model outputs, or make it an output of the model")
+
+    # -- details -----------------------------------------------------------------------------------------
+    def get_input_details(self) -> list[dict[str, Any]]:
+        return [tensor_details(self._graph.tensors[t]) for t in self._graph.inputs]
+
+    def get_output_details(self) -> list[dict[str, Any]]:
+        return [tensor_details(self._graph.tensors[t]) for t in self._graph.outputs]
+
+    def get_tensor_details(self) -> list[dict[str, Any]]:
+        return [tensor_details(t) for t in self._graph.tensors]
+
+    def num_subgraphs(self) -> int:
+        return len(self._model.subgraphs)
+
+    def reset_all_variables(self) -> None:
+        """Variables live in CPU partitions (LiteRT); a rebuild resets them."""
+        self._compiled = None
+        self.allocate_tensors()
+
+    def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
+        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._model.signatures}
+
+    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
+        sigs = {s.key: s for s in self._model.signatures}
+        if not sigs:
+            raise ValueError("SignatureDef signature_key is None and model has no Signature Def")
+        if signature_key is None:
+            if len(sigs) > 1:
+                raise ValueError("SignatureDef signature_key is None and model has multiple Signature Defs")
+            signature_key = next(iter(sigs))
+        if signature_key not in sigs:
+            raise ValueError(f"Invalid signature_key provided: {signature_key!r}; available: {sorted(sigs)}")
+        if signature_key not in self._runners:
+            self._runners[signature_key] = SignatureRunner(self, sigs[signature_key])
+        return self._runners[signature_key]
+
+    # -- engine extras -----------------------------------------------------------------------------------
+    @property
+    def compiled(self) -> CompiledGraph:
+        return self._require_allocated()
+
+    def describe(self) -> str:
+        """Human-readable report: adapter, partitions, dispatches, memory."""
+        c = self._require_allocated()
+        plan = c.plan
+        lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
+                 f"ops: {len(plan.graph.ops)} after load-time folding ({plan.ops_gpu} on GPU), "
+                 f"dispatches per invoke: {c.dispatches}, compile: {c.compile_ms:.0f} ms"]
+        for k, p in enumerate(plan.partitions):
+            names = [plan.graph.ops[i].code for i in p.ops]
+            lines.append(f"partition {k} [{p.device}]: {len(p.ops)} ops: {', '.join(names[:12])}"
+                         + (" ..." if len(names) > 12 else ""))
+        for name, reason in plan.unsupported.items():
+            lines.append(f"on CPU: {name}: {reason}")
+        for prog in c.programs:
+            info = getattr(prog, "info", None)
+            if info is not None and info.plan is not None:
+                lines.append(f"memory ({info.plan.strategy}): {info.plan.total_bytes} bytes in "
+                             f"{info.plan.num_objects} objects for {len(info.records)} tensors")
+        return "\n".join(lines)
+
+
+class SignatureRunner:
+    """LiteRT's SignatureRunner: call with named inputs, get a dict of named outputs."""
+
+    def __init__(self, interpreter: Interpreter, sig: Any) -> None:
+        self._interpreter, self._sig = interpreter, sig
+        self._graph = interpreter._model.subgraphs[sig.subgraph]
+        self._compiled: CompiledGraph | None = None
+
+    def get_input_details(self) -> dict[str, dict[str, Any]]:
+        return {n: tensor_details(self._graph.tensors[t]) for n, t in self._sig.inputs.items()}
+
+    def get_output_details(self) -> dict[str, dict[str, Any]]:
+        return {n: tensor_details(self._graph.tensors[t]) for n, t in self._sig.outputs.items()}
+
+    def __call__(self, **kwargs: Any) -> dict[str, np.ndarray]:
+        missing = set(self._sig.inputs) - set(kwargs)
+        if missing:
+            raise ValueError(f"Missing inputs for signature {self._sig.key!r}: {sorted(missing)}")
+        unknown = set(kwargs) - set(self._sig.inputs)
+        if unknown:
+            raise ValueError(f"Invalid Input name ({sorted(unknown)[0]}) for SignatureDef")
+        if self._compiled is None:
+            self._compiled = CompiledGraph(self._graph, self._interpreter._options, self._interpreter._num_threads)
+        feeds = {}
+        for name, t in self._sig.inputs.items():
+            tensor = self._graph.tensors[t]
+            value = np.asarray(kwargs[name])
+            if value.dtype != tensor.dtype or value.shape != tensor.shape:
+                raise ValueError(f"Input {name!r} must be {tensor.dtype} of shape {tensor.shape}, got "
+                                 f"{value.dtype} {value.shape}")
+            feeds[t] = value
+        outputs = self._compiled.run(feeds)
+        return {name: outputs[t] for name, t in self._sig.outputs.items()}
+
+
+def _type_name(dtype: np.dtype) -> str:
+    from .model.ir import DTYPE_TO_TYPE
+
+    return _TYPE_NAMES.get(DTYPE_TO_TYPE.get(np.dtype(dtype), -1), str(dtype).upper())
+
+
+def _reshaped(model: Model, graph: Graph, shapes: dict[int, tuple[int, ...]]) -> Graph:
+    """Re-derive every tensor shape after an input resize, using LiteRT's shape inference."""
+    import dataclasses
+
+    from .model.builder import write_model
+
+    try:
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+    except ImportError as e:
+        raise UnsupportedOpError("resize_tensor_input needs LiteRT's shape inference: "
+                                 "pip install 'gpuengine[litert]'") from e
+    current = Model(subgraphs=[graph], signatures=[], metadata={})
+    ref = LiteRT(model_content=write_model(current))
+    for t, shape in shapes.items():
+        ref.resize_tensor_input(t, list(shape))
+    try:
+        ref.allocate_tensors()
+    except RuntimeError as e:
+        raise ModelError(f"the model cannot run with input shapes {shapes}: {e}") from e
+    new = graph.copy()
+    for d in ref.get_tensor_details():
+        t = new.tensors[d["index"]]
+        if t.data is None:
+            new.tensors[d["index"]] = dataclasses.replace(t, shape=tuple(int(x) for x in d["shape"]))
+    return new

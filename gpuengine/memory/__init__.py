@@ -1,0 +1,32 @@
+"""Intermediate-tensor memory planning (Lee et al. 2019, section 5; TFLite GPU delegate).
+
+Pure functions from tensor usage records to plans; nothing here touches the GPU.
+"""
+
+from .bounds import lower_bound
+from .greedy import plan_greedy
+from .mincostflow import plan_mincostflow
+from .naive import plan_naive
+from .offsets import DEFAULT_ALIGNMENT, plan_greedy_by_size
+from .plan import MemoryPlan
+from .records import UsageRecord, lifetimes_overlap, records_from_schedule
+from .report import compare, format_table, plot
+from .strategies import STRATEGIES, plan_memory
+
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "STRATEGIES",
+    "MemoryPlan",
+    "UsageRecord",
+    "compare",
+    "format_table",
+    "lifetimes_overlap",
+    "lower_bound",
+    "plan_greedy",
+    "plan_greedy_by_size",
+    "plan_memory",
+    "plan_mincostflow",
+    "plan_naive",
+    "plot",
+    "records_from_schedule",
+]

@@ -1,0 +1,154 @@
+"""Shared-object assignment by min-cost flow (Lee et al. 2019, section 5).
+
+The paper's network: source ``s``, sink ``t`` and, per tensor ``x``, nodes ``l_x`` and ``r_x``.  Edges
+(all capacity 1): ``s -> l_x`` cost 0, ``s -> r_x`` cost ``size_x`` (open a new object), ``l_x -> r_y``
+cost ``max(0, size_y - size_x)`` when ``x.last < y.first`` (``y`` reuses ``x``'s object, growing it),
+``r_x -> t`` cost 0.  A flow of value ``n`` gives each ``r_y`` exactly one unit, either fresh from ``s``
+or handed on by one predecessor ``l_x``; the used ``l_x -> r_y`` edges form chains of tensors, and each
+chain is one shared object whose size is the largest tensor on it.
+
+Because every ``r_y`` takes one unit and every ``l_x`` gives at most one, this flow is an assignment
+problem and we let SciPy solve it; there is no hand-written flow solver here:
+
+* rows are "predecessor slots": ``l_x`` for every tensor ``x`` plus ``n`` "new object" rows; columns are
+  the tensors ``y``.  A column matched to row ``l_x`` reuses ``x``'s object, one matched to a new-object row
+  opens an object (cost ``size_y``).
+* up to ``DENSE_LIMIT`` tensors: the full (unpruned) problem as a dense ``2n x n`` matrix for
+  ``scipy.optimize.linear_sum_assignment``; forbidden pairs (``x`` still live when ``y`` starts) cost more
+  than all tensors together, so an optimum never uses one (opening a new object is always possible).
+* above it: a sparse graph for ``scipy.sparse.csgraph.min_weight_full_bipartite_matching``, pruned as the
+  paper suggests limiting the edges.  Pruning: (1) an edge ``l_x -> r_y`` exists only if ``x.last <
+  y.first`` (the only edges the paper allows anyway); (2) each ``y`` keeps only its ``max_candidates``
+  best predecessors, ranked first by edge cost and, among the free (cost 0) ones, by least wasted bytes
+  (smallest ``size_x >= size_y`` first), then the smaller ones by least growth; (3) the ``n`` identical
+  new-object rows collapse to one private row per tensor (the diagonal), since the rows are
+  interchangeable.  That is ``O(n * max_candidates)`` edges instead of ``O(n^2)``.  The result is still a
+  valid plan, only possibly a little worse than the unpruned optimum.
+
+The flow cost is the paper's objective, not the exact memory: a chain 32 -> 8 -> 32 costs 56 while its
+object needs 32, so the plan's reported size (max along each chain) can be smaller than the flow cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .plan import MemoryPlan
+from .records import UsageRecord, check_records
+
+__all__ = ["plan_mincostflow", "DENSE_LIMIT", "DEFAULT_MAX_CANDIDATES"]
+
+#: Largest problem solved unpruned with a dense ``linear_sum_assignment``.
+DENSE_LIMIT = 256
+#: Predecessor candidates kept per tensor in the sparse (pruned) formulation.
+DEFAULT_MAX_CANDIDATES = 32
+
+
+def plan_mincostflow(
+    records: Iterable[UsageRecord],
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    dense_limit: int = DENSE_LIMIT,
+) -> MemoryPlan:
+    """Assign tensors to shared objects by solving the paper's min-cost flow as an assignment problem.
+
+    ``dense_limit`` and ``max_candidates`` trade optimality of the flow for speed; see the module doc.
+    """
+    if max_candidates < 1:
+        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+    recs = check_records(records)
+    n = len(recs)
+    if n == 0:
+        return MemoryPlan(strategy="mincostflow")
+    sizes = np.fromiter((r.size for r in recs), dtype=np.int64, count=n)
+    firsts = np.fromiter((r.first for r in recs), dtype=np.int64, count=n)
+    lasts = np.fromiter((r.last for r in recs), dtype=np.int64, count=n)
+    if n <= dense_limit:
+        pred = _solve_dense(sizes, firsts, lasts)
+    else:
+        pred = _solve_sparse(sizes, firsts, lasts, max_candidates)
+    return _plan_from_predecessors(recs, pred)
+
+
+def _solve_dense(sizes: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    """Unpruned problem; returns ``pred[y]`` = index of the tensor whose object ``y`` reuses, or -1."""
+    from scipy.optimize import linear_sum_assignment
+
+    n = len(sizes)
+    forbidden = float(sizes.sum()) + 1.0  # dearer than giving every tensor its own object
+    can_follow = lasts[:, None] < firsts[None, :]  # [x, y]: y may reuse x's object
+    grow = np.maximum(sizes[None, :] - sizes[:, None], 0).astype(np.float64)
+    cost = np.empty((2 * n, n), dtype=np.float64)
+    cost[:n] = np.where(can_follow, grow, forbidden)
+    cost[n:] = sizes[None, :].astype(np.float64)  # n interchangeable "new object" rows
+    rows, cols = linear_sum_assignment(cost)
+    pred = np.full(n, -1, dtype=np.int64)
+    reuse = rows < n
+    pred[cols[reuse]] = rows[reuse]
+    return pred
+
+
+def _solve_sparse(
+    sizes: np.ndarray, firsts: np.ndarray, lasts: np.ndarray, max_candidates: int
+) -> np.ndarray:
+    """Pruned problem as a sparse bipartite matching; same return value as ``_solve_dense``."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+    n = len(sizes)
+    by_last = np.argsort(lasts, kind="stable")
+    lasts_sorted = lasts[by_last]
+    # Candidates for y are the tensors that died before y.first: a prefix of the tensors sorted by last.
+    n_dead = np.searchsorted(lasts_sorted, firsts, side="left")
+    over = int(sizes.max()) + 1
+    rows_parts, cols_parts, cost_parts = [], [], []
+    for y in range(n):
+        cand = by_last[: n_dead[y]]
+        if len(cand) == 0:
+            continue
+        diff = sizes[cand] - sizes[y]  # >= 0: free reuse wasting diff bytes; < 0: grow by -diff
+        if len(cand) > max_candidates:
+            rank = np.where(diff >= 0, diff, over - diff)
+            cand = cand[np.argpartition(rank, max_candidates - 1)[:max_candidates]]
+            diff = sizes[cand] - sizes[y]
+        rows_parts.append(cand)
+        cols_parts.append(np.full(len(cand), y, dtype=np.int64))
+        cost_parts.append(np.maximum(-diff, 0))
+    # One private "new object" row per tensor, plus 1 on every weight: SciPy treats 0 as "no edge", and
+    # a constant added to all edges of a full matching (exactly n edges) does not move the optimum.
+    rows = np.concatenate(rows_parts + [np.arange(n, 2 * n)])
+    cols = np.concatenate(cols_parts + [np.arange(n)])
+    weights = np.concatenate(cost_parts + [sizes]).astype(np.float64) + 1.0
+    graph = csr_matrix((weights, (rows, cols)), shape=(2 * n, n))
+    row_ind, col_ind = min_weight_full_bipartite_matching(graph)
+    pred = np.full(n, -1, dtype=np.int64)
+    reuse = row_ind < n
+    pred[col_ind[reuse]] = row_ind[reuse]
+    return pred
+
+
+def _plan_from_predecessors(recs: list[UsageRecord], pred: np.ndarray) -> MemoryPlan:
+    """Follow the chains ``x -> y`` (``pred[y] == x``); each chain becomes one object."""
+    n = len(recs)
+    nxt = np.full(n, -1, dtype=np.int64)
+    for y, x in enumerate(pred):
+        if x >= 0:
+            if nxt[x] >= 0:
+                raise AssertionError(f"tensor {recs[x].tensor} handed its object to two tensors")
+            if not recs[x].last < recs[y].first:
+                raise AssertionError(f"tensor {recs[y].tensor} reuses a live object")
+            nxt[x] = y
+    starts = sorted((y for y in range(n) if pred[y] < 0), key=lambda y: (recs[y].first, recs[y].tensor))
+    object_sizes: list[int] = []
+    placement: dict[int, tuple[int, int]] = {}
+    for obj, y in enumerate(starts):
+        size = 0
+        while y >= 0:
+            placement[recs[y].tensor] = (obj, 0)
+            size = max(size, recs[y].size)
+            y = int(nxt[y])
+        object_sizes.append(size)
+    if len(placement) != n:  # only possible if pred had a cycle, which x.last < y.first rules out
+        raise AssertionError("min-cost flow chains do not cover every tensor")
+    return MemoryPlan(strategy="mincostflow", object_sizes=object_sizes, placement=placement)

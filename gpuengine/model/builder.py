@@ -1,0 +1,354 @@
+"""IR -> .tflite bytes, and a small fluent ModelBuilder: tests, the zoo and CPU-partition sub-models use it.
+
+No TensorFlow needed: it writes the flatbuffer with the `tflite` schema bindings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import flatbuffers
+import numpy as np
+from tflite.ActivationFunctionType import ActivationFunctionType
+from tflite.BuiltinOperator import BuiltinOperator
+from tflite.BuiltinOptions import BuiltinOptions
+from tflite.Padding import Padding
+
+from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, Tensor
+from .reader import OPTION_NAMES, option_fields
+
+# Ops whose options table name is not the CamelCase of the op name.
+_OPTIONS_OVERRIDES = {
+    "MAX_POOL_2D": "Pool2DOptions", "AVERAGE_POOL_2D": "Pool2DOptions", "L2_POOL_2D": "Pool2DOptions",
+    "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "REDUCE_MAX": "ReducerOptions",
+    "REDUCE_MIN": "ReducerOptions", "REDUCE_PROD": "ReducerOptions", "REDUCE_ANY": "ReducerOptions",
+    "LESS": "LessOptions", "SELECT_V2": "SelectV2Options", "LEAKY_RELU": "LeakyReluOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "CONCATENATION": "ConcatenationOptions",
+    "L2_NORMALIZATION": "L2NormOptions", "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions",
+    "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions", "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions",
+    "PADV2": "PadV2Options", "LOG_SOFTMAX": "LogSoftmaxOptions", "SQUARED_DIFFERENCE": "SquaredDifferenceOptions",
+    "TRANSPOSE_CONV": "TransposeConvOptions", "BATCH_MATMUL": "BatchMatMulOptions",
+}
+_ENUMS = {
+    "padding": {k: v for k, v in vars(Padding).items() if not k.startswith("_")},
+    "fused_activation_function": {k: v for k, v in vars(ActivationFunctionType).items() if not k.startswith("_")},
+}
+_OPTION_CODES = {name: code for code, name in OPTION_NAMES.items()}
+
+
+def options_kind(op_name: str) -> str | None:
+    """The options table an op is written with, or None when the op takes none."""
+    if op_name in _OPTIONS_OVERRIDES:
+        return _OPTIONS_OVERRIDES[op_name]
+    want = op_name.replace("_", "").lower() + "options"
+    for kind in _OPTION_CODES:
+        if kind.lower() == want:
+            return kind
+    return None
+
+
+def make_options(op_name: str, values: dict[str, Any] | None) -> Options | None:
+    """Options from friendly values: enums by name ('SAME', 'RELU6') or number; unknown fields rejected."""
+    kind = options_kind(op_name)
+    if kind is None:
+        if values:
+            raise ValueError(f"{op_name} takes no builtin options, got {sorted(values)}")
+        return None
+    known = {name for _, name, _ in option_fields(kind)}
+    fields: dict[str, Any] = {}
+    for key, value in (values or {}).items():
+        if key not in known:
+            raise ValueError(f"{kind} has no field {key!r}; fields: {sorted(known)}")
+        if isinstance(value, str) and key in _ENUMS:
+            value = _ENUMS[key][value.upper()]
+        fields[key] = value
+    return Options(kind, fields)
+
+
+def _schema_module(kind: str) -> Any:
+    return importlib.import_module(f"tflite.{kind}")
+
+
+def _write_options(b: flatbuffers.Builder, options: Options) -> int:
+    mod = _schema_module(options.kind)
+    vectors = {}
+    for accessor, name, is_vector in option_fields(options.kind):
+        if is_vector and name in options.fields:
+            values = [int(v) for v in options.fields[name]]
+            getattr(mod, f"Start{accessor}Vector")(b, len(values))
+            for v in reversed(values):
+                b.PrependInt32(v)
+            vectors[accessor] = b.EndVector()
+    mod.Start(b)
+    for accessor, name, is_vector in option_fields(options.kind):
+        if is_vector:
+            if accessor in vectors:
+                getattr(mod, f"Add{accessor}")(b, vectors[accessor])
+        elif name in options.fields and options.fields[name] is not None:
+            getattr(mod, f"Add{accessor}")(b, options.fields[name])
+    return mod.End(b)
+
+
+def _int_vector(b: flatbuffers.Builder, values: Any) -> int:
+    values = list(values)
+    b.StartVector(4, len(values), 4)
+    for v in reversed(values):
+        b.PrependInt32(int(v))
+    return b.EndVector()
+
+
+def _typed_vector(b: flatbuffers.Builder, arr: np.ndarray, alignment: int = 16) -> int:
+    data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    b.StartVector(1, data.size, alignment)
+    b.head = b.head - data.size
+    b.Bytes[b.head:b.head + data.size] = data.tobytes()
+    return b.EndVector()
+
+
+def write_model(model: Model) -> bytes:
+    """Serialize an IR model. Constant tensors get a buffer each; sparse tensors must be densified first."""
+    b = flatbuffers.Builder(1024)
+    buffers: list[np.ndarray | None] = [None]  # buffer 0 is the empty sentinel
+    codes: dict[tuple[int, str | None], int] = {}
+    subgraph_offsets = []
+    for graph in model.subgraphs:
+        tensor_buffers = []
+        for t in graph.tensors:
+            if t.sparsity is not None:
+                raise ValueError(f"tensor {t.name!r} is sparse; densify it before writing")
+            if t.data is not None:
+                buffers.append(np.asarray(t.data))
+                tensor_buffers.append(len(buffers) - 1)
+            else:
+                tensor_buffers.append(0)
+        for op in graph.ops:
+            key = (op.builtin_code, op.custom_code)
+            codes.setdefault(key, len(codes))
+        subgraph_offsets.append(_write_subgraph(b, graph, tensor_buffers, codes))
+    metadata_entries = []
+    for name, blob in model.metadata.items():
+        buffers.append(np.frombuffer(blob, np.uint8))
+        metadata_entries.append((name, len(buffers) - 1))
+
+    buffer_offsets = []
+    for arr in buffers:
+        data_off = _typed_vector(b, arr) if arr is not None and arr.size else None
+        _schema_module("Buffer").Start(b)
+        if data_off is not None:
+            _schema_module("Buffer").AddData(b, data_off)
+        buffer_offsets.append(_schema_module("Buffer").End(b))
+
+    code_offsets = []
+    oc_mod = _schema_module("OperatorCode")
+    for (builtin, custom), _ in sorted(codes.items(), key=lambda kv: kv[1]):
+        custom_off = b.CreateString(custom) if custom is not None else None
+        oc_mod.Start(b)
+        oc_mod.AddDeprecatedBuiltinCode(b, min(builtin, BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES))
+        oc_mod.AddBuiltinCode(b, builtin)
+        oc_mod.AddVersion(b, 1)
+        if custom_off is not None:
+            oc_mod.AddCustomCode(b, custom_off)
+        code_offsets.append(oc_mod.End(b))
+
+    md_mod = _schema_module("Metadata")
+    metadata_offsets = []
+    for name, buf_index in metadata_entries:
+        name_off = b.CreateString(name)
+        md_mod.Start(b)
+        md_mod.AddName(b, name_off)
+        md_mod.AddBuffer(b, buf_index)
+        metadata_offsets.append(md_mod.End(b))
+
+    sig_offsets = [_write_signature(b, s) for s in model.signatures]
+
+    def table_vector(offsets: list[int]) -> int:
+        b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    subgraphs_vec = table_vector(subgraph_offsets)
+    codes_vec = table_vector(code_offsets)
+    buffers_vec = table_vector(buffer_offsets)
+    metadata_vec = table_vector(metadata_offsets) if metadata_offsets else None
+    sig_vec = table_vector(sig_offsets) if sig_offsets else None
+    desc = b.CreateString(model.description or "gpuengine")
+    m = _schema_module("Model")
+    m.Start(b)
+    m.AddVersion(b, 3)
+    m.AddOperatorCodes(b, codes_vec)
+    m.AddSubgraphs(b, subgraphs_vec)
+    m.AddDescription(b, desc)
+    m.AddBuffers(b, buffers_vec)
+    if metadata_vec is not None:
+        m.AddMetadata(b, metadata_vec)
+    if sig_vec is not None:
+        m.AddSignatureDefs(b, sig_vec)
+    b.Finish(m.End(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _write_quantization(b: flatbuffers.Builder, q: Quantization) -> int:
+    qm = _schema_module("QuantizationParameters")
+    scale = q.scale.astype(np.float32)
+    b.StartVector(4, scale.size, 4)
+    for v in reversed(scale.tolist()):
+        b.PrependFloat32(v)
+    scale_vec = b.EndVector()
+    b.StartVector(8, q.zero_point.size, 8)
+    for v in reversed(q.zero_point.astype(np.int64).tolist()):
+        b.PrependInt64(v)
+    zp_vec = b.EndVector()
+    qm.Start(b)
+    qm.AddScale(b, scale_vec)
+    qm.AddZeroPoint(b, zp_vec)
+    qm.AddQuantizedDimension(b, q.axis)
+    return qm.End(b)
+
+
+def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[int],
+                    codes: dict[tuple[int, str | None], int]) -> int:
+    tm = _schema_module("Tensor")
+    tensor_offsets = []
+    for t, buf in zip(graph.tensors, tensor_buffers):
+        name = b.CreateString(t.name)
+        shape = _int_vector(b, t.shape)
+        sig = _int_vector(b, t.shape_signature) if t.shape_signature is not None else None
+        quant = _write_quantization(b, t.quantization) if t.quantization is not None else None
+        tm.Start(b)
+        tm.AddShape(b, shape)
+        tm.AddType(b, DTYPE_TO_TYPE[np.dtype(t.dtype)] if t.type_code == 0 else t.type_code)
+        tm.AddBuffer(b, buf)
+        tm.AddName(b, name)
+        if quant is not None:
+            tm.AddQuantization(b, quant)
+        if t.is_variable:
+            tm.AddIsVariable(b, True)
+        if sig is not None:
+            tm.AddShapeSignature(b, sig)
+        tensor_offsets.append(tm.End(b))
+    om = _schema_module("Operator")
+    op_offsets = []
+    for op in graph.ops:
+        ins = _int_vector(b, op.inputs)
+        outs = _int_vector(b, op.outputs)
+        opts = _write_options(b, op.options) if op.options is not None and op.options.fields is not None \
+            and op.options.kind in _OPTION_CODES else None
+        custom = _typed_vector(b, np.frombuffer(op.custom_options, np.uint8), 1) if op.custom_options else None
+        om.Start(b)
+        om.AddOpcodeIndex(b, codes[(op.builtin_code, op.custom_code)])
+        om.AddInputs(b, ins)
+        om.AddOutputs(b, outs)
+        if opts is not None:
+            om.AddBuiltinOptionsType(b, _OPTION_CODES[op.options.kind])
+            om.AddBuiltinOptions(b, opts)
+        if custom is not None:
+            om.AddCustomOptions(b, custom)
+        op_offsets.append(om.End(b))
+
+    def table_vector(offsets: list[int]) -> int:
+        b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    tensors_vec = table_vector(tensor_offsets)
+    ops_vec = table_vector(op_offsets)
+    ins = _int_vector(b, graph.inputs)
+    outs = _int_vector(b, graph.outputs)
+    name = b.CreateString(graph.name or "main")
+    sg = _schema_module("SubGraph")
+    sg.Start(b)
+    sg.AddTensors(b, tensors_vec)
+    sg.AddInputs(b, ins)
+    sg.AddOutputs(b, outs)
+    sg.AddOperators(b, ops_vec)
+    sg.AddName(b, name)
+    return sg.End(b)
+
+
+def _write_signature(b: flatbuffers.Builder, sig: Any) -> int:
+    tmm = _schema_module("TensorMap")
+
+    def maps(items: dict[str, int]) -> int:
+        offs = []
+        for name, idx in items.items():
+            n = b.CreateString(name)
+            tmm.Start(b)
+            tmm.AddName(b, n)
+            tmm.AddTensorIndex(b, idx)
+            offs.append(tmm.End(b))
+        b.StartVector(4, len(offs), 4)
+        for off in reversed(offs):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    ins, outs = maps(sig.inputs), maps(sig.outputs)
+    key = b.CreateString(sig.key)
+    sm = _schema_module("SignatureDef")
+    sm.Start(b)
+    sm.AddInputs(b, ins)
+    sm.AddOutputs(b, outs)
+    sm.AddSignatureKey(b, key)
+    sm.AddSubgraphIndex(b, sig.subgraph)
+    return sm.End(b)
+
+
+class ModelBuilder:
+    """Build a one-subgraph model op by op; output shapes are given by the caller (no shape inference).
+
+    >>> mb = ModelBuilder()
+    >>> x = mb.input("x", (1, 8, 8, 3))
+    >>> y = mb.op("RELU", [x], (1, 8, 8, 3))
+    >>> mb.output(y); data = mb.build()
+    """
+
+    def __init__(self) -> None:
+        self.tensors: list[Tensor] = []
+        self.ops: list[Op] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.signatures: list[Any] = []
+
+    def tensor(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32, data: np.ndarray | None = None,
+               quantization: Quantization | None = None) -> int:
+        if data is not None:
+            data = np.ascontiguousarray(data, dtype=dtype).reshape(shape)
+        self.tensors.append(Tensor(index=len(self.tensors), name=name, shape=tuple(int(d) for d in shape),
+                                   dtype=np.dtype(dtype), data=data, quantization=quantization))
+        return len(self.tensors) - 1
+
+    def input(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> int:
+        index = self.tensor(name, shape, dtype)
+        self.inputs.append(index)
+        return index
+
+    def const(self, name: str, data: Any, dtype: Any = None, quantization: Quantization | None = None) -> int:
+        arr = np.asarray(data, dtype=dtype)
+        return self.tensor(name, arr.shape, arr.dtype, arr, quantization)
+
+    def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
+           options: dict[str, Any] | None = None, dtype: Any = np.float32, custom_options: bytes | None = None,
+           name: str | None = None) -> int | list[int]:
+        """Append an op; `shape` is one output shape or a list of them (then a list of indices returns)."""
+        shapes = shape if isinstance(shape, list) else [shape]
+        outs = [self.tensor(f"{name or code.lower()}_{len(self.ops)}_{k}", s, dtype) for k, s in enumerate(shapes)]
+        builtin = getattr(BuiltinOperator, code, None)
+        custom = None
+        if builtin is None:
+            builtin, custom = BuiltinOperator.CUSTOM, code
+        self.ops.append(Op(index=len(self.ops), code=code, inputs=list(inputs), outputs=outs,
+                           options=make_options(code, options) if custom is None else None,
+                           builtin_code=builtin, custom_code=custom, custom_options=custom_options))
+        return outs if isinstance(shape, list) else outs[0]
+
+    def output(self, *indices: int) -> None:
+        self.outputs.extend(indices)
+
+    def to_model(self) -> Model:
+        graph = Graph(tensors=self.tensors, ops=self.ops, inputs=self.inputs, outputs=self.outputs)
+        return Model(subgraphs=[graph], signatures=list(self.signatures))
+
+    def build(self) -> bytes:
+        return write_model(self.to_model())

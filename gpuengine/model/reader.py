@@ -1,0 +1,331 @@
+""".tflite bytes -> IR, validating as it reads so a malformed file becomes a ModelError, never a crash or hang."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from typing import Any
+
+import numpy as np
+import tflite
+from tflite.BuiltinOperator import BuiltinOperator
+from tflite.BuiltinOptions import BuiltinOptions
+from tflite.BuiltinOptions2 import BuiltinOptions2
+
+from ..errors import ModelError
+from .ir import TENSOR_TYPES, Graph, Model, Op, Options, Quantization, SignatureDef, Sparsity, Tensor
+
+MAX_RANK = 16
+MAX_ELEMENTS = 1 << 34  # a declared tensor larger than this is a corrupt file, not a model
+
+OP_NAMES: dict[int, str] = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
+OPTION_NAMES: dict[int, str] = {v: k for k, v in vars(BuiltinOptions).items() if not k.startswith("_")}
+OPTION2_NAMES: dict[int, str] = {v: k for k, v in vars(BuiltinOptions2).items() if not k.startswith("_")}
+
+
+def snake_case(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+@functools.cache
+def option_fields(kind: str) -> tuple[tuple[str, str, bool], ...]:
+    """(schema accessor, snake_case name, is_vector) for every field of an options table, found by reflection."""
+    cls = getattr(tflite, kind)
+    names = [n for n, v in vars(cls).items() if callable(v) and n[0].isupper()]
+    skip = ("Init", "GetRootAs")
+    result = []
+    for name in names:
+        if name.startswith(skip) or name.endswith(("Length", "AsNumpy", "IsNone", "BufferHasIdentifier")):
+            continue
+        result.append((name, snake_case(name), f"{name}Length" in names))
+    return tuple(result)
+
+
+def _decode_options(kind: str, table: Any) -> Options:
+    cls = getattr(tflite, kind, None)
+    if cls is None:
+        return Options(kind)
+    obj = cls()
+    obj.Init(table.Bytes, table.Pos)
+    fields: dict[str, Any] = {}
+    for accessor, name, is_vector in option_fields(kind):
+        if is_vector:
+            n = getattr(obj, f"{accessor}Length")()
+            _check_count(n, table.Bytes, f"{kind}.{name}")
+            fields[name] = [getattr(obj, accessor)(j) for j in range(n)]
+        else:
+            try:
+                value = getattr(obj, accessor)()
+            except TypeError:  # accessor takes an argument we do not model (nested tables)
+                continue
+            if isinstance(value, (int, float, bool, bytes)) or value is None:
+                fields[name] = value
+    return Options(kind, fields)
+
+
+def _check_count(n: int, buf: Any, what: str) -> None:
+    # Every vector element takes at least one byte, so a count beyond the file size is corruption.
+    if n < 0 or n > len(buf):
+        raise ModelError(f"{what}: vector length {n} exceeds the file size ({len(buf)} bytes)")
+
+
+def _numpy(getter: Any, length: int) -> np.ndarray:
+    return getter() if length else np.zeros(0)
+
+
+def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Model:
+    """Parse a .tflite model from bytes or a path; raises ModelError naming what is wrong."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                data: Any = f.read()
+        except OSError as e:
+            raise ModelError(f"cannot read model file {os.fspath(source)!r}: {e.strerror}") from e
+    else:
+        data = bytes(source) if isinstance(source, memoryview) else source
+    if len(data) < 8:
+        raise ModelError(f"not a .tflite model: only {len(data)} bytes")
+    if bytes(data[4:8]) != b"TFL3":
+        raise ModelError("not a .tflite model: missing the 'TFL3' file identifier")
+    try:
+        return _read(data)
+    except ModelError:
+        raise
+    except RecursionError as e:
+        raise ModelError("malformed .tflite model: nested tables too deep") from e
+    except Exception as e:  # noqa: BLE001 - any decoding failure of a corrupt flatbuffer
+        raise ModelError(f"malformed .tflite model: {type(e).__name__}: {e}") from e
+
+
+def _read(data: bytes) -> Model:
+    root = int.from_bytes(data[0:4], "little")
+    if root + 4 > len(data):
+        raise ModelError(f"root table offset {root} is past the end of the file ({len(data)} bytes)")
+    m = tflite.Model.GetRootAsModel(data, 0)
+    buffers = _read_buffers(m, data)
+    n_codes = m.OperatorCodesLength()
+    _check_count(n_codes, data, "operator_codes")
+    codes: list[tuple[str, int, str | None]] = []
+    for i in range(n_codes):
+        oc = m.OperatorCodes(i)
+        builtin = max(int(oc.DeprecatedBuiltinCode()), int(oc.BuiltinCode()))
+        custom = oc.CustomCode()
+        custom_s = custom.decode("utf-8", "replace") if custom is not None else None
+        name = OP_NAMES.get(builtin)
+        if name is None:
+            raise ModelError(f"operator_codes[{i}]: unknown builtin operator code {builtin}")
+        if name == "CUSTOM":
+            if not custom_s:
+                raise ModelError(f"operator_codes[{i}]: CUSTOM op without a custom_code")
+            name = custom_s
+        codes.append((name, builtin, custom_s if builtin == BuiltinOperator.CUSTOM else None))
+
+    n_sub = m.SubgraphsLength()
+    _check_count(n_sub, data, "subgraphs")
+    if n_sub == 0:
+        raise ModelError("model has no subgraphs")
+    subgraphs = [_read_subgraph(m.Subgraphs(i), i, buffers, codes, data) for i in range(n_sub)]
+
+    signatures = []
+    n_sig = m.SignatureDefsLength()
+    _check_count(n_sig, data, "signature_defs")
+    for i in range(n_sig):
+        s = m.SignatureDefs(i)
+        sub = s.SubgraphIndex()
+        if not 0 <= sub < n_sub:
+            raise ModelError(f"signature_defs[{i}]: subgraph index {sub} out of range (0..{n_sub - 1})")
+        n_tensors = len(subgraphs[sub].tensors)
+
+        def tensor_map(getter: Any, n: int, what: str, n_tensors: int = n_tensors) -> dict[str, int]:
+            _check_count(n, data, what)
+            out = {}
+            for j in range(n):
+                tm = getter(j)
+                idx = tm.TensorIndex()
+                if not 0 <= idx < n_tensors:
+                    raise ModelError(f"{what}[{j}]: tensor index {idx} out of range")
+                out[(tm.Name() or b"").decode("utf-8", "replace")] = idx
+            return out
+
+        signatures.append(SignatureDef(
+            key=(s.SignatureKey() or b"").decode("utf-8", "replace"), subgraph=sub,
+            inputs=tensor_map(s.Inputs, s.InputsLength(), f"signature_defs[{i}].inputs"),
+            outputs=tensor_map(s.Outputs, s.OutputsLength(), f"signature_defs[{i}].outputs"),
+        ))
+
+    metadata: dict[str, bytes] = {}
+    n_meta = m.MetadataLength()
+    _check_count(n_meta, data, "metadata")
+    for i in range(n_meta):
+        md = m.Metadata(i)
+        b = md.Buffer()
+        if not 0 <= b < len(buffers):
+            raise ModelError(f"metadata[{i}]: buffer index {b} out of range (0..{len(buffers) - 1})")
+        metadata[(md.Name() or b"").decode("utf-8", "replace")] = bytes(buffers[b])
+    desc = m.Description()
+    return Model(subgraphs=subgraphs, version=m.Version(),
+                 description=desc.decode("utf-8", "replace") if desc else "",
+                 signatures=signatures, metadata=metadata)
+
+
+def _read_buffers(m: Any, data: bytes) -> list[np.ndarray]:
+    n = m.BuffersLength()
+    _check_count(n, data, "buffers")
+    out = []
+    for i in range(n):
+        b = m.Buffers(i)
+        offset, size = int(b.Offset()), int(b.Size())
+        if offset > 1:  # stored after the flatbuffer (models over 2 GB)
+            if offset + size > len(data):
+                raise ModelError(f"buffers[{i}]: offset {offset} + size {size} is past the end of the file")
+            out.append(np.frombuffer(data, np.uint8, size, offset))
+            continue
+        length = b.DataLength()
+        if length == 0:
+            out.append(np.zeros(0, np.uint8))
+            continue
+        start = b._tab.Vector(4)  # noqa: SLF001 - the vector's position, for a bounds check before the view
+        if start < 0 or start + length > len(data):
+            raise ModelError(f"buffers[{i}]: data of {length} bytes at {start} is past the end of the file")
+        out.append(np.frombuffer(data, np.uint8, length, start))  # zero-copy view
+    return out
+
+
+def _read_subgraph(g: Any, gi: int, buffers: list[np.ndarray], codes: list, data: bytes) -> Graph:
+    n_t = g.TensorsLength()
+    _check_count(n_t, data, f"subgraphs[{gi}].tensors")
+    tensors = [_read_tensor(g.Tensors(i), i, gi, buffers, data) for i in range(n_t)]
+
+    def indices(arr: np.ndarray, what: str, allow_optional: bool = False) -> list[int]:
+        out = [int(x) for x in arr]
+        for x in out:
+            if not (0 <= x < n_t or (allow_optional and x == -1)):
+                raise ModelError(f"subgraphs[{gi}].{what}: tensor index {x} out of range (0..{n_t - 1})")
+        return out
+
+    ops = []
+    n_ops = g.OperatorsLength()
+    _check_count(n_ops, data, f"subgraphs[{gi}].operators")
+    for i in range(n_ops):
+        o = g.Operators(i)
+        ci = o.OpcodeIndex()
+        if not 0 <= ci < len(codes):
+            raise ModelError(f"subgraphs[{gi}].operators[{i}]: opcode index {ci} out of range "
+                             f"(0..{len(codes) - 1})")
+        name, builtin, custom = codes[ci]
+        where = f"operators[{i}] ({name})"
+        options = None
+        otype = o.BuiltinOptionsType()
+        if otype:
+            kind = OPTION_NAMES.get(otype)
+            if kind is None:
+                raise ModelError(f"subgraphs[{gi}].{where}: unknown builtin options type {otype}")
+            table = o.BuiltinOptions()
+            if table is not None:
+                options = _decode_options(kind, table)
+        elif o.BuiltinOptions2Type():
+            kind = OPTION2_NAMES.get(o.BuiltinOptions2Type(), "Unknown")
+            table = o.BuiltinOptions2()
+            if table is not None and kind in vars(tflite):
+                options = _decode_options(kind, table)
+        custom_options = None
+        if o.CustomOptionsLength():
+            custom_options = bytes(o.CustomOptionsAsNumpy())
+        ops.append(Op(
+            index=i, code=name, builtin_code=builtin, custom_code=custom, options=options,
+            inputs=indices(_numpy(o.InputsAsNumpy, o.InputsLength()), f"{where}.inputs", True),
+            outputs=indices(_numpy(o.OutputsAsNumpy, o.OutputsLength()), f"{where}.outputs"),
+            intermediates=indices(_numpy(o.IntermediatesAsNumpy, o.IntermediatesLength()),
+                                  f"{where}.intermediates"),
+            custom_options=custom_options,
+        ))
+    name = g.Name()
+    return Graph(
+        tensors=tensors, ops=ops,
+        inputs=indices(_numpy(g.InputsAsNumpy, g.InputsLength()), "inputs"),
+        outputs=indices(_numpy(g.OutputsAsNumpy, g.OutputsLength()), "outputs"),
+        name=name.decode("utf-8", "replace") if name else "",
+    )
+
+
+def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes) -> Tensor:
+    where = f"subgraphs[{gi}].tensors[{i}]"
+    rank = t.ShapeLength()
+    if rank > MAX_RANK:
+        raise ModelError(f"{where}: rank {rank} exceeds {MAX_RANK}")
+    shape = tuple(int(x) for x in _numpy(t.ShapeAsNumpy, rank))
+    if any(d < 0 for d in shape):
+        raise ModelError(f"{where}: negative dimension in shape {shape}")
+    n_elem = int(np.prod(shape, dtype=np.float64)) if shape else 1
+    if n_elem > MAX_ELEMENTS:
+        raise ModelError(f"{where}: shape {shape} declares {n_elem} elements, more than any real model")
+    sig = None
+    if t.ShapeSignatureLength():
+        if t.ShapeSignatureLength() != rank:
+            raise ModelError(f"{where}: shape_signature rank differs from shape rank {rank}")
+        sig = tuple(int(x) for x in t.ShapeSignatureAsNumpy())
+        if any(d < -1 for d in sig):
+            raise ModelError(f"{where}: invalid dimension in shape_signature {sig}")
+    type_code = int(t.Type())
+    if type_code not in TENSOR_TYPES:
+        raise ModelError(f"{where}: unknown tensor type {type_code}")
+    np_type = TENSOR_TYPES[type_code]
+    dtype = np.dtype(np_type) if np_type is not None else np.dtype(np.uint8)
+    b = int(t.Buffer())
+    if not 0 <= b < max(len(buffers), 1):
+        raise ModelError(f"{where}: buffer index {b} out of range (0..{len(buffers) - 1})")
+    name = t.Name()
+    name_s = name.decode("utf-8", "replace") if name else f"tensor_{i}"
+    sparsity = _read_sparsity(t.Sparsity(), where, data) if t.Sparsity() is not None else None
+    tensor_data = None
+    raw = buffers[b] if buffers else np.zeros(0, np.uint8)
+    if raw.size:
+        if sparsity is not None or type_code in (5, 13, 14, 17) or np_type is None:
+            tensor_data = raw  # decoded later by the pass that needs it (DENSIFY, strings)
+        else:
+            expected = n_elem * dtype.itemsize
+            if raw.size != expected:
+                raise ModelError(f"{where} ({name_s!r}): buffer {b} holds {raw.size} bytes, "
+                                 f"shape {shape} of {dtype} needs {expected}")
+            tensor_data = raw.view(dtype).reshape(shape)
+    q = t.Quantization()
+    quant = None
+    if q is not None and q.ScaleLength():
+        quant = Quantization(
+            scale=q.ScaleAsNumpy().astype(np.float32),
+            zero_point=_numpy(q.ZeroPointAsNumpy, q.ZeroPointLength()).astype(np.int64),
+            axis=int(q.QuantizedDimension()),
+            min=q.MinAsNumpy() if q.MinLength() else None, max=q.MaxAsNumpy() if q.MaxLength() else None,
+        )
+        if quant.axis < 0 or (rank and quant.axis >= rank):
+            raise ModelError(f"{where}: quantized_dimension {quant.axis} out of range for rank {rank}")
+    return Tensor(index=i, name=name_s, shape=shape, dtype=dtype, shape_signature=sig, buffer=b,
+                  data=tensor_data, quantization=quant, sparsity=sparsity, is_variable=bool(t.IsVariable()),
+                  type_code=type_code)
+
+
+def _read_sparsity(s: Any, where: str, data: bytes) -> Sparsity:
+    dims = []
+    n = s.DimMetadataLength()
+    _check_count(n, data, f"{where}.sparsity.dim_metadata")
+    for j in range(n):
+        d = s.DimMetadata(j)
+        entry: dict[str, Any] = {"format": int(d.Format()), "dense_size": int(d.DenseSize())}
+        for key, type_getter, getter in (("array_segments", d.ArraySegmentsType, d.ArraySegments),
+                                         ("array_indices", d.ArrayIndicesType, d.ArrayIndices)):
+            kind = type_getter()
+            table = getter()
+            if kind and table is not None:
+                cls = {1: tflite.Int32Vector, 2: tflite.Uint16Vector, 3: tflite.Uint8Vector}.get(kind)
+                if cls is None:
+                    raise ModelError(f"{where}.sparsity: unknown index vector type {kind}")
+                vec = cls()
+                vec.Init(table.Bytes, table.Pos)
+                entry[key] = vec.ValuesAsNumpy().astype(np.int64) if vec.ValuesLength() else np.zeros(0, np.int64)
+        dims.append(entry)
+    return Sparsity(
+        traversal_order=[int(x) for x in _numpy(s.TraversalOrderAsNumpy, s.TraversalOrderLength())],
+        block_map=[int(x) for x in _numpy(s.BlockMapAsNumpy, s.BlockMapLength())],
+        dim_metadata=dims,
+    )

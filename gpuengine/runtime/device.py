@@ -1,0 +1,114 @@
+"""Adapter and device choice: prefer a hardware GPU, fall back to a software one with a warning."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AdapterError
+
+INSTALL_HINT = (
+    "Install a GPU driver with Vulkan, Metal or D3D12 support, or a software WebGPU adapter: on Debian/Ubuntu "
+    "`sudo apt-get install mesa-vulkan-drivers` (lavapipe). `gpuengine inspect` then lists the adapter it uses."
+)
+WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16")
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+
+
+@dataclass
+class GpuDevice:
+    adapter: Any
+    device: Any
+    features: frozenset[str]
+    limits: dict[str, int]
+
+    @property
+    def name(self) -> str:
+        return self.adapter.summary
+
+    @property
+    def is_software(self) -> bool:
+        return self.adapter.info.get("adapter_type") == "CPU"
+
+    @property
+    def storage_alignment(self) -> int:
+        return int(self.limits.get("min-storage-buffer-offset-alignment", 256))
+
+    def cache_key(self) -> str:
+        """Identifies the adapter for per-device caches (tuning): name, backend and driver."""
+        info = self.adapter.info
+        return "|".join(str(info.get(k, "")) for k in ("device", "backend_type", "description", "vendor_id"))
+
+
+_lock = threading.Lock()
+_devices: dict[str, GpuDevice] = {}
+
+
+def _adapters() -> list[Any]:
+    import wgpu
+
+    try:
+        return list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as e:  # noqa: BLE001 - a broken loader or driver must become an actionable error
+        raise AdapterError(f"WebGPU could not list adapters ({e}). {INSTALL_HINT}") from e
+
+
+def _rank(adapter: Any) -> tuple[int, int]:
+    info = adapter.info
+    return (1 if info.get("adapter_type") == "CPU" else 0, _BACKEND_RANK.get(info.get("backend_type"), 1))
+
+
+def select_adapter(preference: str | None = None) -> Any:
+    """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
+    or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
+    preference = (preference or os.environ.get("GPUENGINE_ADAPTER") or "auto").strip().lower()
+    adapters = sorted(_adapters(), key=_rank)
+    if not adapters:
+        raise AdapterError(f"No WebGPU adapter found. {INSTALL_HINT}")
+    names = [a.summary for a in adapters]
+    if preference == "auto":
+        chosen = adapters[0]
+        if _rank(chosen)[0]:
+            warnings.warn(f"No hardware GPU adapter found; using the software adapter {chosen.summary!r}, "
+                          "which is much slower.", RuntimeWarning, stacklevel=3)
+        return chosen
+    if preference in ("hardware", "gpu"):
+        hw = [a for a in adapters if not _rank(a)[0]]
+        if not hw:
+            raise AdapterError(f"No hardware GPU adapter found (available: {names}). {INSTALL_HINT}")
+        return hw[0]
+    if preference in ("software", "cpu"):
+        sw = [a for a in adapters if _rank(a)[0]]
+        if not sw:
+            raise AdapterError(f"No software adapter found (available: {names}). {INSTALL_HINT}")
+        return sw[0]
+    matches = [a for a in adapters if preference in a.summary.lower()]
+    if not matches:
+        raise AdapterError(f"No adapter matches {preference!r}; available: {names}. Pass adapter='auto', "
+                           "'hardware', 'software' or part of one of those names (env GPUENGINE_ADAPTER).")
+    return matches[0]
+
+
+def get_device(preference: str | None = None) -> GpuDevice:
+    """One shared device per adapter per process: devices are expensive and pipelines live on them."""
+    adapter = select_adapter(preference)
+    key = adapter.summary
+    with _lock:
+        if key in _devices:
+            return _devices[key]
+        features = [f for f in WANTED_FEATURES if f in adapter.features]
+        names = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
+                 "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
+                 "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z")
+        limits = {n: adapter.limits[n] for n in names if n in adapter.limits}
+        try:
+            device = adapter.request_device_sync(required_features=features, required_limits=limits)
+        except Exception as e:  # noqa: BLE001
+            raise AdapterError(f"Could not open a device on {adapter.summary!r}: {e}. {INSTALL_HINT}") from e
+        gpu = GpuDevice(adapter=adapter, device=device, features=frozenset(features),
+                        limits=dict(device.limits))
+        _devices[key] = gpu
+        return gpu

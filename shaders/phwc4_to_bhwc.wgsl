@@ -1,0 +1,17 @@
+// Boundary converter: PHWC4 slices -> dense BHWC float array.
+${BINDINGS}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let value = src[((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox];
+  let base = ((ob * ${H}u + oy) * ${W}u + ox) * ${C}u;
+  for (var i = 0u; i < 4u; i++) {
+    let c = os * 4u + i;
+    if (c < ${C}u) { dst[base + c] = value[i]; }
+  }
+}
