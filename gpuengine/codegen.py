@@ -73,9 +73,14 @@ def render(spec: KernelSpec) -> str:
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
     try:
-        return load_template(spec.shader).substitute(params)
+        return load_template(spec.shader).substitute(params) + "".join(f"\n{f}" for f in spec.functions)
     except KeyError as e:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e
+
+
+def has_epilogue(spec: KernelSpec) -> bool:
+    """True when the template applies ${EPILOGUE} to its standard output vec4 (so ops can fuse into it)."""
+    return "${EPILOGUE}" in load_template(spec.shader).template
 
 
 def dispatch_size(spec: KernelSpec) -> tuple[int, int, int]:

@@ -15,6 +15,7 @@ from .model.ir import Graph
 from .passes.pipeline import run_passes
 from .runtime.device import GpuDevice, get_device
 from .runtime.program import EngineOptions, GpuProgram
+from .tuning.cache import TuningCache
 
 
 @dataclass
@@ -49,6 +50,8 @@ class CompiledGraph:
         self.graph = self.plan.graph
         needs_gpu = any(p.device == "gpu" for p in self.plan.partitions)
         self.gpu = gpu or (get_device(options.adapter) if needs_gpu else None)
+        if workgroups is None and self.gpu is not None:
+            workgroups = TuningCache(options.workgroup_cache).workgroups(self.gpu.cache_key())
         self.programs: list[GpuProgram | CpuProgram] = []
         for part in self.plan.partitions:
             if part.device == "gpu":
@@ -65,6 +68,10 @@ class CompiledGraph:
         for program in self.programs:
             values.update(program.run(values))
         return {t: values[t] if t in values else self.constants[t] for t in self.graph.outputs}
+
+    @property
+    def tuned_dispatches(self) -> int:
+        return sum(p.tuned for p in self.programs if isinstance(p, GpuProgram))
 
     @property
     def dispatches(self) -> int:

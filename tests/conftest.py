@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,7 +12,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=True,
 )
 settings.load_profile("gpuengine")
-warnings.filterwarnings("ignore", message="No hardware GPU adapter found", category=RuntimeWarning)
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,7 @@ class KernelSpec:
     epilogue: list[Code] = field(default_factory=list)
     out_channels: int = 0  # channels of the PHWC4 output, for masking padding lanes in the epilogue
     ops: list[int] = field(default_factory=list)  # graph op indices this dispatch implements
+    functions: list[Code] = field(default_factory=list)  # extra WGSL functions (fused operand readers)
 
     @property
     def output_tensor(self) -> int | None:
@@ -86,3 +87,17 @@ class Kernel(Protocol):
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         """Dispatch specs (and aliases) that compute the op's outputs from its inputs."""
+
+
+class EpilogueKernel(Kernel, Protocol):
+    """A kernel whose op can be fused into the epilogue of the kernel producing one of its inputs."""
+
+    def as_epilogue(self, op: Op, graph: Graph, position: int, prefix: str) -> Epilogue | None:
+        """Code applying the op to `value` (the producer's output for input `position`), or None."""
+
+
+@dataclass
+class Epilogue:
+    lines: list[Code]
+    functions: list[Code]
+    bindings: list[Binding]

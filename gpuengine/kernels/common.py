@@ -15,8 +15,10 @@ _ACTIVATIONS = {
     1: "value = max(value, vec4<f32>(0.0));",
     2: "value = clamp(value, vec4<f32>(-1.0), vec4<f32>(1.0));",
     3: "value = clamp(value, vec4<f32>(0.0), vec4<f32>(6.0));",
-    4: "value = tanh(clamp(value, vec4<f32>(-20.0), vec4<f32>(20.0)));",
 }
+# LiteRT's float kernels (ADD, MUL, CONV_2D, ...) clamp only for RELU/RELU6/RELU_N1_TO_1 and silently skip a
+# fused TANH or SIGN_BIT (checked against LiteRT 2.3.0), so the GPU refuses those rather than disagree.
+_IGNORED_BY_LITERT = {4: "TANH", 5: "SIGN_BIT"}
 
 
 def bhwc(graph: Graph, t: int) -> tuple[int, int, int, int]:
@@ -31,7 +33,11 @@ def activation(op: Op) -> list[Code]:
 
 def activation_supported(op: Op) -> str | None:
     code = int(op.opt("fused_activation_function", 0) or 0)
-    return None if code in _ACTIVATIONS else f"fused activation {code} is not supported"
+    if code in _ACTIVATIONS:
+        return None
+    if code in _IGNORED_BY_LITERT:
+        return f"fused activation {_IGNORED_BY_LITERT[code]} (LiteRT's CPU kernels ignore it; kept on the CPU)"
+    return f"fused activation {code} is not supported"
 
 
 def is_const(graph: Graph, t: int) -> bool:
@@ -58,29 +64,53 @@ def const_f32(graph: Graph, t: int) -> np.ndarray:
     return np.asarray(graph.tensors[t].data, dtype=np.float32)
 
 
-def operand(graph: Graph, t: int, out_shape: tuple[int, int, int, int], name: str,
+# BHWC axis (0..3) of each logical dim, by rank (layout.py's rank < 4 rule).
+_AXES = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
+
+
+def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
             shape: tuple[int, ...] | None = None) -> tuple[Code, list[Binding]]:
     """A WGSL function `read_<name>(b, y, x, s) -> vec4<f32>` reading tensor t broadcast to out_shape.
 
-    Scalars constants are baked as literals; other constants are bound as PHWC4 data; tensors bound as is.
+    out_shape is the output's logical shape (rank <= 4); `shape` the operand's logical shape (default: its
+    own), right-aligned with out_shape as in numpy. A non-constant tensor is stored in the PHWC4 layout of
+    its *own* rank, so its dims are mapped to the output's BHWC axes one by one (a rank-3 (B, W, C) operand of
+    a rank-4 output reads its B axis with the output's H index); its logical shape must be its own shape,
+    possibly left-padded with 1s. Scalar constants are baked as literals; other constants are laid out here
+    in the output's frame (so any reshape of them is allowed) and bound as PHWC4 data.
     """
     tensor = graph.tensors[t]
-    src_shape = to_bhwc(shape if shape is not None else tensor.shape)
+    rank = len(out_shape)
+    logical = tuple(int(d) for d in (shape if shape is not None else tensor.shape))
+    if len(logical) > rank:
+        raise ValueError(f"operand {tensor.name!r} of shape {logical} has a higher rank than {out_shape}")
+    logical = (1,) * (rank - len(logical)) + logical
     fn = f"fn read_{name}(b: u32, y: u32, x: u32, s: u32) -> vec4<f32> {{\n"
     if tensor.data is not None and tensor.size == 1:
-        value = float(np.asarray(tensor.data, np.float32).reshape(-1)[0])
-        return Code(fn + f"  return vec4<f32>({literal(value)});\n}}\n"), []
-    b_, h_, w_, c_ = src_shape
-    idx_b = "b" if b_ > 1 else "0u"
-    idx_y = "y" if h_ > 1 else "0u"
-    idx_x = "x" if w_ > 1 else "0u"
-    splat = c_ == 1 and out_shape[3] > 1
+        value = np.asarray(tensor.data, np.float32).reshape(-1)[:1]
+        text = literal(float(value[0])) if np.isfinite(value[0]) else f"bitcast<f32>({int(value.view(np.uint32)[0])}u)"
+        return Code(fn + f"  return vec4<f32>({text});\n}}\n"), []
+    if tensor.data is not None:
+        own = logical
+    else:
+        own = tuple(int(d) for d in tensor.shape)
+        if (1,) * (rank - len(own)) + own != logical:
+            raise ValueError(f"tensor {tensor.name!r} of shape {own} cannot be read as {logical}")
+    storage = to_bhwc(own)
+    out_vars = ("b", "y", "x", "s")
+    idx = ["0u", "0u", "0u", "0u"]
+    for j, d in enumerate(own[:-1]):
+        if d > 1:
+            idx[_AXES[len(own)][j]] = out_vars[_AXES[rank][j + rank - len(own)]]
+    c_ = storage[3]
+    splat = c_ == 1 and to_bhwc(out_shape)[3] > 1
     idx_s = "0u" if (splat or slices(c_) == 1) else "s"
-    index = f"(({idx_b} * {slices(c_)}u + {idx_s}) * {h_}u + {idx_y}) * {w_}u + {idx_x}"
+    b_, h_, w_ = storage[:3]
+    index = f"(({idx[0]} * {slices(c_)}u + {idx_s}) * {h_}u + {idx[1]}) * {w_}u + {idx[2]}"
     var = f"in_{name}"
     body = f"  let v = {var}[{index}];\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
     if tensor.data is not None:
-        binding = Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(src_shape)))
+        binding = Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(storage)))
     else:
         binding = Binding(var, tensor=t)
     return Code(fn + body + "}\n"), [binding]

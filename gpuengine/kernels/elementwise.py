@@ -1,7 +1,8 @@
 """Unary and binary elementwise ops (with numpy-style broadcasting) on PHWC4 vec4s.
 
 Each op is one WGSL expression over `a` (and `b`); the template reads operands through generated functions
-so broadcasting and constant operands cost nothing at run time.
+so broadcasting and constant operands cost nothing at run time. `elementwise_spec` is shared with the
+comparison/select kernels (kernels/select.py), which are elementwise too.
 """
 
 from __future__ import annotations
@@ -17,31 +18,75 @@ _ERF = ("fn erf4(x: vec4<f32>) -> vec4<f32> {\n"  # Abramowitz & Stegun 7.1.26, 
         "  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t"
         " + 0.254829592) * t * exp(-x * x);\n"
         "  return sign(x) * y;\n}\n")
-_TANH = "fn tanh4(x: vec4<f32>) -> vec4<f32> {\n  let e = exp(-2.0 * abs(x));\n  return sign(x) * (1.0 - e) / (1.0 + e);\n}\n"
+# exp form: WGSL's tanh may return NaN for large |x| (it is sinh/cosh on some drivers); exp(-2|x|) -> 0.
+_TANH = ("fn tanh4(x: vec4<f32>) -> vec4<f32> {\n  let e = exp(-2.0 * abs(x));\n"
+         "  return sign(x) * (1.0 - e) / (1.0 + e);\n}\n")
+# std::pow semantics: x^0 = 1, 0^y = 0 or inf, negative bases only with integral exponents (NaN otherwise).
+_POW = ("fn pow4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {\n"
+        "  let zero = vec4<f32>(0.0);\n"
+        "  let inf = vec4<f32>(bitcast<f32>(0x7f800000u));\n"
+        "  let nan = vec4<f32>(bitcast<f32>(0x7fc00000u));\n"
+        "  let m = exp2(b * log2(abs(a)));\n"
+        "  let integral = floor(b) == b;\n"
+        "  let odd = integral & (abs(b - 2.0 * floor(b * 0.5)) == vec4<f32>(1.0));\n"
+        "  var r = select(m, -m, (a < zero) & odd);\n"
+        "  r = select(r, nan, (a < zero) & !integral);\n"
+        "  r = select(r, select(inf, zero, b > zero), a == zero);\n"
+        "  return select(r, vec4<f32>(1.0), b == zero);\n}\n")
+# Vulkan bounds sin/cos error only on [-pi, pi]: reduce by 2*pi first (Cody-Waite, 2*pi split as 6.28125 +
+# rest so k * 6.28125 is exact), accurate for |x| up to ~1e5.
+_TURNS = ("fn turns4(x: vec4<f32>) -> vec4<f32> {\n  let k = round(x * 0.15915494309189535);\n"
+          "  return (x - k * 6.28125) - k * 0.0019353071795864769;\n}\n")
+_HELPERS = {"erf4(": _ERF, "tanh4(": _TANH, "pow4(": _POW, "turns4(": _TURNS}
 
 UNARY = {
-    "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(a)", "EXP": "exp(a)", "FLOOR": "floor(a)",
+    "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(turns4(a))", "EXP": "exp(a)", "FLOOR": "floor(a)",
     "ELU": "select(exp(a) - 1.0, a, a > vec4<f32>(0.0))",
     "HARD_SWISH": "a * clamp(a + 3.0, vec4<f32>(0.0), vec4<f32>(6.0)) * (1.0 / 6.0)",
     "LOG": "log(a)", "LOGISTIC": "1.0 / (1.0 + exp(-a))", "NEG": "-a",
     "RELU": "max(a, vec4<f32>(0.0))", "RELU6": "clamp(a, vec4<f32>(0.0), vec4<f32>(6.0))",
     "RELU_N1_TO_1": "clamp(a, vec4<f32>(-1.0), vec4<f32>(1.0))",
     "RELU_0_TO_1": "clamp(a, vec4<f32>(0.0), vec4<f32>(1.0))",
-    "RSQRT": "inverseSqrt(a)", "SIN": "sin(a)", "SQRT": "sqrt(a)", "SQUARE": "a * a",
-    "TANH": "tanh4(a)",  # exp form: WGSL tanh can return NaN for large inputs
-    "LEAKY_RELU": "select(a * ${ALPHA}, a, a >= vec4<f32>(0.0))",
+    "RSQRT": "inverseSqrt(a)", "SIN": "sin(turns4(a))", "SQRT": "sqrt(a)", "SQUARE": "a * a",
+    "TANH": "tanh4(a)",
+    "LEAKY_RELU": "select(a * ${ALPHA}, a, a > vec4<f32>(0.0))",
     "GELU": "GELU",  # chosen by the `approximate` option below
 }
 BINARY = {
     "ADD": "a + b", "SUB": "a - b", "MUL": "a * b", "DIV": "a / b",
     "MAXIMUM": "max(a, b)", "MINIMUM": "min(a, b)", "SQUARED_DIFFERENCE": "(a - b) * (a - b)",
-    "FLOOR_DIV": "floor(a / b)", "FLOOR_MOD": "a - b * floor(a / b)",
-    "POW": "select(pow(abs(a), b), select(pow(abs(a), b), -pow(abs(a), b), abs(b % vec4<f32>(2.0)) == vec4<f32>(1.0)),"
-           " a < vec4<f32>(0.0))",
+    "FLOOR_DIV": "floor(a / b)",
+    "FLOOR_MOD": "a - b * floor(a / b)",  # sign of the divisor, as TFLite's fmod-then-adjust
+    "POW": "pow4(a, b)",
     "PRELU": "select(a * b, a, a >= vec4<f32>(0.0))",
 }
 _GELU_EXACT = "0.5 * a * (1.0 + erf4(a * 0.7071067811865476))"
 _GELU_TANH = "0.5 * a * (1.0 + tanh4(0.7978845608028654 * (a + 0.044715 * a * a * a)))"
+_FUSED = ("ADD", "SUB", "MUL", "DIV")  # the ops whose options carry a fused activation
+
+
+def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[int, ...]]], expr: str,
+                     epilogue: list[Code] | None = None) -> KernelSpec:
+    """One dispatch computing `value = expr` per output vec4; operands are (name, tensor, logical shape)
+    and are broadcast (numpy rules, right-aligned) to the op's first output."""
+    out_t = op.outputs[0]
+    out_shape = graph.tensors[out_t].shape
+    b, h, w, c = bhwc(graph, out_t)
+    readers, bindings, body = [], [], []
+    for name, t, shape in operands:
+        fn, binds = operand(graph, t, out_shape, name, shape)
+        readers.append(fn)
+        bindings += binds
+        body.append(f"let {name} = read_{name}(ob, oy, ox, os);")
+    helpers = [code for key, code in _HELPERS.items() if key in expr]
+    body.append(f"var value = {expr};")
+    return KernelSpec(
+        "elementwise",
+        {"S": slices(c), "H": h, "W": w, "READERS": Code("\n".join(helpers + readers)),
+         "BODY": Code("\n  ".join(body))},
+        [*bindings, Binding("dst", tensor=out_t, writable=True)],
+        grid=(w, h, b * slices(c)), epilogue=epilogue or [], out_channels=c, label=op.code,
+    )
 
 
 class ElementwiseKernel:
@@ -49,46 +94,40 @@ class ElementwiseKernel:
 
     def supports(self, op: Op, graph: Graph) -> str | None:
         arity = 1 if op.code in UNARY else 2
-        if len(op.inputs) != arity or len(op.outputs) != 1:
+        if len(op.inputs) != arity or len(op.outputs) != 1 or min(op.inputs) < 0:
             return f"expects {arity} input(s) and 1 output"
-        reason = float_tensors(op, graph) or activation_supported(op)
+        reason = float_tensors(op, graph) or (activation_supported(op) if op.code in _FUSED else None)
         if reason:
             return reason
         out = graph.tensors[op.outputs[0]].shape
-        for t in op.inputs:
-            if graph.tensors[t].data is None and graph.tensors[t].shape != out and arity == 1:
-                return "input and output shapes differ"
+        if arity == 1 and graph.tensors[op.inputs[0]].shape != out:
+            return "input and output shapes differ"
         if arity == 2:
             a, b = (graph.tensors[t].shape for t in op.inputs)
             if not broadcastable(a, b, out):
                 return f"shapes {a} and {b} do not broadcast to {out}"
+            if op.code == "PRELU" and a != out:
+                return f"PRELU output shape {out} differs from the input shape {a}"
+        if op.code == "LEAKY_RELU" and not _finite(op.opt("alpha", 0.2)):
+            return "non-finite alpha"
         return None
 
     def build(self, op: Op, graph: Graph) -> Lowering:
-        out_t = op.outputs[0]
-        out_shape = graph.tensors[out_t].shape
-        b, h, w, c = bhwc(graph, out_t)
-        readers, bindings, body = [], [], []
-        for name, t in zip("ab", op.inputs):
-            shape = graph.tensors[t].shape
-            padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-            fn, binds = operand(graph, t, (b, h, w, c), name, padded)
-            readers.append(fn)
-            bindings += binds
-            body.append(f"let {name} = read_{name}(ob, oy, ox, os);")
         expr = UNARY.get(op.code) or BINARY[op.code]
         if op.code == "GELU":
             expr = _GELU_TANH if op.opt("approximate", False) else _GELU_EXACT
         if op.code == "LEAKY_RELU":
             expr = expr.replace("${ALPHA}", literal(float(op.opt("alpha", 0.2))))
-        readers = [_ERF, _TANH, *readers]
-        body.append(f"var value = {expr};")
-        return [KernelSpec(
-            "elementwise",
-            {"S": slices(c), "H": h, "W": w, "READERS": Code("\n".join(readers)), "BODY": Code("\n  ".join(body))},
-            [*bindings, Binding("dst", tensor=out_t, writable=True)],
-            grid=(w, h, b * slices(c)), epilogue=activation(op), out_channels=c, label=op.code,
-        )]
+        operands = [(name, t, graph.tensors[t].shape) for name, t in zip("ab", op.inputs)]
+        epilogue = activation(op) if op.code in _FUSED else []
+        return [elementwise_spec(op, graph, operands, expr, epilogue)]
+
+
+def _finite(value: object) -> bool:
+    try:
+        return abs(float(value)) < float("inf")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 KERNEL = ElementwiseKernel()

@@ -14,6 +14,22 @@ from .base import Kernel
 
 KERNEL_MODULES = (
     "elementwise",
+    "reshape",
+    "transpose",
+    "concat",
+    "split",
+    "slice",
+    "tile",
+    "gather",
+    "pooling",
+    "reduce",
+    "softmax",
+    "mediapipe_pooling",
+    "select",
+    "pad",
+    "resize",
+    "space_depth",
+    "space_batch",
 )
 
 

@@ -12,7 +12,6 @@ import flatbuffers
 import numpy as np
 from tflite.ActivationFunctionType import ActivationFunctionType
 from tflite.BuiltinOperator import BuiltinOperator
-from tflite.BuiltinOptions import BuiltinOptions
 from tflite.Padding import Padding
 
 from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, Tensor

@@ -1,4 +1,4 @@
-""".tflite bytes -> IR, validating as it reads so a malformed file becomes a ModelError, never a crash or hang."""
+""".tflite bytes -> IR, validating as it reads: a malformed file becomes a ModelError, never a crash or hang."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def snake_case(name: str) -> str:
 
 @functools.cache
 def option_fields(kind: str) -> tuple[tuple[str, str, bool], ...]:
-    """(schema accessor, snake_case name, is_vector) for every field of an options table, found by reflection."""
+    """(schema accessor, snake_case name, is_vector) of every field of an options table, by reflection."""
     cls = getattr(tflite, kind)
     names = [n for n, v in vars(cls).items() if callable(v) and n[0].isupper()]
     skip = ("Init", "GetRootAs")
@@ -300,6 +300,14 @@ def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes
         )
         if quant.axis < 0 or (rank and quant.axis >= rank):
             raise ModelError(f"{where}: quantized_dimension {quant.axis} out of range for rank {rank}")
+        n_scales = quant.scale.size
+        # As LiteRT: one scale (per-tensor) or one per slice along the quantized dimension.
+        if n_scales != 1 and rank and n_scales != shape[quant.axis]:
+            raise ModelError(f"{where}: {n_scales} quantization scales for dimension {quant.axis} of shape "
+                             f"{shape} (need 1 or {shape[quant.axis]})")
+        if quant.zero_point.size not in (0, n_scales):
+            raise ModelError(f"{where}: {quant.zero_point.size} quantization zero points for "
+                             f"{n_scales} scales")
     return Tensor(index=i, name=name_s, shape=shape, dtype=dtype, shape_signature=sig, buffer=b,
                   data=tensor_data, quantization=quant, sparsity=sparsity, is_variable=bool(t.IsVariable()),
                   type_code=type_code)
@@ -322,7 +330,8 @@ def _read_sparsity(s: Any, where: str, data: bytes) -> Sparsity:
                     raise ModelError(f"{where}.sparsity: unknown index vector type {kind}")
                 vec = cls()
                 vec.Init(table.Bytes, table.Pos)
-                entry[key] = vec.ValuesAsNumpy().astype(np.int64) if vec.ValuesLength() else np.zeros(0, np.int64)
+                values = vec.ValuesAsNumpy() if vec.ValuesLength() else np.zeros(0)
+                entry[key] = values.astype(np.int64)
         dims.append(entry)
     return Sparsity(
         traversal_order=[int(x) for x in _numpy(s.TraversalOrderAsNumpy, s.TraversalOrderLength())],

@@ -6,6 +6,8 @@ compute pass, submits once and reads back through one persistent staging buffer.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +16,9 @@ import numpy as np
 
 from .. import codegen
 from ..errors import UnsupportedOpError
-from ..kernels import convert, registry
-from ..kernels.base import Alias, Binding, KernelSpec
+from ..fusion import lower
+from ..kernels import convert
+from ..kernels.base import Binding, KernelSpec
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -51,22 +54,6 @@ class CompiledInfo:
     compile_ms: float = 0.0
 
 
-def lower_ops(graph: Graph, ops: list[int]) -> tuple[list[KernelSpec], dict[int, int]]:
-    """Kernel specs of a partition's ops in order, plus output->source aliases (storage shared)."""
-    specs: list[KernelSpec] = []
-    aliases: dict[int, int] = {}
-    for op_i in ops:
-        op = graph.ops[op_i]
-        for item in registry.kernel_for(op).build(op, graph):
-            if isinstance(item, Alias):
-                aliases[item.output] = item.source
-            else:
-                if not item.ops:
-                    item.ops = [op_i]
-                specs.append(item)
-    return specs, aliases
-
-
 def usage_records(specs: list[KernelSpec], graph: Graph, root: Any) -> list[UsageRecord]:
     """First/last dispatch of every PHWC4 tensor the partition keeps on the GPU (raw boundary buffers excluded)."""
     first: dict[int, int] = {}
@@ -90,7 +77,7 @@ class GpuProgram:
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
         self.inputs, self.outputs = list(inputs), list(outputs)
-        specs, aliases = lower_ops(graph, ops)
+        specs, aliases = lower(graph, ops, outputs, fuse=options.optimize, ready_before=set(inputs))
 
         def root(t: int) -> int:
             while t in aliases:
@@ -100,12 +87,16 @@ class GpuProgram:
         self.root = root
         specs = ([convert.to_phwc4(graph, t) for t in self.inputs] + specs
                  + [convert.from_phwc4(graph, t, root(t)) for t in self.outputs])
+        self.tunable: list[bool] = []
+        self.tuned = 0
         for spec in specs:
             for b in spec.bindings:
                 if b.tensor is not None and not b.raw:
                     b.tensor = root(b.tensor)
+            self.tunable.append(spec.workgroup is None)
             if spec.workgroup is None:
                 tuned = (workgroups or {}).get(self.signature(spec))
+                self.tuned += tuned is not None
                 spec.workgroup = tuned or default_workgroup(
                     spec.grid, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
         self.info = CompiledInfo(specs=specs)
@@ -117,9 +108,22 @@ class GpuProgram:
 
     @staticmethod
     def signature(spec: KernelSpec) -> str:
-        """What a tuned workgroup size is keyed by: the template, its baked numbers and the grid."""
+        """What a tuned workgroup size is keyed by: the template, its baked numbers, fused code and the grid."""
         params = ",".join(f"{k}={v}" for k, v in sorted(spec.params.items()))
-        return f"{spec.shader}|{params}|grid={spec.grid}"
+        fused = hashlib.sha1("\n".join([*spec.epilogue, *spec.functions]).encode()).hexdigest()[:12]
+        return f"{spec.shader}|{params}|{fused}|grid={spec.grid}"
+
+    def variant(self, index: int, workgroup: tuple[int, int, int]) -> tuple[Any, Any, int, int, int]:
+        """Dispatch `index` recompiled with another workgroup size, same buffers (for the tuner)."""
+        d = self.dispatches[index]
+        spec = dataclasses.replace(d.spec, workgroup=workgroup)
+        self._validate([spec])
+        source = codegen.render(spec)
+        cache: dict[str, Any] = self.gpu.__dict__.setdefault("_pipelines", {})
+        pipeline = cache.get(source)
+        if pipeline is None:
+            pipeline = cache[source] = self._pipeline(source, spec)
+        return (pipeline, d.bind_group, *codegen.dispatch_size(spec))
 
     # -- build ----------------------------------------------------------------------------------------------
     def _validate(self, specs: list[KernelSpec]) -> None:

@@ -1,0 +1,37 @@
+"""Reference models built with the project's own flatbuffer writer and seeded random weights (no TensorFlow).
+
+They give every machine, offline, models with the op structure of real ones, for the CLI, benchmarks and
+GPU-vs-LiteRT tests. `get(name, seed)` builds once per process and caches the bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from .mobilenet import mobilenet_v1, mobilenet_v2
+from .segmentation import segmentation
+from .tiny import tiny
+
+__all__ = ["DEFAULT", "MODELS", "get", "mobilenet_v1", "mobilenet_v2", "segmentation", "tiny"]
+
+# name -> build(seed: int = 0) -> .tflite bytes
+MODELS: dict[str, Callable[..., bytes]] = {
+    "mobilenet_v1": mobilenet_v1,
+    "mobilenet_v2": mobilenet_v2,
+    "segmentation": segmentation,
+    "tiny": tiny,
+}
+DEFAULT = "mobilenet_v2"
+
+
+@functools.cache
+def _build(name: str, seed: int) -> bytes:
+    return MODELS[name](seed)
+
+
+def get(name: str, seed: int = 0) -> bytes:
+    """The .tflite bytes of zoo model `name`, built once per (name, seed) in this process."""
+    if name not in MODELS:
+        raise KeyError(f"no zoo model named {name!r}; the zoo has: {', '.join(MODELS)}")
+    return _build(name, int(seed))

@@ -1,0 +1,77 @@
+"""Lowering of a partition's ops to dispatches, with elementwise fusion.
+
+An op whose kernel offers `as_epilogue` (elementwise unary/binary ops) is emitted into the epilogue of the
+kernel that writes one of its inputs, when that input is read by nothing else, stays inside the partition,
+has the op's output shape, and every other input is ready before that kernel runs. The fused input is then
+never materialized. Chains fuse transitively (the grown kernel is again a producer), so elementwise ops with
+no fusable producer still merge among themselves.
+"""
+
+from __future__ import annotations
+
+from .codegen import has_epilogue
+from .kernels import registry
+from .kernels.base import Alias, KernelSpec
+from .layout import to_bhwc
+from .model.ir import Graph, Op
+
+
+def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
+          ready_before: set[int] | None = None) -> tuple[list[KernelSpec], dict[int, int]]:
+    """Specs in execution order and output->source aliases. `ready_before`: tensors available from the
+    start (partition inputs, written by the boundary converters, which run first)."""
+    specs: list[KernelSpec] = []
+    aliases: dict[int, int] = {}
+    writer: dict[int, int] = {t: -1 for t in (ready_before or set())}  # tensor -> index of the spec writing it
+    consumers = graph.consumers()
+    keep = set(outputs) | set(graph.outputs)
+    for op_i in ops:
+        op = graph.ops[op_i]
+        kernel = registry.kernel_for(op)
+        if fuse and hasattr(kernel, "as_epilogue") and _try_fuse(op_i, op, kernel, graph, specs, writer,
+                                                                 consumers, keep, aliases):
+            continue
+        for item in kernel.build(op, graph):
+            if isinstance(item, Alias):
+                aliases[item.output] = item.source
+                writer[item.output] = writer.get(item.source, -1)
+            else:
+                if not item.ops:
+                    item.ops = [op_i]
+                specs.append(item)
+                for b in item.bindings:
+                    if b.writable and b.tensor is not None:
+                        writer[b.tensor] = len(specs) - 1
+    return specs, aliases
+
+
+def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[KernelSpec], writer: dict[int, int],
+              consumers: dict[int, list[int]], keep: set[int], aliases: dict[int, int]) -> bool:
+    out = op.outputs[0]
+    for position, t in enumerate(op.inputs):
+        if t < 0 or t in aliases or t in keep or len(consumers.get(t, [])) != 1 or writer.get(t, -1) < 0:
+            continue
+        spec = specs[writer[t]]
+        if spec.output_tensor != t or not has_epilogue(spec):
+            continue
+        if to_bhwc(graph.tensors[t].shape) != to_bhwc(graph.tensors[out].shape):
+            continue
+        others = [u for k, u in enumerate(op.inputs) if k != position and u >= 0 and graph.tensors[u].data is None]
+        if any(u == t or writer.get(u, len(specs)) >= writer[t] for u in others):
+            continue
+        epilogue = kernel.as_epilogue(op, graph, position, f"f{len(spec.ops)}_")  # type: ignore[attr-defined]
+        if epilogue is None:
+            continue
+        spec.epilogue.extend(epilogue.lines)
+        spec.functions.extend(epilogue.functions)
+        for b in spec.bindings:
+            if b.writable and b.tensor == t:
+                b.tensor = out
+        out_binding = next(b for b in spec.bindings if b.writable and b.tensor == out)
+        spec.bindings.remove(out_binding)
+        spec.bindings.extend([*epilogue.bindings, out_binding])
+        spec.ops.append(op_i)
+        spec.label = f"{spec.label}+{op.code}" if spec.label else op.code
+        writer[out] = writer.pop(t)
+        return True
+    return False

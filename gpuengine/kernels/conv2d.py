@@ -1,0 +1,313 @@
+"""CONV_2D: a general kernel plus two specialized variants, chosen from the op's parameters at build time.
+
+* conv2d:       any kernel size, stride, dilation, padding (and groups, by densifying the weights).
+* conv2d_1x1:   1x1, stride 1, no padding: a plain GEMM over the H*W pixels, tiled 4 pixels x 2 slices.
+* conv2d_first: inputs of 1..4 channels (one input slice, typical first layers): every tap unrolled.
+
+Weights [O, KH, KW, I] are re-laid out once at build into 4x4 blocks, one mat4x4 per (out_slice, ky, kx,
+in_slice) with column j = the 4 output channels' weights for input channel 4*in_slice + j, so a tap is
+`acc += w * src` (mat4x4 * vec4). Every invocation computes XT adjacent output columns x ST output slices
+(register tiling: one weight load feeds XT pixels, one input load feeds ST slices).
+
+Padding is a parameter of ConvGeometry (pad_top / pad_left), not of the op, so a PAD merged into the conv by
+a later pass only changes those two numbers (reads outside the input are zero in every variant).
+
+The helpers at the top (padding, weight blocks, bias vectors, the store function) are shared with the
+depthwise and transpose-conv modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..layout import slices
+from ..model.ir import Graph, Op
+from .base import Binding, Code, KernelSpec, Lowering
+from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
+
+SAME, VALID = 0, 1
+
+
+def out_size(padding: int, size: int, k: int, stride: int, dil: int = 1) -> int:
+    """TFLite's ComputeOutSize."""
+    eff = (k - 1) * dil + 1
+    if padding == SAME:
+        return (size + stride - 1) // stride
+    return (size + stride - eff) // stride
+
+
+def pad_before(padding: int, size: int, k: int, stride: int, dil: int, out: int) -> int:
+    """TFLite's ComputePaddingWithOffset: total = max((out-1)*stride + eff_k - in, 0), before = total // 2."""
+    if padding == VALID:
+        return 0
+    eff = (k - 1) * dil + 1
+    return max((out - 1) * stride + eff - size, 0) // 2
+
+
+def weight_blocks(w: np.ndarray, so_pad: int) -> np.ndarray:
+    """[O, KH, KW, I] -> flat f32 mat4x4 blocks [so_pad][KH][KW][SI], column j / row l = W[4os+l, ky, kx, 4is+j]."""
+    o, kh, kw, i = w.shape
+    si = slices(i)
+    padded = np.zeros((so_pad * 4, kh, kw, si * 4), np.float32)
+    padded[:o, :, :, :i] = w
+    blocks = padded.reshape(so_pad, 4, kh, kw, si, 4).transpose(0, 2, 3, 4, 5, 1)
+    return np.ascontiguousarray(blocks).reshape(-1)
+
+
+def bias_values(graph: Graph, op: Op, index: int) -> np.ndarray | None:
+    """The optional bias input's values, or None when absent (-1 or missing)."""
+    t = op.inputs[index] if len(op.inputs) > index else -1
+    return const_f32(graph, t).reshape(-1) if t >= 0 else None
+
+
+def bias_vec4(bias: np.ndarray | None, channels: int, so_pad: int) -> np.ndarray:
+    """Bias as one vec4 per output slice, so_pad slices (zeros when absent and in padding lanes)."""
+    out = np.zeros(so_pad * 4, np.float32)
+    if bias is not None:
+        out[:channels] = bias[:channels]
+    return out
+
+
+def lines(items: list[str], indent: int) -> Code:
+    return Code(("\n" + " " * indent).join(items))
+
+
+@dataclass
+class ConvGeometry:
+    """Everything a conv dispatch bakes. pad_top/pad_left may be any non-negative numbers (explicit padding)."""
+
+    batch: int
+    ih: int
+    iw: int
+    ic: int
+    oh: int
+    ow: int
+    oc: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+
+    @property
+    def si(self) -> int:
+        return slices(self.ic)
+
+    @property
+    def so(self) -> int:
+        return slices(self.oc)
+
+
+def conv_options(op: Op) -> tuple[int, int, int, int, int]:
+    """(padding, stride_h, stride_w, dilation_h, dilation_w) with TFLite's defaults."""
+    return (int(op.opt("padding", SAME) or 0), int(op.opt("stride_h", 1) or 0), int(op.opt("stride_w", 1) or 0),
+            int(op.opt("dilation_h_factor", 1) or 1), int(op.opt("dilation_w_factor", 1) or 1))
+
+
+def spatial(op: Op, graph: Graph, kh: int, kw: int) -> tuple[int, int, int, int]:
+    """(pad_top, pad_left, out_h, out_w) as TFLite computes them; `explicit_padding` (top, bottom, left,
+    right), set by the PAD-merging pass on VALID convs, pads the input before the VALID conv."""
+    padding, sh, sw, dh, dw = conv_options(op)
+    _, ih, iw, _ = bhwc(graph, op.inputs[0])
+    explicit = op.opt("explicit_padding")
+    if explicit is not None:
+        top, bottom, left, right = (int(v) for v in explicit)
+        return (top, left, out_size(VALID, ih + top + bottom, kh, sh, dh), out_size(VALID, iw + left + right, kw, sw, dw))
+    oh, ow = out_size(padding, ih, kh, sh, dh), out_size(padding, iw, kw, sw, dw)
+    return pad_before(padding, ih, kh, sh, dh, oh), pad_before(padding, iw, kw, sw, dw, ow), oh, ow
+
+
+def geometry(op: Op, graph: Graph) -> ConvGeometry:
+    b, ih, iw, ic = bhwc(graph, op.inputs[0])
+    _, oh, ow, oc = bhwc(graph, op.outputs[0])
+    _, kh, kw, _ = graph.tensors[op.inputs[1]].shape
+    _, sh, sw, dh, dw = conv_options(op)
+    pt, pl, _, _ = spatial(op, graph, kh, kw)
+    return ConvGeometry(b, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw, pt, pl)
+
+
+def check_spatial(op: Op, graph: Graph, kh: int, kw: int) -> str | None:
+    """Stride/dilation sanity and the TFLite output size for the op's padding mode."""
+    padding, sh, sw, dh, dw = conv_options(op)
+    if min(sh, sw, dh, dw) < 1:
+        return f"stride ({sh}, {sw}) and dilation ({dh}, {dw}) must be >= 1"
+    if padding not in (SAME, VALID):
+        return f"padding mode {padding} is not supported"
+    explicit = op.opt("explicit_padding")
+    if explicit is not None and (len(explicit) != 4 or min(int(v) for v in explicit) < 0):
+        return f"explicit padding {explicit} must be 4 non-negative numbers"
+    b = bhwc(graph, op.inputs[0])[0]
+    ob, oh, ow, _ = bhwc(graph, op.outputs[0])
+    _, _, want_h, want_w = spatial(op, graph, kh, kw)
+    if (ob, oh, ow) != (b, want_h, want_w) or min(want_h, want_w) < 1:
+        return f"output shape {graph.tensors[op.outputs[0]].shape} does not match the expected {(b, want_h, want_w)}"
+    return None
+
+
+def common_checks(op: Op, graph: Graph, min_inputs: int = 2) -> str | None:
+    """Shared by the conv family: float32 rank-4 activations, constant weights/bias, supported activation."""
+    if len(op.inputs) < min_inputs or len(op.outputs) != 1:
+        return "unexpected number of inputs/outputs"
+    reason = float_tensors(op, graph) or activation_supported(op)
+    if reason:
+        return reason
+    x, w = op.inputs[0], op.inputs[1]
+    if is_const(graph, x):
+        return "constant input tensors are not supported"
+    for t in (x, w, op.outputs[0]):
+        if len(graph.tensors[t].shape) != 4:
+            return f"tensor {graph.tensors[t].name!r} must have rank 4"
+    if not is_const(graph, w):
+        return "weights must be constant"
+    bias = op.inputs[2] if len(op.inputs) > 2 else -1
+    if bias >= 0 and not is_const(graph, bias):
+        return "bias must be constant"
+    return None
+
+
+class Conv2DKernel:
+    ops = ("CONV_2D",)
+
+    def supports(self, op: Op, graph: Graph) -> str | None:
+        reason = common_checks(op, graph)
+        if reason:
+            return reason
+        o, kh, kw, fi = graph.tensors[op.inputs[1]].shape
+        ic = bhwc(graph, op.inputs[0])[3]
+        oc = bhwc(graph, op.outputs[0])[3]
+        if o != oc or fi < 1 or ic % fi or o % (ic // fi):
+            return f"weights {graph.tensors[op.inputs[1]].shape} do not match input channels {ic} / output {oc}"
+        bias = op.inputs[2] if len(op.inputs) > 2 else -1
+        if bias >= 0 and graph.tensors[bias].size != oc:
+            return "bias size does not match output channels"
+        return check_spatial(op, graph, kh, kw)
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        g = geometry(op, graph)
+        w = const_f32(graph, op.inputs[1])
+        w = dense_weights(w, g.ic)
+        return [conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code)]
+
+
+def dense_weights(w: np.ndarray, ic: int) -> np.ndarray:
+    """Grouped conv (filter depth < input channels) as a dense conv with zero cross-group weights."""
+    o, kh, kw, fi = w.shape
+    if fi == ic:
+        return w
+    groups = ic // fi
+    per = o // groups
+    dense = np.zeros((o, kh, kw, ic), np.float32)
+    for gi in range(groups):
+        dense[gi * per:(gi + 1) * per, :, :, gi * fi:(gi + 1) * fi] = w[gi * per:(gi + 1) * per]
+    return dense
+
+
+def conv_spec(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+              label: str) -> KernelSpec:
+    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None."""
+    one_by_one = (g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.pad_top == g.pad_left == 0
+                  and (g.oh, g.ow) == (g.ih, g.iw))
+    if one_by_one:
+        return _conv_1x1(g, w, bias, src, dst, epilogue, label)
+    if g.si == 1 and g.kh * g.kw <= 49:
+        return _conv_first(g, w, bias, src, dst, epilogue, label)
+    return _conv_general(g, w, bias, src, dst, epilogue, label)
+
+
+def _tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(XT, ST): adjacent output columns and output slices per invocation."""
+    xt = 1 if g.ow == 1 else (2 if g.ow <= 4 else 4)
+    st = 2 if g.so >= 2 else 1
+    return xt, st
+
+
+def _bindings(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, so_pad: int, src: int,
+              dst: int) -> list[Binding]:
+    return [Binding("src", tensor=src), Binding("weights", data=weight_blocks(w, so_pad), element="mat4x4<f32>"),
+            Binding("bias", data=bias_vec4(bias, g.oc, so_pad)), Binding("dst", tensor=dst, writable=True)]
+
+
+def _acc_and_store(xt: int, st: int, x0: str = "ox0", y: str = "oy") -> tuple[Code, Code]:
+    init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
+    store = [f"store(acc_{j}_{t}, ob, {y}, {x0} + {t}u, os0 + {j}u);" for j in range(st) for t in range(xt)]
+    return lines(init, 2), lines(store, 2)
+
+
+def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+                  label: str) -> KernelSpec:
+    xt, st = _tiles(g)
+    sg = -(-g.so // st)
+    wstride = g.kh * g.kw * g.si  # blocks between consecutive output slices
+    cols = [f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
+            f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));" for t in range(xt)]
+    taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
+    taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
+    taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+    init, store = _acc_and_store(xt, st)
+    params = {"XT": xt, "SG": sg, "ST": st, "KH": g.kh, "KW": g.kw, "SH": g.sh, "SW": g.sw, "DH": g.dh,
+              "DW": g.dw, "PT": g.pad_top, "PL": g.pad_left, "IH": g.ih, "IW": g.iw, "SI": g.si,
+              "PLANE": g.ih * g.iw, "SO": g.so, "OH": g.oh, "OW": g.ow, "ACC_INIT": init,
+              "COLS": lines(cols, 6), "TAPS": lines(taps, 8), "STORE": store}
+    return KernelSpec("conv2d", params, _bindings(g, w, bias, sg * st, src, dst), grid=(-(-g.ow // xt), g.oh, g.batch * sg),
+                      epilogue=epilogue, out_channels=g.oc, label=f"{label} {g.kh}x{g.kw} general")
+
+
+def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+              label: str) -> KernelSpec:
+    plane = g.oh * g.ow
+    xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
+    st = 2 if g.so >= 2 else 1
+    sg = -(-g.so // st)
+    pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
+    taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
+    taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
+    taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+    init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
+    store = [f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
+             for j in range(st) for t in range(xt)]
+    # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
+    params = {"XT": xt, "SG": sg, "ST": st, "SI": g.si, "PLANE": plane, "SO": g.so, "OH": g.oh, "OW": g.ow,
+              "ACC_INIT": lines(init, 2), "PIX": lines(pix, 2), "TAPS": lines(taps, 4), "STORE": lines(store, 2)}
+    return KernelSpec("conv2d_1x1", params, _bindings(g, w, bias, sg * st, src, dst), grid=(-(-plane // xt), 1, g.batch * sg),
+                      epilogue=epilogue, out_channels=g.oc, label=f"{label} 1x1")
+
+
+def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+                label: str) -> KernelSpec:
+    """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators."""
+    xt, _ = _tiles(g)
+    xt = min(xt, 2)
+    st = min(g.so, 4)
+    sg = -(-g.so // st)
+    taps: list[str] = []
+    for ky in range(g.kh):
+        taps.append(f"let iy_{ky} = iy0 + {ky * g.dh}; let oky_{ky} = iy_{ky} >= 0 && iy_{ky} < {g.ih}; "
+                    f"let ry_{ky} = base + u32(clamp(iy_{ky}, 0, {g.ih - 1})) * {g.iw}u;")
+    for t in range(xt):
+        for kx in range(g.kw):
+            taps.append(f"let ix_{t}_{kx} = ix0 + {t * g.sw + kx * g.dw}; "
+                        f"let okx_{t}_{kx} = ix_{t}_{kx} >= 0 && ix_{t}_{kx} < {g.iw}; "
+                        f"let cx_{t}_{kx} = u32(clamp(ix_{t}_{kx}, 0, {g.iw - 1}));")
+    for ky in range(g.kh):
+        for kx in range(g.kw):
+            tap = [f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
+                   for t in range(xt)]
+            for j in range(st):
+                tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
+                tap += [f"acc_{j}_{t} += w_{j} * s_{t};" for t in range(xt)]
+            taps.append("{ " + " ".join(tap) + " }")
+    init, store = _acc_and_store(xt, st)
+    params = {"XT": xt, "SG": sg, "ST": st, "KH": g.kh, "KW": g.kw, "SH": g.sh, "SW": g.sw, "PT": g.pad_top,
+              "PL": g.pad_left, "IH": g.ih, "IW": g.iw, "SO": g.so, "OH": g.oh, "OW": g.ow, "ACC_INIT": init,
+              "TAPS": lines(taps, 2), "STORE": store}
+    return KernelSpec("conv2d_first", params, _bindings(g, w, bias, sg * st, src, dst),
+                      grid=(-(-g.ow // xt), g.oh, g.batch * sg), epilogue=epilogue, out_channels=g.oc,
+                      label=f"{label} {g.kh}x{g.kw} first-layer")
+
+
+KERNEL = Conv2DKernel()

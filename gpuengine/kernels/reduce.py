@@ -1,0 +1,151 @@
+"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD (keep_dims or not, rank 0-4).
+
+Both the input and the output live in PHWC4 under the rank mapping of layout.py, and dropping axes
+(keep_dims=false) can move an axis from one BHWC slot to another (reducing C of (B, H, W, C) leaves (B, H, W),
+whose W is then the channel axis). So each kernel gets a generated `load(ob, oy, ox, os, q)` that maps output
+coordinates + the flattened reduced index q to input reads:
+  * channel axis kept: output lanes are input lanes, one vec4 read per q;
+  * channel axis reduced: q also runs over input slices; each output lane reduces its own vec4 horizontally
+    (padding lanes of the last input slice masked with the reduction's identity).
+Small extents run one invocation per output vec4; large ones (global average pooling) one workgroup per
+output vec4 with a shared-memory tree (reduce_wg.wgsl).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen import literal
+from ..layout import slices, to_bhwc
+from ..model.ir import Graph, Op
+from .base import Binding, Code, KernelSpec, Lowering
+from .common import float_tensors
+
+FLT_MAX = 3.4028234663852886e38
+# op -> (identity, vec4 combine of a and b, horizontal combine of v into one f32)
+_REDUCERS = {
+    "SUM": (0.0, "a + b", "v.x + v.y + v.z + v.w"),
+    "MEAN": (0.0, "a + b", "v.x + v.y + v.z + v.w"),
+    "REDUCE_PROD": (1.0, "a * b", "v.x * v.y * v.z * v.w"),
+    "REDUCE_MAX": (-FLT_MAX, "max(a, b)", "max(max(v.x, v.y), max(v.z, v.w))"),
+    "REDUCE_MIN": (FLT_MAX, "min(a, b)", "min(min(v.x, v.y), min(v.z, v.w))"),
+}
+# logical axis i of a rank-r tensor -> its BHWC slot (layout.py's rank mapping)
+BHWC_SLOTS = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
+_OUT_NAMES = ("ob", "oy", "ox", "oc")
+_IN_NAMES = ("b", "y", "x", "c")
+WG_THRESHOLD = 256  # reduced reads per output vec4 from which one workgroup per output pays off
+
+
+def normalize_axes(axes: np.ndarray, rank: int) -> list[int] | str:
+    """Sorted unique non-negative axes, or why they are invalid."""
+    result = set()
+    for a in np.asarray(axes).reshape(-1).tolist():
+        a = int(a)
+        if not -rank <= a < max(rank, 1) or (rank == 0):
+            return f"axis {a} is out of range for rank {rank}"
+        result.add(a % rank)
+    return sorted(result)
+
+
+def reduced_shape(shape: tuple[int, ...], axes: list[int], keep_dims: bool) -> tuple[int, ...]:
+    if keep_dims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: list[int], keep_dims: bool,
+                epilogue: list[Code] | None = None, label: str = "") -> KernelSpec:
+    """One dispatch reducing tensor `src` (logical in_shape) over `axes` into `dst` (pooling reuses this)."""
+    identity, combine, horizontal = _REDUCERS[kind]
+    rank = len(in_shape)
+    out_shape = reduced_shape(in_shape, axes, keep_dims)
+    in_slots, out_slots = BHWC_SLOTS[rank], BHWC_SLOTS[len(out_shape)]
+    out_axes = list(range(rank)) if keep_dims else [i for i in range(rank) if i not in axes]
+    b, h, w, c = to_bhwc(in_shape)
+    ob_, oh, ow, oc = to_bhwc(out_shape)
+    s_in, s_out = slices(c), slices(oc)
+
+    # Which expression gives each input BHWC coordinate: an output coordinate, a reduced index, or 0.
+    coord = ["0u"] * 4
+    loops: list[tuple[int, int]] = []  # (BHWC slot, extent) of the reduced axes
+    for i in range(rank):
+        slot = in_slots[i]
+        if i in axes:
+            coord[slot] = _IN_NAMES[slot]
+            loops.append((slot, in_shape[i]))
+        else:
+            coord[slot] = _OUT_NAMES[out_slots[out_axes.index(i)]]
+    channel_reduced = any(slot == 3 for slot, _ in loops)
+    loops = [lp for lp in sorted(loops, reverse=True) if lp[0] != 3]  # x fastest, then y, then b
+    count = int(np.prod([in_shape[i] for i in axes], dtype=np.int64)) if axes else 1
+
+    decode, stride = [], 1
+    for slot, n in loops:
+        decode.append(f"  let {_IN_NAMES[slot]} = (q / {stride}u) % {n}u;")
+        stride *= n
+    total = stride * (s_in if channel_reduced else 1)
+    index = f"(({coord[0]} * {s_in}u + {{s}}) * {h}u + {coord[1]}) * {w}u + {coord[2]}"
+    init = f"vec4<f32>({literal(identity)})"
+    head = "fn load(ob: u32, oy: u32, ox: u32, os: u32, q: u32) -> vec4<f32> {\n" + "\n".join(decode) + "\n"
+    if not channel_reduced:
+        body = f"  return src[{index.format(s='os')}];\n}}\n"
+    else:
+        mask = ""
+        if c % 4:
+            lanes = ", ".join("true" if k < c % 4 else "false" for k in range(4))
+            mask = (f"    if (s == {s_in - 1}u) {{ v = select({init}, v, vec4<bool>({lanes})); }}\n")
+        body = (f"  let s = q / {stride}u;\n  var res = {init};\n"
+                "  for (var l = 0u; l < 4u; l++) {\n"
+                f"    let oc = os * 4u + l;\n    if (oc >= {oc}u) {{ break; }}\n"
+                f"    var v = src[{index.format(s='s')}];\n{mask}"
+                f"    res[l] = {horizontal};\n  }}\n  return res;\n}}\n")
+    funcs = (f"fn combine(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{\n  return {combine};\n}}\n\n"
+             + head + body)
+    finish = f"acc / {literal(float(count))}" if kind == "MEAN" else "acc"
+    params: dict = {"S": s_out, "H": oh, "W": ow, "R": total, "INIT": Code(init), "FUNCS": Code(funcs),
+                    "FINISH": Code(finish)}
+    bindings = [Binding("src", tensor=src), Binding("dst", tensor=dst, writable=True)]
+    common = dict(epilogue=list(epilogue or []), out_channels=oc, label=label or kind)
+    if total >= WG_THRESHOLD:
+        t = 64 if total < 4096 else 256
+        params["T"] = t
+        return KernelSpec("reduce_wg", params, bindings, grid=(ow * t, oh, ob_ * s_out), workgroup=(t, 1, 1),
+                          **common)
+    return KernelSpec("reduce", params, bindings, grid=(ow, oh, ob_ * s_out), **common)
+
+
+class ReduceKernel:
+    ops = tuple(_REDUCERS)
+
+    def supports(self, op: Op, graph: Graph) -> str | None:
+        if len(op.inputs) != 2 or len(op.outputs) != 1:
+            return "expects 2 inputs (data, axes) and 1 output"
+        reason = float_tensors(op, graph, [0])
+        if reason:
+            return reason
+        axes_t = graph.tensors[op.inputs[1]]
+        if axes_t.data is None:
+            return "axes are computed at run time; only constant axes run on the GPU"
+        if np.dtype(axes_t.dtype) not in (np.int32, np.int64):
+            return f"axes tensor is {axes_t.dtype}, expected int32/int64"
+        shape = graph.tensors[op.inputs[0]].shape
+        if 0 in shape:
+            return "empty input tensor"
+        axes = normalize_axes(axes_t.data, len(shape))
+        if isinstance(axes, str):
+            return axes
+        want = reduced_shape(shape, axes, bool(op.opt("keep_dims", False)))
+        got = graph.tensors[op.outputs[0]].shape
+        if tuple(got) != want:
+            return f"output shape {got} differs from the reduced shape {want}"
+        return None
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        shape = graph.tensors[op.inputs[0]].shape
+        axes = normalize_axes(graph.tensors[op.inputs[1]].data, len(shape))
+        assert not isinstance(axes, str), axes
+        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, bool(op.opt("keep_dims", False)))]
+
+
+KERNEL = ReduceKernel()

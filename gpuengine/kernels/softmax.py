@@ -1,0 +1,70 @@
+"""SOFTMAX (beta), LOG_SOFTMAX and L2_NORMALIZATION over the last axis, which PHWC4 always stores as channels.
+
+These are per-pixel channel reductions: one invocation per pixel reads its C/4 slices (numerically stable
+max subtraction), so a segmentation head with 2 channels and 65k pixels runs 65k short invocations rather
+than looping over pixels. When the channel count is large (e.g. 1000 classes at 1x1) one workgroup per
+pixel shares the slices and combines max and sum in shared memory (softmax_wg.wgsl).
+"""
+
+from __future__ import annotations
+
+from ..codegen import literal
+from ..layout import slices
+from ..model.ir import Graph, Op
+from .base import Binding, Code, KernelSpec, Lowering
+from .common import bhwc, float_tensors
+from .reduce import FLT_MAX
+
+L2_EPSILON = 1e-6  # TFLite's l2norm kernel: x / max(sqrt(sum x^2), 1e-6)
+WG_SLICES = 32  # from this many slices per pixel on, one workgroup per pixel
+
+
+def _math(op: Op) -> dict[str, Code | bool]:
+    """SUM_TERM(v, mx) summed over channels, PREPARE (uses `total`), OUT(v) per vec4."""
+    if op.code == "SOFTMAX":
+        beta = literal(float(op.opt("beta", 0.0) or 0.0))
+        term = f"exp((v - vec4<f32>(mx)) * {beta})"
+        return {"NEEDS_MAX": True, "SUM_TERM": Code(term), "PREPARE": Code(""), "OUT": Code(f"{term} / total")}
+    if op.code == "LOG_SOFTMAX":
+        return {"NEEDS_MAX": True, "SUM_TERM": Code("exp(v - vec4<f32>(mx))"),
+                "PREPARE": Code("let lse = log(total);"), "OUT": Code("v - vec4<f32>(mx) - vec4<f32>(lse)")}
+    return {"NEEDS_MAX": False, "SUM_TERM": Code("v * v"),
+            "PREPARE": Code(f"let norm = max(sqrt(total), {literal(L2_EPSILON)});"), "OUT": Code("v / norm")}
+
+
+class SoftmaxKernel:
+    ops = ("SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION")
+
+    def supports(self, op: Op, graph: Graph) -> str | None:
+        if len(op.inputs) != 1 or len(op.outputs) != 1:
+            return "expects 1 input and 1 output"
+        reason = float_tensors(op, graph)
+        if reason:
+            return reason
+        shape = graph.tensors[op.inputs[0]].shape
+        if len(shape) == 0 or 0 in shape:
+            return f"input shape {shape}: needs rank >= 1 and no empty axis"
+        if tuple(graph.tensors[op.outputs[0]].shape) != tuple(shape):
+            return "input and output shapes differ"
+        if op.code == "L2_NORMALIZATION" and int(op.opt("fused_activation_function", 0) or 0) != 0:
+            return "L2_NORMALIZATION with a fused activation (TFLite rejects it too)"
+        return None
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        b, h, w, c = bhwc(graph, op.inputs[0])
+        s = slices(c)
+        rem = c % 4
+        mask = ", ".join("true" if (rem == 0 or k < rem) else "false" for k in range(4))
+        params: dict = {"S": s, "H": h, "W": w, "LAST_MASK": Code(f"vec4<bool>({mask})"),
+                        "LOWEST": Code(literal(-FLT_MAX)), **_math(op)}
+        bindings = [Binding("src", tensor=op.inputs[0]), Binding("dst", tensor=op.outputs[0], writable=True)]
+        if s >= WG_SLICES:
+            t = 64 if s < 512 else 256
+            params["T"] = t
+            params.pop("NEEDS_MAX")
+            return [KernelSpec("softmax_wg", params, bindings, grid=(w * t, h, b), workgroup=(t, 1, 1),
+                               out_channels=c, label=op.code)]
+        return [KernelSpec("softmax", params, bindings, grid=(w, h, b), out_channels=c, label=op.code)]
+
+
+KERNEL = SoftmaxKernel()

@@ -1,0 +1,59 @@
+"""Graph edits the passes share: who consumes a tensor, rewiring, dropping ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.ir import Graph, Op
+
+
+def consumers(graph: Graph, tensor: int) -> list[Op]:
+    return [op for op in graph.ops if tensor in op.inputs]
+
+
+def sole_consumer(graph: Graph, tensor: int) -> Op | None:
+    """The one op reading `tensor`, if exactly one reads it and it is not a graph output."""
+    users = consumers(graph, tensor)
+    if len(users) != 1 or tensor in graph.outputs:
+        return None
+    return users[0]
+
+
+def producer(graph: Graph, tensor: int) -> Op | None:
+    for op in graph.ops:
+        if tensor in op.outputs:
+            return op
+    return None
+
+
+def const(graph: Graph, tensor: int) -> np.ndarray | None:
+    if tensor < 0:
+        return None
+    data = graph.tensors[tensor].data
+    return None if data is None else np.asarray(data)
+
+
+def bypass(graph: Graph, op: Op) -> bool:
+    """Remove a single-input identity op by rewiring its consumers to its input; False if it must stay
+    (its output is a graph output, whose index the API exposes)."""
+    src, out = op.inputs[0], op.outputs[0]
+    if out in graph.outputs:
+        return False
+    for other in graph.ops:
+        other.inputs = [src if t == out else t for t in other.inputs]
+    graph.ops = [o for o in graph.ops if o is not op]
+    return True
+
+
+def new_const(graph: Graph, like: int, data: np.ndarray, name: str) -> int:
+    """Add a constant tensor (weights rewritten by a pass; dtype from `data`) and return its index."""
+    import dataclasses
+
+    from ..model.ir import DTYPE_TO_TYPE
+
+    data = np.ascontiguousarray(data)
+    graph.tensors.append(dataclasses.replace(
+        graph.tensors[like], index=len(graph.tensors), name=name, shape=tuple(data.shape), data=data,
+        dtype=data.dtype, type_code=DTYPE_TO_TYPE[data.dtype], quantization=None, sparsity=None, buffer=0,
+        shape_signature=None))
+    return len(graph.tensors) - 1

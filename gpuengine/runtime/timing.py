@@ -1,0 +1,125 @@
+"""GPU time per dispatch: timestamp queries inside one pass where the adapter allows it, one pass per dispatch
+with pass timestamps otherwise, wall clock per submit as the last resort. All results in nanoseconds
+(WebGPU timestamps are nanoseconds; wgpu-native converts the backend's ticks)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .program import GpuProgram
+
+MAX_QUERIES = 4096  # WebGPU's limit on the size of one query set
+
+
+@dataclass
+class Timing:
+    per_dispatch_ns: list[float]  # median over runs, one per dispatch of the program
+    total_ns: float  # median GPU time of the whole sequence measured as one span
+    method: str  # "inside-pass", "per-pass" or "wall-clock"
+
+
+def _methods(program: GpuProgram) -> list[str]:
+    features = program.gpu.features
+    n = len(program.dispatches)
+    methods = []
+    if "timestamp-query-inside-passes" in features and n + 1 <= MAX_QUERIES:
+        methods.append("inside-pass")
+    if "timestamp-query" in features and 2 * n <= MAX_QUERIES:
+        methods.append("per-pass")
+    methods.append("wall-clock")
+    return methods
+
+
+class DispatchTimer:
+    """Times the dispatches of a compiled program (its buffers and bind groups are reused as they are)."""
+
+    def __init__(self, program: GpuProgram, method: str | None = None) -> None:
+        import wgpu
+
+        self.program = program
+        available = _methods(program)
+        if method is not None and method not in available:
+            raise ValueError(f"timing method {method!r} not available here; available: {available}")
+        self.method = method or available[0]
+        dev = program.gpu.device
+        n = len(program.dispatches)
+        count = max(2, 2 * n + 2)
+        if self.method != "wall-clock":
+            self.query_set = dev.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+            self.resolve = dev.create_buffer(size=count * 8, usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                             | wgpu.BufferUsage.COPY_SRC)
+            self.readback = dev.create_buffer(size=count * 8, usage=wgpu.BufferUsage.MAP_READ
+                                              | wgpu.BufferUsage.COPY_DST)
+        self.count = count
+
+    def _read(self, encoder: Any, used: int) -> np.ndarray:
+        dev = self.program.gpu.device
+        encoder.resolve_query_set(self.query_set, 0, used, self.resolve, 0)
+        encoder.copy_buffer_to_buffer(self.resolve, 0, self.readback, 0, used * 8)
+        dev.queue.submit([encoder.finish()])
+        self.readback.map_async("READ_NOSYNC").sync_wait()
+        try:
+            return np.frombuffer(self.readback.read_mapped(copy=True), np.uint64)[:used].astype(np.float64)
+        finally:
+            self.readback.unmap()
+
+    def _once(self, dispatches: list[tuple[Any, Any, int, int, int]]) -> tuple[list[float], float]:
+        from wgpu.backends.wgpu_native.extras import write_timestamp
+
+        dev = self.program.gpu.device
+        n = len(dispatches)
+        if self.method == "inside-pass":
+            encoder = dev.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            write_timestamp(compute, self.query_set, 0)
+            for k, (pipeline, bind_group, x, y, z) in enumerate(dispatches):
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(x, y, z)
+                write_timestamp(compute, self.query_set, k + 1)
+            compute.end()
+            stamps = self._read(encoder, n + 1)
+            return list(np.diff(stamps)), float(stamps[-1] - stamps[0])
+        if self.method == "per-pass":
+            encoder = dev.create_command_encoder()
+            for k, (pipeline, bind_group, x, y, z) in enumerate(dispatches):
+                compute = encoder.begin_compute_pass(timestamp_writes={
+                    "query_set": self.query_set, "beginning_of_pass_write_index": 2 * k,
+                    "end_of_pass_write_index": 2 * k + 1})
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(x, y, z)
+                compute.end()
+            stamps = self._read(encoder, 2 * n)
+            per = list(stamps[1::2] - stamps[0::2])
+            return per, float(stamps[-1] - stamps[0])
+        per = []
+        for pipeline, bind_group, x, y, z in dispatches:
+            encoder = dev.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, bind_group)
+            compute.dispatch_workgroups(x, y, z)
+            compute.end()
+            start = time.perf_counter_ns()
+            dev.queue.submit([encoder.finish()])
+            dev._poll_wait()  # noqa: SLF001 - on_submitted_work_done_sync is broken in wgpu 0.32
+            per.append(float(time.perf_counter_ns() - start))
+        return per, float(sum(per))
+
+    def measure(self, runs: int = 10, warmup: int = 2,
+                dispatches: list[tuple[Any, Any, int, int, int]] | None = None) -> Timing:
+        """Median per-dispatch and total GPU time over `runs` repetitions of the program's dispatches."""
+        dispatches = dispatches if dispatches is not None else self.program._hot  # noqa: SLF001
+        for _ in range(warmup):
+            self._once(dispatches)
+        per_runs, totals = [], []
+        for _ in range(max(1, runs)):
+            per, total = self._once(dispatches)
+            per_runs.append(per)
+            totals.append(total)
+        return Timing(list(np.median(np.array(per_runs), axis=0)), float(np.median(totals)), self.method)

@@ -1,0 +1,26 @@
+// DEPTHWISE_CONV_2D 3x3, dilation 1, stride 1 or 2, multiplier 1: fully unrolled. Each invocation computes XT
+// adjacent output columns of one slice; every input column of the window is loaded once and reused.
+${BINDINGS}
+
+fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
+  if (os >= ${SO}u || ox >= ${OW}u || oy >= ${OH}u) { return; }
+  let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
+  var value = v;
+  ${EPILOGUE}
+  dst[oi] = value;
+}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox0 = gid.x * ${XT}u;
+  let oy = gid.y;
+  let os = gid.z % ${SO}u;
+  let ob = gid.z / ${SO}u;
+  let iy_base = i32(oy * ${SH}u) - ${PT};
+  let ix_base = i32(ox0 * ${SW}u) - ${PL};
+  let base = (ob * ${SI}u + os) * ${SLICE_PLANE}u;
+  ${ACC_INIT}
+  ${TAPS}
+  ${STORE}
+}

@@ -1,0 +1,37 @@
+// PAD / PADV2 / MIRROR_PAD: one PHWC4 output vec4 per invocation, gathered from the input through the
+// generated per-axis map_* functions (input index, or -1 inside constant padding).
+${BINDINGS}
+
+${MAPS}
+
+fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
+  return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
+}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+  let ib = map_b(ob);
+  let iy = map_y(oy);
+  let ix = map_x(ox);
+  var value = vec4<f32>(${VALUE});
+  if (ib >= 0 && iy >= 0 && ix >= 0) {
+    if (${WHOLE}) {
+      value = src[src_at(u32(ib), os, u32(iy), u32(ix))];
+    } else {
+      for (var k = 0u; k < 4u; k++) {
+        let ic = map_c(os * 4u + k);
+        if (ic >= 0 && ic < ${IC}) {
+          value[k] = src[src_at(u32(ib), u32(ic) / 4u, u32(iy), u32(ix))][u32(ic) % 4u];
+        }
+      }
+    }
+  }
+  ${EPILOGUE}
+  dst[oi] = value;
+}

@@ -1,0 +1,32 @@
+// AVERAGE_POOL_2D / MAX_POOL_2D: one PHWC4 output vec4 per invocation. The window is clamped to the input
+// (implicit padding PAD_T/PAD_L never contributes; the average divides by the count of valid elements).
+${BINDINGS}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+  let y0 = i32(oy) * ${STRIDE_H} - ${PAD_T};
+  let x0 = i32(ox) * ${STRIDE_W} - ${PAD_L};
+  let fy0 = max(0, -y0);
+  let fy1 = min(${FH}, ${IN_H} - y0);
+  let fx0 = max(0, -x0);
+  let fx1 = min(${FW}, ${IN_W} - x0);
+  let base = (ob * ${S}u + os) * ${IN_H}u;
+  var acc = ${INIT};
+  for (var fy = fy0; fy < fy1; fy++) {
+    let row = (base + u32(y0 + fy)) * ${IN_W}u;
+    for (var fx = fx0; fx < fx1; fx++) {
+      let v = src[row + u32(x0 + fx)];
+      acc = ${ACCUMULATE};
+    }
+  }
+  let count = f32((fy1 - fy0) * (fx1 - fx0));
+  var value = ${FINISH};
+  ${EPILOGUE}
+  dst[oi] = value;
+}

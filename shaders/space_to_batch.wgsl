@@ -1,0 +1,23 @@
+// SPACE_TO_BATCH_ND: out[(dy * BW + dx) * B + b, y, x] = in[b, y * BH + dy - TOP, x * BW + dx - LEFT], zero
+// where that falls in the padding. One PHWC4 vec4 per invocation (channels do not move).
+${BINDINGS}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+  let b = ob % ${B}u;
+  let blk = ob / ${B}u;
+  let iy = i32(oy * ${BH}u + blk / ${BW}u) - ${TOP};
+  let ix = i32(ox * ${BW}u + blk % ${BW}u) - ${LEFT};
+  var value = vec4<f32>(0.0);
+  if (iy >= 0 && iy < ${IH} && ix >= 0 && ix < ${IW}) {
+    value = src[((b * ${S}u + os) * ${IH}u + u32(iy)) * ${IW}u + u32(ix)];
+  }
+  ${EPILOGUE}
+  dst[oi] = value;
+}

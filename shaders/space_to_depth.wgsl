@@ -1,0 +1,34 @@
+// SPACE_TO_DEPTH (DCR): out[b, y, x, (dy * BLOCK + dx) * C + c] = in[b, y * BLOCK + dy, x * BLOCK + dx, c].
+// One PHWC4 output vec4 per invocation; WHOLE (C % 4 == 0) copies one input vec4, else lanes are gathered.
+${BINDINGS}
+
+fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
+  return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
+}
+
+@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+  var value = vec4<f32>(0.0);
+  if (${WHOLE}) {
+    let blk = (os * 4u) / ${C}u;
+    let s = os - blk * (${C}u / 4u);
+    value = src[src_at(ob, s, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)];
+  } else {
+    for (var k = 0u; k < 4u; k++) {
+      let oc = os * 4u + k;
+      let blk = oc / ${C}u;
+      let c = oc % ${C}u;
+      if (blk < ${BLOCK}u * ${BLOCK}u) {
+        value[k] = src[src_at(ob, c / 4u, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)][c % 4u];
+      }
+    }
+  }
+  ${EPILOGUE}
+  dst[oi] = value;
+}

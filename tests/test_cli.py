@@ -1,0 +1,82 @@
+"""The `gpuengine` command on the zoo's tiny model: every subcommand's output shape and schema."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpuengine.tools.cli import main
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_prints_shapes_and_comparison(capsys, tmp_path):
+    assert main(["run", "tiny", "--runs", "2", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "adapter:" in out and "shape (1, 10)" in out and "vs LiteRT" in out
+    saved = list(tmp_path.glob("*.npy"))
+    assert len(saved) == 1 and np.load(saved[0]).shape == (1, 10)
+
+
+def test_run_accepts_input_files(capsys, tmp_path):
+    from gpuengine import Interpreter, zoo
+
+    it = Interpreter(model_content=zoo.get("tiny"))
+    detail = it.get_input_details()[0]
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones(detail["shape"], np.float32))
+    assert main(["run", "tiny", "--runs", "1", "--input", f"{detail['name']}={path}"]) == 0
+    with pytest.raises(SystemExit):
+        main(["run", "tiny", "--runs", "1", "--input", f"nope={path}"])
+
+
+def test_inspect_json_schema(capsys, tmp_path):
+    report = run_json(capsys, ["inspect", "tiny", "--json", "--dump-wgsl", str(tmp_path)])
+    for key in ("ops_total", "ops_gpu", "partitions", "dispatches", "unsupported", "memory_bytes", "adapter",
+                "dispatch_list"):
+        assert key in report
+    assert report["dispatches"] == len(report["dispatch_list"])
+    assert set(report["memory_bytes"]) >= {"naive", "greedy", "mincostflow", "greedy_by_size", "best"}
+    assert report["memory_bytes"]["best"] <= report["memory_bytes"]["naive"]
+    assert all(p["device"] in ("gpu", "cpu") for p in report["partitions"])
+    assert len(list(tmp_path.glob("*.wgsl"))) == report["dispatches"]
+
+
+def test_memplan_json_schema(capsys):
+    report = run_json(capsys, ["memplan", "tiny", "--json"])
+    (entry,) = report.values()
+    assert set(entry["strategies"]) == {"naive", "greedy", "mincostflow", "greedy_by_size", "best"}
+    for s in entry["strategies"].values():
+        assert set(s) == {"bytes", "objects", "plan_ms"} and s["bytes"] >= entry["lower_bound"]
+
+
+def test_bench_json_fields(capsys):
+    report = run_json(capsys, ["bench", "tiny", "--runs", "3", "--warmup", "1", "--compare", "cpu", "--json"])
+    assert set(report) >= {"model", "adapter", "tuned", "gpuengine", "litert_cpu", "litert_gpu", "max_rel_diff"}
+    assert set(report["gpuengine"]) >= {"mean_ms", "median_ms", "p90_ms", "gpu_ms"}
+    assert set(report["litert_cpu"]) == {"mean_ms", "median_ms", "p90_ms"}
+    assert report["litert_gpu"] is None
+    assert report["max_rel_diff"]["litert_cpu"] <= 1e-4
+
+
+def test_profile_times_add_up(capsys):
+    report = run_json(capsys, ["profile", "tiny", "--runs", "5", "--json"])
+    assert len(report["dispatches"]) > 0
+    total = sum(d["gpu_ns"] for d in report["dispatches"]) / 1e6
+    assert total == pytest.approx(report["gpu_total_ms"], rel=1e-9)
+    # Per-dispatch medians against the separately measured span of the whole sequence.
+    assert abs(report["gpu_total_ms"] - report["gpu_span_ms"]) <= 0.1 * report["gpu_span_ms"]
+
+
+def test_tune_writes_cache_and_bench_picks_it_up(capsys, tmp_path):
+    cache = tmp_path / "tune.json"
+    report = run_json(capsys, ["tune", "tiny", "--budget", "3", "--cache", str(cache), "--json"])
+    assert cache.exists() and report["kernels_tuned"] >= 1
+    bench = run_json(capsys, ["bench", "tiny", "--runs", "2", "--warmup", "1", "--compare", "", "--json",
+                              "--cache", str(cache)])
+    assert bench["tuned"] is True

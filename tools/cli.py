@@ -1,0 +1,280 @@
+"""The `gpuengine` command: run, inspect, memplan, fetch-models (bench, profile, tune: see tuning/)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def load_model(spec: str | None) -> tuple[str, bytes]:
+    """A model by path, by zoo name (tiny, mobilenet_v1, ...) or by reference-model name (selfie_segmentation)."""
+    from gpuengine import zoo
+
+    from . import fetch
+
+    if spec is None:
+        spec = zoo.DEFAULT
+    path = Path(spec)
+    if path.is_file():
+        return path.name, path.read_bytes()
+    if spec in zoo.MODELS:
+        return f"{spec} (zoo)", zoo.get(spec)
+    try:
+        p = fetch.model_path(spec)
+    except (KeyError, fetch.ModelsUnavailable) as e:
+        raise SystemExit(f"gpuengine: no model file, zoo model ({', '.join(zoo.MODELS)}) or reference model named "
+                         f"{spec!r}: {e}") from None
+    return p.name, p.read_bytes()
+
+
+def _interpreter(data: bytes, args: argparse.Namespace) -> Any:
+    from gpuengine import Interpreter
+
+    it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
+                     optimize=not args.no_optimize)
+    it.allocate_tensors()
+    return it
+
+
+def _feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
+    given = {}
+    for item in inputs:
+        name, _, file = item.partition("=")
+        if not file:
+            raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
+        given[name] = np.load(file)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for d in it.get_input_details():
+        if d["name"] in given:
+            feeds[d["index"]] = np.asarray(given.pop(d["name"]), d["dtype"])
+        elif np.issubdtype(d["dtype"], np.floating):
+            feeds[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
+        else:
+            feeds[d["index"]] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
+    if given:
+        names = [d["name"] for d in it.get_input_details()]
+        raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpuengine.testing import relative_error, run_litert
+
+    name, data = load_model(args.model)
+    t0 = time.perf_counter()
+    it = _interpreter(data, args)
+    compile_ms = (time.perf_counter() - t0) * 1e3
+    feeds = _feeds(it, args.input, args.seed)
+    for t, v in feeds.items():
+        it.set_tensor(t, v)
+    it.invoke()  # warm-up
+    times = []
+    for _ in range(max(1, args.runs)):
+        t0 = time.perf_counter()
+        it.invoke()
+        times.append((time.perf_counter() - t0) * 1e3)
+    outputs = {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+    compiled = it.compiled
+    print(f"model: {name}")
+    print(f"adapter: {compiled.gpu.name if compiled.gpu else 'none'}")
+    print(f"ops on GPU: {compiled.plan.ops_gpu}/{len(compiled.plan.graph.ops)}, partitions: "
+          f"{len(compiled.plan.partitions)}, dispatches: {compiled.dispatches}, compile: {compile_ms:.0f} ms")
+    print(f"invoke: median {np.median(times):.2f} ms over {len(times)} runs")
+    try:
+        ref = run_litert(data, feeds)
+    except ImportError:
+        ref = None
+        print("LiteRT not installed: no comparison (pip install 'gpuengine[litert]')")
+    worst = 0.0
+    for d in it.get_output_details():
+        out = outputs[d["index"]]
+        line = f"output {d['name']}: shape {tuple(out.shape)} {out.dtype}"
+        if ref is not None:
+            r = ref[d["index"]]
+            err = relative_error(out, r)
+            worst = max(worst, err)
+            line += f", max |diff| vs LiteRT {np.max(np.abs(out.astype(np.float64) - r), initial=0):.3g} " \
+                    f"(relative {err:.3g})"
+        print(line)
+        if args.output_dir:
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in d["name"])
+            np.save(Path(args.output_dir) / f"{safe}.npy", out)
+    if ref is not None and worst > args.tolerance:
+        print(f"FAIL: outputs differ from LiteRT by {worst:.3g} > {args.tolerance}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
+    from gpuengine.memory import plan_memory
+    from gpuengine.memory.strategies import STRATEGIES
+    from gpuengine.model.reader import read_model
+    from gpuengine.runtime.program import GpuProgram
+
+    model = read_model(data)
+    it = _interpreter(data, args)
+    compiled = it.compiled
+    plan = compiled.plan
+    graph = plan.graph
+    memory: dict[str, int] = {}
+    align = compiled.gpu.storage_alignment if compiled.gpu else 256
+    for strategy in STRATEGIES:
+        memory[strategy] = sum(plan_memory(p.info.records, strategy, align).total_bytes
+                               for p in compiled.programs if isinstance(p, GpuProgram))
+    dispatch_list = []
+    for p in compiled.programs:
+        if isinstance(p, GpuProgram):
+            for d in p.dispatches:
+                dispatch_list.append({"kernel": d.spec.shader, "label": d.spec.label,
+                                      "ops": [graph.ops[i].code for i in d.spec.ops],
+                                      "workgroup": list(d.spec.workgroup), "grid": list(d.groups)})
+    return {
+        "ops_in_file": len(model.main.ops),
+        "ops_total": len(graph.ops),
+        "ops_gpu": plan.ops_gpu,
+        "partitions": [{"device": p.device, "ops": [graph.ops[i].code for i in p.ops]} for p in plan.partitions],
+        "dispatches": compiled.dispatches,
+        "unsupported": plan.unsupported,
+        "memory_bytes": memory,
+        "adapter": compiled.gpu.name if compiled.gpu else None,
+        "dispatch_list": dispatch_list,
+        "_interpreter": it,
+    }
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    name, data = load_model(args.model)
+    report = inspect_report(data, args)
+    it = report.pop("_interpreter")
+    if args.dump_wgsl:
+        from gpuengine.runtime.program import GpuProgram
+
+        folder = Path(args.dump_wgsl)
+        folder.mkdir(parents=True, exist_ok=True)
+        k = 0
+        for p in it.compiled.programs:
+            if isinstance(p, GpuProgram):
+                for d in p.dispatches:
+                    (folder / f"{k:04d}_{d.spec.shader}.wgsl").write_text(d.source)
+                    k += 1
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"model: {name}\nadapter: {report['adapter']}")
+    print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
+          f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
+    for k, p in enumerate(report["partitions"]):
+        print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
+    for op, reason in report["unsupported"].items():
+        print(f"  on CPU: {op}: {reason}")
+    print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items()))
+    print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} ops")
+    for k, d in enumerate(report["dispatch_list"]):
+        print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
+              f"{'x'.join(map(str, d['grid'])):<16} {'+'.join(d['ops']) or d['label']}")
+    return 0
+
+
+def cmd_memplan(args: argparse.Namespace) -> int:
+    from gpuengine.memory import compare, format_table, plan_memory, plot
+    from gpuengine.runtime.program import GpuProgram
+
+    records_by_model = {}
+    for spec in args.models:
+        name, data = load_model(spec)
+        it = _interpreter(data, args)
+        records = []
+        offset = 0
+        for p in it.compiled.programs:  # partitions run one after another: give each its own step range
+            if isinstance(p, GpuProgram):
+                span = max((r.last for r in p.info.records), default=-1) + 1
+                records += [type(r)(tensor=r.tensor, size=r.size, first=r.first + offset, last=r.last + offset)
+                            for r in p.info.records]
+                offset += span
+        records_by_model[name.split(" ")[0]] = records
+    strategies = tuple(args.strategies.split(",")) if args.strategies else None
+    report = compare(records_by_model, strategies) if strategies else compare(records_by_model)
+    if args.plot:
+        plans = {m: (r, plan_memory(r, "best")) for m, r in records_by_model.items()}
+        plot(report, plans, args.plot)
+    print(json.dumps(report, indent=None) if args.json else format_table(report))
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from . import fetch
+
+    try:
+        models = fetch.fetch(force=args.force, quiet=False)
+    except fetch.ModelsUnavailable as e:
+        print(f"gpuengine: {e}", file=sys.stderr)
+        return 1
+    print(f"{len(models)} models in {fetch.cache_dir()}:")
+    for name in models:
+        print(f"  {name}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
+    p.add_argument("--memory-strategy", default="best",
+                   help="naive, greedy, mincostflow, greedy_by_size or best (default)")
+    p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuengine", description="Run TensorFlow Lite models on the GPU (WebGPU).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a model once (random seeded inputs unless given) and check it vs LiteRT")
+    run.add_argument("model", nargs="?", help="a .tflite path, a zoo name or a reference model name")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    run.add_argument("--output-dir")
+    run.add_argument("--runs", type=int, default=10)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--tolerance", type=float, default=1e-4, help="max relative difference to LiteRT")
+    _common(run)
+    run.set_defaults(func=cmd_run)
+    ins = sub.add_parser("inspect", help="partitions, dispatches, memory and kernels of a model")
+    ins.add_argument("model")
+    ins.add_argument("--json", action="store_true")
+    ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
+    _common(ins)
+    ins.set_defaults(func=cmd_inspect)
+    mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
+    mem.add_argument("models", nargs="+")
+    mem.add_argument("--strategies", help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,best")
+    mem.add_argument("--json", action="store_true")
+    mem.add_argument("--plot", metavar="OUT.png")
+    _common(mem)
+    mem.set_defaults(func=cmd_memplan)
+    fetch = sub.add_parser("fetch-models", help="download the reference models (mediapipe==0.10.14) into the cache")
+    fetch.add_argument("--force", action="store_true")
+    fetch.set_defaults(func=cmd_fetch)
+    from gpuengine.tuning import commands
+
+    commands.add_subcommands(sub, _common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from gpuengine.errors import GpuEngineError
+
+    try:
+        return int(args.func(args) or 0)
+    except GpuEngineError as e:
+        print(f"gpuengine: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
