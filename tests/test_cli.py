@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-
 from gpuengine.tools.cli import main
 
 

@@ -101,7 +101,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     idx = ["0u", "0u", "0u", "0u"]
     for j, d in enumerate(own[:-1]):
         if d > 1:
-            idx[_AXES[len(own)][j]] = out_vars[_AXES[rank][j + rank - len(own)]]
+            idx[_AXES[len(own)][j]] = out_vars[_AXES[len(own)][j]]
     c_ = storage[3]
     splat = c_ == 1 and to_bhwc(out_shape)[3] > 1
     idx_s = "0u" if (splat or slices(c_) == 1) else "s"
