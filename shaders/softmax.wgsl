@@ -1,6 +1,6 @@
 // SOFTMAX / LOG_SOFTMAX / L2_NORMALIZATION over the channel (last) axis: one invocation per pixel reading
 // its ${S} slices (max pass, sum pass, write pass). Padding lanes of the last slice are masked out of the max
-// and the sum and written as zeros. The per-op math is baked: MAX_TERM (or none), SUM_TERM(v, mx), OUT(v).
+// and the sum and written as zeros. The per-op math is baked: NEEDS_MAX, SUM_TERM(v, mx), PREPARE(total), OUT(v).
 ${BINDINGS}
 
 @compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})

@@ -36,7 +36,7 @@ def activation_supported(op: Op) -> str | None:
     if code in _ACTIVATIONS:
         return None
     if code in _IGNORED_BY_LITERT:
-        return f"fused activation {_IGNORED_BY_LITERT[code]} (LiteRT's CPU kernels ignore it; kept on the CPU)"
+        return f"fused activation {_IGNORED_BY_LITERT[code]} (LiteRT's CPU kernels ignore it; left to them)"
     return f"fused activation {code} is not supported"
 
 
@@ -88,7 +88,8 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     fn = f"fn read_{name}(b: u32, y: u32, x: u32, s: u32) -> vec4<f32> {{\n"
     if tensor.data is not None and tensor.size == 1:
         value = np.asarray(tensor.data, np.float32).reshape(-1)[:1]
-        text = literal(float(value[0])) if np.isfinite(value[0]) else f"bitcast<f32>({int(value.view(np.uint32)[0])}u)"
+        bits = int(value.view(np.uint32)[0])
+        text = literal(float(value[0])) if np.isfinite(value[0]) else f"bitcast<f32>({bits}u)"
         return Code(fn + f"  return vec4<f32>({text});\n}}\n"), []
     if tensor.data is not None:
         own = logical
@@ -101,7 +102,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     idx = ["0u", "0u", "0u", "0u"]
     for j, d in enumerate(own[:-1]):
         if d > 1:
-            idx[_AXES[len(own)][j]] = out_vars[_AXES[len(own)][j]]
+            idx[_AXES[len(own)][j]] = out_vars[_AXES[rank][j + rank - len(own)]]
     c_ = storage[3]
     splat = c_ == 1 and to_bhwc(out_shape)[3] > 1
     idx_s = "0u" if (splat or slices(c_) == 1) else "s"

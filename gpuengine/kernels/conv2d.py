@@ -47,7 +47,8 @@ def pad_before(padding: int, size: int, k: int, stride: int, dil: int, out: int)
 
 
 def weight_blocks(w: np.ndarray, so_pad: int) -> np.ndarray:
-    """[O, KH, KW, I] -> flat f32 mat4x4 blocks [so_pad][KH][KW][SI], column j / row l = W[4os+l, ky, kx, 4is+j]."""
+    """[O, KH, KW, I] -> flat f32 mat4x4 blocks [so_pad][KH][KW][SI]:
+    column j, row l = W[4os+l, ky, kx, 4is+j]."""
     o, kh, kw, i = w.shape
     si = slices(i)
     padded = np.zeros((so_pad * 4, kh, kw, si * 4), np.float32)
@@ -76,7 +77,9 @@ def lines(items: list[str], indent: int) -> Code:
 
 @dataclass
 class ConvGeometry:
-    """Everything a conv dispatch bakes. pad_top/pad_left may be any non-negative numbers (explicit padding)."""
+    """Everything a conv dispatch bakes.
+
+    pad_top/pad_left may be any non-negative numbers (explicit padding)."""
 
     batch: int
     ih: int
@@ -105,8 +108,13 @@ class ConvGeometry:
 
 def conv_options(op: Op) -> tuple[int, int, int, int, int]:
     """(padding, stride_h, stride_w, dilation_h, dilation_w) with TFLite's defaults."""
-    return (int(op.opt("padding", SAME) or 0), int(op.opt("stride_h", 1) or 0), int(op.opt("stride_w", 1) or 0),
-            int(op.opt("dilation_h_factor", 1) or 1), int(op.opt("dilation_w_factor", 1) or 1))
+    return (
+        int(op.opt("padding", SAME) or 0),
+        int(op.opt("stride_h", 1) or 0),
+        int(op.opt("stride_w", 1) or 0),
+        int(op.opt("dilation_h_factor", 1) or 1),
+        int(op.opt("dilation_w_factor", 1) or 1),
+    )
 
 
 def spatial(op: Op, graph: Graph, kh: int, kw: int) -> tuple[int, int, int, int]:
@@ -117,7 +125,12 @@ def spatial(op: Op, graph: Graph, kh: int, kw: int) -> tuple[int, int, int, int]
     explicit = op.opt("explicit_padding")
     if explicit is not None:
         top, bottom, left, right = (int(v) for v in explicit)
-        return (top, left, out_size(VALID, ih + top + bottom, kh, sh, dh), out_size(VALID, iw + left + right, kw, sw, dw))
+        return (
+            top,
+            left,
+            out_size(VALID, ih + top + bottom, kh, sh, dh),
+            out_size(VALID, iw + left + right, kw, sw, dw),
+        )
     oh, ow = out_size(padding, ih, kh, sh, dh), out_size(padding, iw, kw, sw, dw)
     return pad_before(padding, ih, kh, sh, dh, oh), pad_before(padding, iw, kw, sw, dw, ow), oh, ow
 
@@ -145,7 +158,8 @@ def check_spatial(op: Op, graph: Graph, kh: int, kw: int) -> str | None:
     ob, oh, ow, _ = bhwc(graph, op.outputs[0])
     _, _, want_h, want_w = spatial(op, graph, kh, kw)
     if (ob, oh, ow) != (b, want_h, want_w) or min(want_h, want_w) < 1:
-        return f"output shape {graph.tensors[op.outputs[0]].shape} does not match the expected {(b, want_h, want_w)}"
+        shape = graph.tensors[op.outputs[0]].shape
+        return f"output shape {shape} does not match the expected {(b, want_h, want_w)}"
     return None
 
 
@@ -181,7 +195,9 @@ class Conv2DKernel:
         ic = bhwc(graph, op.inputs[0])[3]
         oc = bhwc(graph, op.outputs[0])[3]
         if o != oc or fi < 1 or ic % fi or o % (ic // fi):
-            return f"weights {graph.tensors[op.inputs[1]].shape} do not match input channels {ic} / output {oc}"
+            return (
+                f"weights {graph.tensors[op.inputs[1]].shape} do not match input channels {ic} / output {oc}"
+            )
         bias = op.inputs[2] if len(op.inputs) > 2 else -1
         if bias >= 0 and graph.tensors[bias].size != oc:
             return "bias size does not match output channels"
@@ -191,7 +207,9 @@ class Conv2DKernel:
         g = geometry(op, graph)
         w = const_f32(graph, op.inputs[1])
         w = dense_weights(w, g.ic)
-        return [conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code)]
+        return [
+            conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code)
+        ]
 
 
 def dense_weights(w: np.ndarray, ic: int) -> np.ndarray:
@@ -203,15 +221,26 @@ def dense_weights(w: np.ndarray, ic: int) -> np.ndarray:
     per = o // groups
     dense = np.zeros((o, kh, kw, ic), np.float32)
     for gi in range(groups):
-        dense[gi * per:(gi + 1) * per, :, :, gi * fi:(gi + 1) * fi] = w[gi * per:(gi + 1) * per]
+        dense[gi * per : (gi + 1) * per, :, :, gi * fi : (gi + 1) * fi] = w[gi * per : (gi + 1) * per]
     return dense
 
 
-def conv_spec(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-              label: str) -> KernelSpec:
+def conv_spec(
+    g: ConvGeometry,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    src: int,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None."""
-    one_by_one = (g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.pad_top == g.pad_left == 0
-                  and (g.oh, g.ow) == (g.ih, g.iw))
+    one_by_one = (
+        g.kh == g.kw == 1
+        and g.sh == g.sw == 1
+        and g.pad_top == g.pad_left == 0
+        and (g.oh, g.ow) == (g.ih, g.iw)
+    )
     if one_by_one:
         return _conv_1x1(g, w, bias, src, dst, epilogue, label)
     if g.si == 1 and g.kh * g.kw <= 49:
@@ -226,10 +255,15 @@ def _tiles(g: ConvGeometry) -> tuple[int, int]:
     return xt, st
 
 
-def _bindings(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, so_pad: int, src: int,
-              dst: int) -> list[Binding]:
-    return [Binding("src", tensor=src), Binding("weights", data=weight_blocks(w, so_pad), element="mat4x4<f32>"),
-            Binding("bias", data=bias_vec4(bias, g.oc, so_pad)), Binding("dst", tensor=dst, writable=True)]
+def _bindings(
+    g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, so_pad: int, src: int, dst: int
+) -> list[Binding]:
+    return [
+        Binding("src", tensor=src),
+        Binding("weights", data=weight_blocks(w, so_pad), element="mat4x4<f32>"),
+        Binding("bias", data=bias_vec4(bias, g.oc, so_pad)),
+        Binding("dst", tensor=dst, writable=True),
+    ]
 
 
 def _acc_and_store(xt: int, st: int, x0: str = "ox0", y: str = "oy") -> tuple[Code, Code]:
@@ -238,27 +272,71 @@ def _acc_and_store(xt: int, st: int, x0: str = "ox0", y: str = "oy") -> tuple[Co
     return lines(init, 2), lines(store, 2)
 
 
-def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                  label: str) -> KernelSpec:
+def _conv_general(
+    g: ConvGeometry,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    src: int,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     xt, st = _tiles(g)
     sg = -(-g.so // st)
     wstride = g.kh * g.kw * g.si  # blocks between consecutive output slices
-    cols = [f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
-            f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));" for t in range(xt)]
+    cols = [
+        f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
+        f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));"
+        for t in range(xt)
+    ]
     taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
     taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
     taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
     init, store = _acc_and_store(xt, st)
-    params = {"XT": xt, "SG": sg, "ST": st, "KH": g.kh, "KW": g.kw, "SH": g.sh, "SW": g.sw, "DH": g.dh,
-              "DW": g.dw, "PT": g.pad_top, "PL": g.pad_left, "IH": g.ih, "IW": g.iw, "SI": g.si,
-              "PLANE": g.ih * g.iw, "SO": g.so, "OH": g.oh, "OW": g.ow, "ACC_INIT": init,
-              "COLS": lines(cols, 6), "TAPS": lines(taps, 8), "STORE": store}
-    return KernelSpec("conv2d", params, _bindings(g, w, bias, sg * st, src, dst), grid=(-(-g.ow // xt), g.oh, g.batch * sg),
-                      epilogue=epilogue, out_channels=g.oc, label=f"{label} {g.kh}x{g.kw} general")
+    params = {
+        "XT": xt,
+        "SG": sg,
+        "ST": st,
+        "KH": g.kh,
+        "KW": g.kw,
+        "SH": g.sh,
+        "SW": g.sw,
+        "DH": g.dh,
+        "DW": g.dw,
+        "PT": g.pad_top,
+        "PL": g.pad_left,
+        "IH": g.ih,
+        "IW": g.iw,
+        "SI": g.si,
+        "PLANE": g.ih * g.iw,
+        "SO": g.so,
+        "OH": g.oh,
+        "OW": g.ow,
+        "ACC_INIT": init,
+        "COLS": lines(cols, 6),
+        "TAPS": lines(taps, 8),
+        "STORE": store,
+    }
+    return KernelSpec(
+        "conv2d",
+        params,
+        _bindings(g, w, bias, sg * st, src, dst),
+        grid=(-(-g.ow // xt), g.oh, g.batch * sg),
+        epilogue=epilogue,
+        out_channels=g.oc,
+        label=f"{label} {g.kh}x{g.kw} general",
+    )
 
 
-def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-              label: str) -> KernelSpec:
+def _conv_1x1(
+    g: ConvGeometry,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    src: int,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     plane = g.oh * g.ow
     xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
     st = 2 if g.so >= 2 else 1
@@ -268,17 +346,46 @@ def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int,
     taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
     taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
     init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
-    store = [f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
-             for j in range(st) for t in range(xt)]
+    store = [
+        f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
+        for j in range(st)
+        for t in range(xt)
+    ]
     # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
-    params = {"XT": xt, "SG": sg, "ST": st, "SI": g.si, "PLANE": plane, "SO": g.so, "OH": g.oh, "OW": g.ow,
-              "ACC_INIT": lines(init, 2), "PIX": lines(pix, 2), "TAPS": lines(taps, 4), "STORE": lines(store, 2)}
-    return KernelSpec("conv2d_1x1", params, _bindings(g, w, bias, sg * st, src, dst), grid=(-(-plane // xt), 1, g.batch * sg),
-                      epilogue=epilogue, out_channels=g.oc, label=f"{label} 1x1")
+    params = {
+        "XT": xt,
+        "SG": sg,
+        "ST": st,
+        "SI": g.si,
+        "PLANE": plane,
+        "SO": g.so,
+        "OH": g.oh,
+        "OW": g.ow,
+        "ACC_INIT": lines(init, 2),
+        "PIX": lines(pix, 2),
+        "TAPS": lines(taps, 4),
+        "STORE": lines(store, 2),
+    }
+    return KernelSpec(
+        "conv2d_1x1",
+        params,
+        _bindings(g, w, bias, sg * st, src, dst),
+        grid=(-(-plane // xt), 1, g.batch * sg),
+        epilogue=epilogue,
+        out_channels=g.oc,
+        label=f"{label} 1x1",
+    )
 
 
-def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                label: str) -> KernelSpec:
+def _conv_first(
+    g: ConvGeometry,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    src: int,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators."""
     xt, _ = _tiles(g)
     xt = min(xt, 2)
@@ -286,28 +393,56 @@ def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: in
     sg = -(-g.so // st)
     taps: list[str] = []
     for ky in range(g.kh):
-        taps.append(f"let iy_{ky} = iy0 + {ky * g.dh}; let oky_{ky} = iy_{ky} >= 0 && iy_{ky} < {g.ih}; "
-                    f"let ry_{ky} = base + u32(clamp(iy_{ky}, 0, {g.ih - 1})) * {g.iw}u;")
+        taps.append(
+            f"let iy_{ky} = iy0 + {ky * g.dh}; let oky_{ky} = iy_{ky} >= 0 && iy_{ky} < {g.ih}; "
+            f"let ry_{ky} = base + u32(clamp(iy_{ky}, 0, {g.ih - 1})) * {g.iw}u;"
+        )
     for t in range(xt):
         for kx in range(g.kw):
-            taps.append(f"let ix_{t}_{kx} = ix0 + {t * g.sw + kx * g.dw}; "
-                        f"let okx_{t}_{kx} = ix_{t}_{kx} >= 0 && ix_{t}_{kx} < {g.iw}; "
-                        f"let cx_{t}_{kx} = u32(clamp(ix_{t}_{kx}, 0, {g.iw - 1}));")
+            taps.append(
+                f"let ix_{t}_{kx} = ix0 + {t * g.sw + kx * g.dw}; "
+                f"let okx_{t}_{kx} = ix_{t}_{kx} >= 0 && ix_{t}_{kx} < {g.iw}; "
+                f"let cx_{t}_{kx} = u32(clamp(ix_{t}_{kx}, 0, {g.iw - 1}));"
+            )
     for ky in range(g.kh):
         for kx in range(g.kw):
-            tap = [f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
-                   for t in range(xt)]
+            tap = [
+                f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
+                for t in range(xt)
+            ]
             for j in range(st):
                 tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
                 tap += [f"acc_{j}_{t} += w_{j} * s_{t};" for t in range(xt)]
             taps.append("{ " + " ".join(tap) + " }")
     init, store = _acc_and_store(xt, st)
-    params = {"XT": xt, "SG": sg, "ST": st, "KH": g.kh, "KW": g.kw, "SH": g.sh, "SW": g.sw, "PT": g.pad_top,
-              "PL": g.pad_left, "IH": g.ih, "IW": g.iw, "SO": g.so, "OH": g.oh, "OW": g.ow, "ACC_INIT": init,
-              "TAPS": lines(taps, 2), "STORE": store}
-    return KernelSpec("conv2d_first", params, _bindings(g, w, bias, sg * st, src, dst),
-                      grid=(-(-g.ow // xt), g.oh, g.batch * sg), epilogue=epilogue, out_channels=g.oc,
-                      label=f"{label} {g.kh}x{g.kw} first-layer")
+    params = {
+        "XT": xt,
+        "SG": sg,
+        "ST": st,
+        "KH": g.kh,
+        "KW": g.kw,
+        "SH": g.sh,
+        "SW": g.sw,
+        "PT": g.pad_top,
+        "PL": g.pad_left,
+        "IH": g.ih,
+        "IW": g.iw,
+        "SO": g.so,
+        "OH": g.oh,
+        "OW": g.ow,
+        "ACC_INIT": init,
+        "TAPS": lines(taps, 2),
+        "STORE": store,
+    }
+    return KernelSpec(
+        "conv2d_first",
+        params,
+        _bindings(g, w, bias, sg * st, src, dst),
+        grid=(-(-g.ow // xt), g.oh, g.batch * sg),
+        epilogue=epilogue,
+        out_channels=g.oc,
+        label=f"{label} {g.kh}x{g.kw} first-layer",
+    )
 
 
 KERNEL = Conv2DKernel()

@@ -33,12 +33,18 @@ def tap_weights(w: np.ndarray, oc: int) -> np.ndarray:
 def load_fn(g: ConvGeometry, mult: int) -> Code:
     """`load(ob, iy, ix, os)`: the input vec4 feeding output slice os at pixel (iy, ix)."""
     plane = g.ih * g.iw
-    head = ("fn load(ob: u32, iy: u32, ix: u32, os: u32) -> vec4<f32> {\n"
-            f"  let base = ob * {g.si * plane}u + iy * {g.iw}u + ix;\n")
+    head = (
+        "fn load(ob: u32, iy: u32, ix: u32, os: u32) -> vec4<f32> {\n"
+        f"  let base = ob * {g.si * plane}u + iy * {g.iw}u + ix;\n"
+    )
     if mult == 1:
         return Code(head + f"  return src[base + os * {plane}u];\n}}\n")
     if mult % 4 == 0:
-        return Code(head + f"  let c = os * 4u / {mult}u;\n  return vec4<f32>(src[base + c / 4u * {plane}u][c % 4u]);\n}}\n")
+        return Code(
+            head
+            + f"  let c = os * 4u / {mult}u;\n"
+            + f"  return vec4<f32>(src[base + c / 4u * {plane}u][c % 4u]);\n}}\n"
+        )
     body = "".join(f"  let c{lane} = min((os * 4u + {lane}u) / {mult}u, {g.ic - 1}u);\n" for lane in range(4))
     vals = ", ".join(f"src[base + c{lane} / 4u * {plane}u][c{lane} % 4u]" for lane in range(4))
     return Code(head + body + f"  return vec4<f32>({vals});\n}}\n")
@@ -63,45 +69,117 @@ class DepthwiseConv2DKernel:
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         g = geometry(op, graph)
-        return [depthwise_spec(g, const_f32(graph, op.inputs[1]), bias_values(graph, op, 2), op.inputs[0],
-                               op.outputs[0], activation(op), op.code)]
+        return [
+            depthwise_spec(
+                g,
+                const_f32(graph, op.inputs[1]),
+                bias_values(graph, op, 2),
+                op.inputs[0],
+                op.outputs[0],
+                activation(op),
+                op.code,
+            )
+        ]
 
 
-def depthwise_spec(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int,
-                   epilogue: list[Code], label: str) -> KernelSpec:
+def depthwise_spec(
+    g: ConvGeometry,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    src: int,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     """Pick the variant for this geometry (pads are parameters, as for CONV_2D)."""
     mult = g.oc // g.ic
-    bindings = [Binding("src", tensor=src), Binding("weights", data=tap_weights(w, g.oc)),
-                Binding("bias", data=bias_vec4(bias, g.oc, g.so)), Binding("dst", tensor=dst, writable=True)]
+    bindings = [
+        Binding("src", tensor=src),
+        Binding("weights", data=tap_weights(w, g.oc)),
+        Binding("bias", data=bias_vec4(bias, g.oc, g.so)),
+        Binding("dst", tensor=dst, writable=True),
+    ]
     xt = 1 if g.ow == 1 else 2
     grid = (-(-g.ow // xt), g.oh, g.batch * g.so)
-    common = {"XT": xt, "SO": g.so, "OH": g.oh, "OW": g.ow, "IH": g.ih, "IW": g.iw, "PT": g.pad_top,
-              "PL": g.pad_left, "SH": g.sh, "SW": g.sw, "LOAD": load_fn(g, mult)}
+    common = {
+        "XT": xt,
+        "SO": g.so,
+        "OH": g.oh,
+        "OW": g.ow,
+        "IH": g.ih,
+        "IW": g.iw,
+        "PT": g.pad_top,
+        "PL": g.pad_left,
+        "SH": g.sh,
+        "SW": g.sw,
+        "LOAD": load_fn(g, mult),
+    }
     init = lines([f"var acc_{t} = bias[os];" for t in range(xt)], 2)
     store = lines([f"store(acc_{t}, ob, oy, ox0 + {t}u, os);" for t in range(xt)], 2)
     if g.kh == g.kw == 3 and g.dh == g.dw == 1 and g.sh == g.sw and g.sh in (1, 2) and mult == 1:
         s = g.sh
         ncols = (xt - 1) * s + 3
         taps = [f"let w{k} = weights[os * 9u + {k}u];" for k in range(9)]
-        taps += [f"let ix{c} = ix_base + {c}; let okx{c} = ix{c} >= 0 && ix{c} < {g.iw}; "
-                 f"let cx{c} = u32(clamp(ix{c}, 0, {g.iw - 1}));" for c in range(ncols)]
+        taps += [
+            f"let ix{c} = ix_base + {c}; let okx{c} = ix{c} >= 0 && ix{c} < {g.iw}; "
+            f"let cx{c} = u32(clamp(ix{c}, 0, {g.iw - 1}));"
+            for c in range(ncols)
+        ]
         for r in range(3):
-            taps.append(f"let iy{r} = iy_base + {r}; let oky{r} = iy{r} >= 0 && iy{r} < {g.ih}; "
-                        f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;")
-            taps += [f"let v{r}_{c} = select(vec4<f32>(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
-                     for c in range(ncols)]
+            taps.append(
+                f"let iy{r} = iy_base + {r}; let oky{r} = iy{r} >= 0 && iy{r} < {g.ih}; "
+                f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
+            )
+            taps += [
+                f"let v{r}_{c} = select(vec4<f32>(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
+                for c in range(ncols)
+            ]
             taps += [f"acc_{t} += w{r * 3 + kx} * v{r}_{t * s + kx};" for t in range(xt) for kx in range(3)]
-        params = {**common, "ACC_INIT": init, "TAPS": lines(taps, 2), "STORE": store,
-                  "SLICE_PLANE": g.ih * g.iw, "SI": g.si}
-        return KernelSpec("depthwise_3x3", params, bindings, grid, epilogue=epilogue, out_channels=g.oc,
-                          label=f"{label} 3x3 s{s}")
-    cols = [f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
-            f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));" for t in range(xt)]
-    taps = [f"acc_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os), ok_{t});" for t in range(xt)]
-    params = {**common, "KH": g.kh, "KW": g.kw, "DH": g.dh, "DW": g.dw, "ACC_INIT": init, "COLS": lines(cols, 6),
-              "TAPS": lines(taps, 6), "STORE": store}
-    return KernelSpec("depthwise", params, bindings, grid, epilogue=epilogue, out_channels=g.oc,
-                      label=f"{label} {g.kh}x{g.kw} general")
+        params = {
+            **common,
+            "ACC_INIT": init,
+            "TAPS": lines(taps, 2),
+            "STORE": store,
+            "SLICE_PLANE": g.ih * g.iw,
+            "SI": g.si,
+        }
+        return KernelSpec(
+            "depthwise_3x3",
+            params,
+            bindings,
+            grid,
+            epilogue=epilogue,
+            out_channels=g.oc,
+            label=f"{label} 3x3 s{s}",
+        )
+    cols = [
+        f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
+        f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));"
+        for t in range(xt)
+    ]
+    taps = [
+        f"acc_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os), ok_{t});" for t in range(xt)
+    ]
+    params = {
+        **common,
+        "KH": g.kh,
+        "KW": g.kw,
+        "DH": g.dh,
+        "DW": g.dw,
+        "ACC_INIT": init,
+        "COLS": lines(cols, 6),
+        "TAPS": lines(taps, 6),
+        "STORE": store,
+    }
+    return KernelSpec(
+        "depthwise",
+        params,
+        bindings,
+        grid,
+        epilogue=epilogue,
+        out_channels=g.oc,
+        label=f"{label} {g.kh}x{g.kw} general",
+    )
 
 
 KERNEL = DepthwiseConv2DKernel()

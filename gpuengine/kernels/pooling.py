@@ -39,10 +39,13 @@ def clamp_activation(code: int, op: Op) -> list[Code] | str:
     return f"fused activation {code} is not supported"
 
 
-def pool_spec(kind: str, src: int, dst: int, in_bhwc: tuple[int, int, int, int], out_bhwc: tuple[int, int, int, int],
-              filt: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int], epilogue: list[Code],
+Shape4 = tuple[int, int, int, int]
+
+
+def pool_spec(kind: str, src: int, dst: int, in_bhwc: Shape4, out_bhwc: Shape4, filt: tuple[int, int],
+              stride: tuple[int, int], pad: tuple[int, int], epilogue: list[Code],
               label: str = "") -> KernelSpec:
-    """One pooling dispatch. pad = (top, left) implicit padding, excluded from max and from the average count."""
+    """One pooling dispatch. pad = (top, left) implicit padding, excluded from the max and the average."""
     b, h, w, c = in_bhwc
     _, oh, ow, _ = out_bhwc
     init, accumulate, finish = _KINDS[kind]

@@ -42,7 +42,7 @@ def normalize_axes(axes: np.ndarray, rank: int) -> list[int] | str:
     result = set()
     for a in np.asarray(axes).reshape(-1).tolist():
         a = int(a)
-        if not -rank <= a < max(rank, 1) or (rank == 0):
+        if not -rank <= a < rank:
             return f"axis {a} is out of range for rank {rank}"
         result.add(a % rank)
     return sorted(result)
@@ -145,7 +145,8 @@ class ReduceKernel:
         shape = graph.tensors[op.inputs[0]].shape
         axes = normalize_axes(graph.tensors[op.inputs[1]].data, len(shape))
         assert not isinstance(axes, str), axes
-        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, bool(op.opt("keep_dims", False)))]
+        keep_dims = bool(op.opt("keep_dims", False))
+        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims)]
 
 
 KERNEL = ReduceKernel()

@@ -14,6 +14,10 @@ from .base import Kernel
 
 KERNEL_MODULES = (
     "elementwise",
+    "conv2d",
+    "depthwise_conv2d",
+    "transpose_conv",
+    "fully_connected",
     "reshape",
     "transpose",
     "concat",

@@ -36,7 +36,7 @@ def _compare_local(op: Op, graph: Graph) -> str | None:
         return "expects 2 inputs and 1 output"
     for t in op.inputs:
         if graph.tensors[t].dtype != np.float32:
-            return f"input {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; only float32 compares on the GPU"
+            return f"input {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; the GPU compares float32"
     out = graph.tensors[op.outputs[0]]
     if out.dtype != np.bool_:
         return f"output is {out.dtype}, expected bool"
@@ -73,7 +73,7 @@ def _select_local(op: Op, graph: Graph) -> str | None:
         return reason
     for t in op.inputs[1:]:
         if graph.tensors[t].dtype != np.float32:
-            return f"x/y tensor {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; only float32 runs on the GPU"
+            return f"x/y {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; only float32 runs on the GPU"
     cond = graph.tensors[op.inputs[0]]
     if cond.dtype != np.bool_:
         return f"condition is {cond.dtype}, expected bool"
@@ -130,7 +130,8 @@ class CompareSelectKernel:
         if op.code == "SELECT" and len(c_shape) == 1 and len(shape[x]) > 1:
             c_shape = c_shape + (1,) * (len(shape[x]) - 1)  # one condition per slice along x's first axis
         expr = "select(b, a, c != vec4<f32>(0.0))"
-        return [elementwise_spec(op, graph, [("c", c, c_shape), ("a", x, shape[x]), ("b", y, shape[y])], expr)]
+        operands = [("c", c, c_shape), ("a", x, shape[x]), ("b", y, shape[y])]
+        return [elementwise_spec(op, graph, operands, expr)]
 
 
 KERNEL = CompareSelectKernel()

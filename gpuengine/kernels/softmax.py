@@ -24,7 +24,8 @@ def _math(op: Op) -> dict[str, Code | bool]:
     if op.code == "SOFTMAX":
         beta = literal(float(op.opt("beta", 0.0) or 0.0))
         term = f"exp((v - vec4<f32>(mx)) * {beta})"
-        return {"NEEDS_MAX": True, "SUM_TERM": Code(term), "PREPARE": Code(""), "OUT": Code(f"{term} / total")}
+        return {"NEEDS_MAX": True, "SUM_TERM": Code(term), "PREPARE": Code(""),
+                "OUT": Code(f"{term} / total")}
     if op.code == "LOG_SOFTMAX":
         return {"NEEDS_MAX": True, "SUM_TERM": Code("exp(v - vec4<f32>(mx))"),
                 "PREPARE": Code("let lse = log(total);"), "OUT": Code("v - vec4<f32>(mx) - vec4<f32>(lse)")}

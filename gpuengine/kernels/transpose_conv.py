@@ -1,15 +1,17 @@
-"""TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias, as a gather: each output pixel visits only the taps
-whose phase matches its position (ky = (oy + pad_top) mod stride, then every stride-th), so no work is spent
-on the zeros a scatter formulation would insert.
+"""TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias, as a gather: each output pixel visits only the
+taps whose phase matches its position (ky = (oy + pad_top) mod stride, then every stride-th), so no work is
+spent on the zeros a scatter formulation would insert.
 
-out[b, oy, ox, o] = bias[o] + sum over (iy*s - pad + ky == oy, ix*s - pad + kx == ox, i) in[b, iy, ix, i] * W[o, ky, kx, i]
+out[b, oy, ox, o] = bias[o] + sum of in[b, iy, ix, i] * W[o, ky, kx, i]
+                    over iy*s - pad_top + ky == oy, ix*s - pad_left + kx == ox, all i
 
-TRANSPOSE_CONV inputs: (output_shape const int32, weights [O, KH, KW, I], input, optional bias). Its padding is
-TFLite's ComputePaddingHeightWidth run on the *output* size: pad = max((out_size(oh) - 1)*s + k - oh, 0) // 2.
+TRANSPOSE_CONV inputs: (output_shape const int32, weights [O, KH, KW, I], input, optional bias). Its padding
+is TFLite's ComputePaddingHeightWidth run on the *output* size: max((out_size(oh) - 1)*s + k - oh, 0) // 2.
 
 Convolution2DTransposeBias inputs: (input, weights [O, KH, KW, I], bias [O]); custom_options are MediaPipe's
 TfLiteTransposeConvParams as 3 little-endian int32: padding (1 SAME, 2 VALID), stride_width, stride_height.
-There: pad_total = SAME ? max(0, k - (in - 1) % s - 1) : 0, pad = pad_total // 2, out = s*(in-1) + k - pad_total.
+There pad_total = SAME ? max(0, k - (in - 1) % s - 1) : 0, pad = pad_total // 2,
+out = s * (in - 1) + k - pad_total.
 
 Weights use CONV_2D's mat4x4 block layout [out_slice][ky][kx][in_slice]; each invocation computes ST slices.
 """
@@ -117,11 +119,18 @@ class TransposeConvKernel:
         if op.code == "TRANSPOSE_CONV":
             shape = tuple(int(v) for v in np.asarray(graph.tensors[op.inputs[0]].data).reshape(-1))
             if shape != tuple(graph.tensors[op.outputs[0]].shape):
-                return f"output_shape {shape} differs from the output tensor {graph.tensors[op.outputs[0]].shape}"
+                out_shape = graph.tensors[op.outputs[0]].shape
+                return f"output_shape {shape} differs from the output tensor's {out_shape}"
+            padding = int(op.opt("padding", SAME) or 0)
+            want = (out_size(padding, oh, kh, p.sh), out_size(padding, ow, kw, p.sw))
+            if want != (ih, iw):  # TFLite refuses these at prepare
+                return f"input size {(ih, iw)} does not fit output_shape {shape} (expects {want})"
         else:
             padding = mediapipe_params(op)[0]  # type: ignore[index]
-            want = (ih - 1) * p.sh + kh - _mediapipe_pad(padding, ih, kh, p.sh), \
-                (iw - 1) * p.sw + kw - _mediapipe_pad(padding, iw, kw, p.sw)
+            want = (
+                (ih - 1) * p.sh + kh - _mediapipe_pad(padding, ih, kh, p.sh),
+                (iw - 1) * p.sw + kw - _mediapipe_pad(padding, iw, kw, p.sw),
+            )
             if (oh, ow) != want:
                 return f"output size {(oh, ow)} differs from the op's {want}"
         return None
@@ -130,11 +139,22 @@ class TransposeConvKernel:
         p = parse(op, graph)
         assert not isinstance(p, str), p
         bias = const_f32(graph, p.bias).reshape(-1) if p.bias >= 0 else None
-        return [transpose_spec(graph, p, const_f32(graph, p.weights), bias, op.outputs[0], activation(op), op.code)]
+        return [
+            transpose_spec(
+                graph, p, const_f32(graph, p.weights), bias, op.outputs[0], activation(op), op.code
+            )
+        ]
 
 
-def transpose_spec(graph: Graph, p: Transposed, w: np.ndarray, bias: np.ndarray | None, dst: int,
-                   epilogue: list[Code], label: str) -> KernelSpec:
+def transpose_spec(
+    graph: Graph,
+    p: Transposed,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    dst: int,
+    epilogue: list[Code],
+    label: str,
+) -> KernelSpec:
     b, ih, iw, ic = bhwc(graph, p.src)
     _, oh, ow, oc = bhwc(graph, dst)
     _, kh, kw, _ = w.shape
@@ -144,13 +164,41 @@ def transpose_spec(graph: Graph, p: Transposed, w: np.ndarray, bias: np.ndarray 
     init = [f"var acc_{j} = bias[os0 + {j}u];" for j in range(st)]
     taps = [f"acc_{j} += weights[wi + {j * kh * kw * si}u] * s;" for j in range(st)]
     store = [f"store(acc_{j}, ob, oy, ox, os0 + {j}u);" for j in range(st)]
-    params = {"SG": sg, "ST": st, "SO": so, "OH": oh, "OW": ow, "IH": ih, "IW": iw, "SI": si, "KH": kh, "KW": kw,
-              "SH": p.sh, "SW": p.sw, "PT": p.pad_top, "PL": p.pad_left, "PLANE": ih * iw,
-              "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 8), "STORE": lines(store, 2)}
-    bindings = [Binding("src", tensor=p.src), Binding("weights", data=weight_blocks(w, sg * st), element="mat4x4<f32>"),
-                Binding("bias", data=bias_vec4(bias, oc, sg * st)), Binding("dst", tensor=dst, writable=True)]
-    return KernelSpec("transpose_conv", params, bindings, grid=(ow, oh, b * sg), epilogue=epilogue,
-                      out_channels=oc, label=f"{label} {kh}x{kw} s{p.sh}x{p.sw}")
+    params = {
+        "SG": sg,
+        "ST": st,
+        "SO": so,
+        "OH": oh,
+        "OW": ow,
+        "IH": ih,
+        "IW": iw,
+        "SI": si,
+        "KH": kh,
+        "KW": kw,
+        "SH": p.sh,
+        "SW": p.sw,
+        "PT": p.pad_top,
+        "PL": p.pad_left,
+        "PLANE": ih * iw,
+        "ACC_INIT": lines(init, 2),
+        "TAPS": lines(taps, 8),
+        "STORE": lines(store, 2),
+    }
+    bindings = [
+        Binding("src", tensor=p.src),
+        Binding("weights", data=weight_blocks(w, sg * st), element="mat4x4<f32>"),
+        Binding("bias", data=bias_vec4(bias, oc, sg * st)),
+        Binding("dst", tensor=dst, writable=True),
+    ]
+    return KernelSpec(
+        "transpose_conv",
+        params,
+        bindings,
+        grid=(ow, oh, b * sg),
+        epilogue=epilogue,
+        out_channels=oc,
+        label=f"{label} {kh}x{kw} s{p.sh}x{p.sw}",
+    )
 
 
 KERNEL = TransposeConvKernel()

@@ -1,4 +1,4 @@
-""".tflite bytes -> IR, validating as it reads: a malformed file becomes a ModelError, never a crash or hang."""
+""".tflite bytes -> IR, validated while read: a malformed file becomes a ModelError, never a crash or hang."""
 
 from __future__ import annotations
 
@@ -278,6 +278,8 @@ def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes
     name = t.Name()
     name_s = name.decode("utf-8", "replace") if name else f"tensor_{i}"
     sparsity = _read_sparsity(t.Sparsity(), where, data) if t.Sparsity() is not None else None
+    if sparsity is not None:
+        _check_sparsity(sparsity, shape, where)
     tensor_data = None
     raw = buffers[b] if buffers else np.zeros(0, np.uint8)
     if raw.size:
@@ -338,3 +340,44 @@ def _read_sparsity(s: Any, where: str, data: bytes) -> Sparsity:
         block_map=[int(x) for x in _numpy(s.BlockMapAsNumpy, s.BlockMapLength())],
         dim_metadata=dims,
     )
+
+
+def _check_sparsity(sp: Sparsity, shape: tuple[int, ...], where: str) -> None:
+    """The structure TFLite's FormatConverter relies on, so densifying can never index out of range."""
+    rank, order, dims = len(shape), sp.traversal_order, sp.dim_metadata
+    n = len(order)
+    if n != len(dims) or n != rank + len(sp.block_map) or sorted(order) != list(range(n)):
+        raise ModelError(f"{where}.sparsity: traversal_order {order} does not fit {len(dims)} dim_metadata "
+                         f"entries, rank {rank} and block_map {sp.block_map}")
+    if len(set(sp.block_map)) != len(sp.block_map) or any(not 0 <= d < rank for d in sp.block_map):
+        raise ModelError(f"{where}.sparsity: block_map {sp.block_map} is not a set of dimensions of "
+                         f"rank {rank}")
+    block = {d: 1 for d in range(rank)}
+    for j, d in enumerate(sp.block_map):
+        meta = dims[order.index(rank + j)]
+        size = meta["dense_size"]
+        if meta["format"] != 0 or size <= 0 or shape[d] % size:
+            raise ModelError(f"{where}.sparsity: block dimension {j} (size {size}) does not tile "
+                             f"dimension {d} of shape {shape}")
+        block[d] = size
+    count = 1  # stored entries reaching this level
+    for level, meta in enumerate(dims):
+        k = order[level]
+        size = shape[k] // block[k] if k < rank else block[sp.block_map[k - rank]]
+        if meta["format"] == 0:
+            if meta["dense_size"] != size:
+                raise ModelError(f"{where}.sparsity: dense level {level} has size {meta['dense_size']}, "
+                                 f"expected {size}")
+            count *= size
+            continue
+        if meta["format"] != 1:
+            raise ModelError(f"{where}.sparsity: unknown dimension format {meta['format']} at level {level}")
+        segs, inds = meta.get("array_segments"), meta.get("array_indices")
+        if segs is None or inds is None:
+            raise ModelError(f"{where}.sparsity: sparse level {level} lacks array_segments or array_indices")
+        if segs.size != count + 1 or segs[0] != 0 or np.any(np.diff(segs) < 0) or segs[-1] != inds.size:
+            raise ModelError(f"{where}.sparsity: array_segments of level {level} are inconsistent "
+                             f"({segs.size} segments for {count} entries, {inds.size} indices)")
+        if inds.size and (inds.min() < 0 or inds.max() >= size):
+            raise ModelError(f"{where}.sparsity: array_indices of level {level} out of range (0..{size - 1})")
+        count = int(inds.size)

@@ -12,7 +12,8 @@ DENSE, SPARSE_CSR = 0, 1
 
 def densify(t: Tensor, shape: tuple[int, ...]) -> np.ndarray:
     """Follows TFLite's FormatConverter: walk dims in traversal order, dense dims by size, sparse ones by
-    their segments/indices; expanded dim k < rank is a block-count dim, rank + j the block dim of block_map[j]."""
+    their segments/indices; expanded dim k < rank is a block-count dim, rank + j the block dim of
+    block_map[j]."""
     sp = t.sparsity
     if sp is None:
         return np.asarray(t.data).reshape(shape)
@@ -47,7 +48,8 @@ def densify(t: Tensor, shape: tuple[int, ...]) -> np.ndarray:
             parent = positions
         coords[:, level] = idx
     if coords.shape[0] != values.size:
-        raise ModelError(f"tensor {t.name!r}: {values.size} stored values but {coords.shape[0]} sparse positions")
+        raise ModelError(f"tensor {t.name!r}: {values.size} stored values but {coords.shape[0]} "
+                         "sparse positions")
     expanded = np.zeros((coords.shape[0], len(order)), np.int64)
     expanded[:, order] = coords
     dense_idx = []

@@ -82,7 +82,7 @@ def test_unary_huge_inputs_nan_free(code: str) -> None:
     assert not np.isnan(it.get_tensor(it.get_output_details()[0]["index"])).any()
 
 
-@given(shapes=broadcast_pair(), const=st.sampled_from(["none", "b", "a", "b_scalar"]),
+@given(shapes=broadcast_pair(), const=st.sampled_from(["none", "none", "b", "a", "b_scalar"]),
        fused=st.sampled_from(FUSED), seed=st.integers(0, 2**16))
 def test_binary_ops_broadcast(shapes: tuple, const: str, fused: str, seed: int) -> None:
     """All binary ops on one operand pair: numpy broadcasting either way, rank mismatch, constant operands."""
@@ -114,16 +114,25 @@ def test_binary_ops_broadcast(shapes: tuple, const: str, fused: str, seed: int) 
 
 
 @pytest.mark.parametrize("swap", [False, True])
-@pytest.mark.parametrize("code", ["ADD", "MUL", "SQUARED_DIFFERENCE", "MAXIMUM"])
-def test_channel_row_vs_spatial_column(code: str, swap: bool) -> None:
-    """[1,1,1,C] op [N,H,W,1]: both operands broadcast, the output is bigger than either."""
-    sa, sb = (1, 1, 1, 7), (2, 3, 5, 1)
+@pytest.mark.parametrize("sa, sb", [
+    ((1, 1, 1, 7), (2, 3, 5, 1)),  # [1,1,1,C] vs [N,H,W,1]: both broadcast, the output is bigger than either
+    ((2, 1, 5, 7), (3, 1, 7)),  # rank mismatch: the rank-3 operand's B axis is the output's H axis
+    ((2, 3, 4, 5), (3, 1, 5)),
+    ((4, 1), (3, 1, 5)),  # rank 2 vs rank 3, output channels from the second operand
+    ((2, 3, 5), (5,)),
+    ((6, 3), (2, 1, 1, 3)),
+])
+def test_rank_mismatch_broadcast(sa: tuple, sb: tuple, swap: bool) -> None:
+    """Non-constant operands of lower rank are stored in their own rank's layout and must be re-indexed."""
     if swap:
         sa, sb = sb, sa
+    out = tuple(np.broadcast_shapes(sa, sb))
+    rng = np.random.default_rng(len(sa) * 10 + len(sb))
     mb = ModelBuilder()
     a, b = mb.input("a", sa), mb.input("b", sb)
-    mb.output(mb.op(code, [a, b], (2, 3, 5, 7)))
-    assert_matches_litert(mb.build())
+    mb.output(*[mb.op(code, [a, b], out) for code in BINARY])
+    feeds = {a: rng.uniform(-8, 8, sa).astype(np.float32), b: away_from_zero(rng, sb)}
+    assert_matches_litert(mb.build(), feeds)
 
 
 @given(shapes=broadcast_pair(), const=st.booleans(), seed=st.integers(0, 2**16))

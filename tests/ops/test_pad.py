@@ -1,5 +1,4 @@
-"""PAD / PADV2 / MIRROR_PAD against LiteRT: ranks 1-4, padding on every axis (channels too), both mirror
-modes."""
+"""PAD / PADV2 / MIRROR_PAD against LiteRT: ranks 1-4, any axis padded (channels too), both mirror modes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MEAN / SUM / REDUCE_MAX / REDUCE_MIN / REDUCE_PROD against LiteRT: every axes subset, keep_dims, ranks 1-4."""
+"""MEAN / SUM / REDUCE_MAX / REDUCE_MIN / REDUCE_PROD vs LiteRT: every axes subset, keep_dims, ranks 1-4."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ def reduce_model(code: str, shape: tuple[int, ...], axes: list[int], keep_dims: 
         tuple(d for i, d in enumerate(shape) if i not in norm)
     mb = ModelBuilder()
     x = mb.input("x", shape)
-    ax = mb.const("axes", np.array(axes, np.int32)) if const_axes else mb.input("axes", (len(axes),), np.int32)
+    if const_axes:
+        ax = mb.const("axes", np.array(axes, np.int32))
+    else:
+        ax = mb.input("axes", (len(axes),), np.int32)
     y = mb.op(code, [x, ax], out, {"keep_dims": keep_dims})
     mb.output(y)
     return mb.build()
@@ -76,3 +79,22 @@ def test_runtime_axes_fall_back():
     feeds = {0: np.random.default_rng(0).uniform(-1, 1, (1, 4, 4, 3)).astype(np.float32),
              1: np.array([1, 2], np.int32)}
     assert_matches_litert(model, feeds, all_gpu=False)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 6, 7), (1, 40, 40, 5)])
+def test_fused_consumer(shape):
+    """MEAN(keep_dims) + ADD + RELU6, serial and workgroup paths (consumers may fuse into the epilogue)."""
+    out = (shape[0], 1, 1, shape[3])
+    mb = ModelBuilder()
+    x = mb.input("x", shape)
+    bias = mb.input("bias", out)
+    y = mb.op("MEAN", [x, mb.const("axes", np.array([1, 2], np.int32))], out, {"keep_dims": True})
+    z = mb.op("ADD", [y, bias], out)
+    mb.output(mb.op("RELU6", [z], out))
+    assert_matches_litert(mb.build())
+
+
+def test_duplicate_and_negative_axes():
+    """[1, -3] name the same axis of a rank-4 tensor twice; it is reduced once."""
+    assert_matches_litert(reduce_model("SUM", (2, 5, 3, 6), [1, -3], False))
+    assert_matches_litert(reduce_model("REDUCE_MIN", (4, 6, 5), [-1, 2, 0], True))

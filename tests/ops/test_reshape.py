@@ -26,7 +26,8 @@ def reason(model: bytes) -> str | None:
     return registry.check(graph.ops[0], graph)
 
 
-def reshape_model(src: tuple[int, ...], dst: tuple[int, ...], how: str = "input", const: bool = False) -> bytes:
+def reshape_model(src: tuple[int, ...], dst: tuple[int, ...], how: str = "input",
+                  const: bool = False) -> bytes:
     mb = ModelBuilder()
     if const:  # a constant reshaped, then added to a graph input
         x = mb.const("c", np.random.default_rng(1).uniform(-1, 1, src).astype(np.float32))
@@ -75,7 +76,8 @@ def test_alias_cases():
 
 def test_non_alias_cases():
     # Batch changes with more than one slice, channel changes, rank changes that move the channel axis.
-    for src, dst in [((2, 3, 5), (6, 5)), ((1, 4, 6), (1, 24)), ((1, 7), (7, 1)), ((2, 2, 2, 5), (2, 4, 5, 1))]:
+    for src, dst in [((2, 3, 5), (6, 5)), ((1, 4, 6), (1, 24)), ((1, 7), (7, 1)),
+                     ((2, 2, 2, 5), (2, 4, 5, 1))]:
         model = reshape_model(src, dst)
         low = lowering(model)
         assert len(low) == 1 and isinstance(low[0], KernelSpec), (src, dst)
@@ -106,6 +108,7 @@ def test_squeeze_all():
     mb = ModelBuilder()
     x = mb.input("x", (1, 5, 1, 3))
     mb.output(mb.op("SQUEEZE", [x], (5, 3)))
+    mb.output(mb.op("SQUEEZE", [mb.input("s", (1, 1, 1))], ()))
     assert_matches_litert(mb.build())
 
 

@@ -26,7 +26,8 @@ def model(code: str, shape: tuple[int, ...], beta: float = 1.0) -> bytes:
 @st.composite
 def case(draw):
     rank = draw(st.integers(1, 4))
-    shape = tuple(draw(st.integers(1, 6)) for _ in range(rank - 1)) + (draw(st.sampled_from([1, 2, 3, 5, 7, 8, 19])),)
+    channels = draw(st.sampled_from([1, 2, 3, 5, 7, 8, 19]))
+    shape = tuple(draw(st.integers(1, 6)) for _ in range(rank - 1)) + (channels,)
     return draw(st.sampled_from(OPS)), shape, draw(st.sampled_from([1.0, 0.5, 2.0, -1.0]))
 
 
@@ -73,3 +74,14 @@ def test_rank5_falls_back():
     reason = registry.check(graph.ops[0], graph)
     assert reason and "rank 5" in reason
     assert_matches_litert(m, all_gpu=False)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 4, 7), (1, 300)])
+def test_fused_consumer(shape):
+    """Consumers of softmax (fusable into its per-slice epilogue once elementwise offers as_epilogue)."""
+    mb = ModelBuilder()
+    x = mb.input("x", shape)
+    y = mb.op("SOFTMAX", [x], shape, {"beta": 1.0})
+    z = mb.op("MUL", [y, mb.const("k", np.float32(3.0))], shape)
+    mb.output(mb.op("ADD", [z, x], shape))
+    assert_matches_litert(mb.build())

@@ -42,7 +42,8 @@ def s2b_case(draw):
     pads, dims = [], []
     for bs in block:
         before, after = draw(st.integers(0, 2)), draw(st.integers(0, 2))
-        out = draw(st.integers(1 + (before + after) // bs, 4))  # at least one input row/column remains
+        least = -(-(before + after + 1) // bs)  # at least one input row/column remains
+        out = draw(st.integers(least, max(least, 4)))
         pads.append((before, after))
         dims.append(out * bs - before - after)
     shape = (draw(st.integers(1, 2)), dims[0], dims[1], draw(st.sampled_from(CHANNELS)))

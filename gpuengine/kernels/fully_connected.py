@@ -1,0 +1,285 @@
+"""FULLY_CONNECTED and BATCH_MATMUL.
+
+FULLY_CONNECTED: input flattened to [R, I] as TFLite does (row-major over the logical shape), weights [O, I]
+constant. A row is P = I / C whole input pixels of C channels (C = the input's last dim), so it is read as
+vec4 slices straight from PHWC4; weights are re-laid out once into mat4x4 blocks [out_slice][in_slice][pixel].
+* fully_connected:      R > 1 (or short rows): each invocation computes RT rows x ST output slices.
+* fully_connected_gemv: R == 1 with long rows: one 64-invocation workgroup per output slice splits the row
+                        and reduces in workgroup memory (a classifier head is far too few slices to fill a GPU
+                        at one invocation each).
+
+BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
+batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
+operand is transposed at build so the kernel only sees adjacency on runtime tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import slices, to_bhwc, to_phwc4
+from ..model.ir import Graph, Op
+from .base import Binding, Code, KernelSpec, Lowering
+from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
+from .conv2d import bias_vec4, lines
+
+GEMV_WORKGROUP = 64
+
+
+def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
+    """`store(v, r, os)`: output row r (flattened b, y, x) and slice os; bounds-checked."""
+    return Code(
+        f"  if (r >= {rows}u || os >= {so}u) {{ return; }}\n"
+        f"  let ob = r / {oh * ow}u;\n  let oy = r % {oh * ow}u / {ow}u;\n  let ox = r % {ow}u;\n"
+        f"  let oi = ((ob * {so}u + os) * {oh}u + oy) * {ow}u + ox;"
+    )
+
+
+def _src_index(ic: int, plane: int) -> Code:
+    """`src_index(q, sl)`: vec4 index of input pixel q (flattened b, y, x) in slice sl."""
+    si = slices(ic)
+    if plane == 1:
+        return Code(f"fn src_index(q: u32, sl: u32) -> u32 {{ return q * {si}u + sl; }}")
+    return Code(
+        f"fn src_index(q: u32, sl: u32) -> u32 {{ return q / {plane}u * {si * plane}u + sl * {plane}u"
+        f" + q % {plane}u; }}"
+    )
+
+
+def fc_blocks(w: np.ndarray, ic: int, so_pad: int) -> np.ndarray:
+    """[O, P*C] -> flat f32 mat4x4 blocks [so_pad][SI][P]: column j / row l = W[4os + l, p*C + 4is + j]."""
+    o, i = w.shape
+    p = i // ic
+    si = slices(ic)
+    padded = np.zeros((so_pad * 4, p, si * 4), np.float32)
+    padded[:o, :, :ic] = w.reshape(o, p, ic)
+    blocks = padded.reshape(so_pad, 4, p, si, 4).transpose(0, 3, 2, 4, 1)
+    return np.ascontiguousarray(blocks).reshape(-1)
+
+
+class FullyConnectedKernel:
+    ops = ("FULLY_CONNECTED", "BATCH_MATMUL")
+
+    def supports(self, op: Op, graph: Graph) -> str | None:
+        if op.code == "BATCH_MATMUL":
+            return _bmm_supports(op, graph)
+        if len(op.inputs) < 2 or len(op.outputs) != 1:
+            return "expects input, weights[, bias] and 1 output"
+        reason = float_tensors(op, graph) or activation_supported(op)
+        if reason:
+            return reason
+        x, w = op.inputs[0], op.inputs[1]
+        if int(op.opt("weights_format", 0) or 0) != 0:
+            return "shuffled weights format is not supported"
+        if is_const(graph, x):
+            return "constant input tensors are not supported"
+        if not is_const(graph, w) or len(graph.tensors[w].shape) != 2:
+            return "weights must be a constant [O, I] matrix"
+        o, i = graph.tensors[w].shape
+        bias = op.inputs[2] if len(op.inputs) > 2 else -1
+        if bias >= 0 and (not is_const(graph, bias) or graph.tensors[bias].size != o):
+            return "bias must be a constant with one value per output"
+        total = graph.tensors[x].size
+        ic = bhwc(graph, x)[3]
+        if i < 1 or total % i:
+            return f"input of {total} elements does not flatten to rows of {i}"
+        if i % ic:
+            return f"rows of {i} do not hold whole pixels of the input's {ic} channels"
+        rb, rh, rw, oc = bhwc(graph, op.outputs[0])
+        if oc != o or rb * rh * rw != total // i:
+            return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
+        return None
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        if op.code == "BATCH_MATMUL":
+            return [_bmm_build(op, graph)]
+        x, out = op.inputs[0], op.outputs[0]
+        w = const_f32(graph, op.inputs[1])
+        o, i = w.shape
+        ib, ih, iw, ic = bhwc(graph, x)
+        rb, rh, rw, _ = bhwc(graph, out)
+        rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
+        bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+        bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
+        params = {
+            "SI": si,
+            "P": p,
+            "SO": so,
+            "SRC_INDEX": _src_index(ic, ih * iw),
+            "STORE": _out_store(so, rh, rw, rows),
+        }
+        if rows == 1 and si * p >= GEMV_WORKGROUP:
+            bindings = [
+                Binding("src", tensor=x),
+                Binding("weights", data=fc_blocks(w, ic, so), element="mat4x4<f32>"),
+                Binding("bias", data=bias_vec4(bias, o, so)),
+                Binding("dst", tensor=out, writable=True),
+            ]
+            wg = GEMV_WORKGROUP
+            return [
+                KernelSpec(
+                    "fully_connected_gemv",
+                    {**params, "K": si * p},
+                    bindings,
+                    grid=(wg * so, 1, 1),
+                    workgroup=(wg, 1, 1),
+                    epilogue=activation(op),
+                    out_channels=o,
+                    label=f"{op.code} gemv {i}->{o}",
+                )
+            ]
+        rt = 1 if rows == 1 else (2 if rows <= 4 else 4)
+        st = 2 if so >= 2 else 1
+        sg = -(-so // st)
+        init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(rt)]
+        taps = [
+            f"let s_{t} = src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)];" for t in range(rt)
+        ]
+        taps += [f"let w_{j} = weights[wi + {j * si * p}u];" for j in range(st)]
+        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(rt)]
+        store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+        bindings = [
+            Binding("src", tensor=x),
+            Binding("weights", data=fc_blocks(w, ic, sg * st), element="mat4x4<f32>"),
+            Binding("bias", data=bias_vec4(bias, o, sg * st)),
+            Binding("dst", tensor=out, writable=True),
+        ]
+        params.update(RT=rt, ST=st, ACC_INIT=lines(init, 2), TAPS=lines(taps, 6), STORE_ALL=lines(store, 2))
+        return [
+            KernelSpec(
+                "fully_connected",
+                params,
+                bindings,
+                grid=(-(-rows // rt), sg, 1),
+                epilogue=activation(op),
+                out_channels=o,
+                label=f"{op.code} {rows}x{i}->{o}",
+            )
+        ]
+
+
+# -- BATCH_MATMUL --------------------------------------------------------------------------------
+
+
+def _batch2(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The batch dims of a rank 2..4 matrix shape, right-aligned and padded to two."""
+    dims = (1, 1, *shape[:-2])
+    return dims[-2], dims[-1]
+
+
+def _bmm_supports(op: Op, graph: Graph) -> str | None:
+    if len(op.inputs) != 2 or len(op.outputs) != 1:
+        return "expects 2 inputs and 1 output"
+    reason = float_tensors(op, graph)
+    if reason:
+        return reason
+    a, b = (graph.tensors[t] for t in op.inputs)
+    out = graph.tensors[op.outputs[0]]
+    if a.data is not None and b.data is not None:
+        return "both inputs constant"
+    if any(not 2 <= len(t.shape) <= 4 for t in (a, b, out)):
+        return "inputs and output must have rank 2..4"
+    if a.data is not None and a.dtype != np.float32 or b.data is not None and b.dtype != np.float32:
+        return "constant operands must be float32"
+    adj_x, adj_y = bool(op.opt("adj_x", False)), bool(op.opt("adj_y", False))
+    m, k = a.shape[-2:][::-1] if adj_x else a.shape[-2:]
+    k2, n = b.shape[-2:][::-1] if adj_y else b.shape[-2:]
+    if k != k2:
+        return f"inner dimensions differ ({k} vs {k2})"
+    try:
+        batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        return f"batch dims of {a.shape} and {b.shape} do not broadcast"
+    if tuple(out.shape) != (*batch, m, n):
+        return f"output shape {out.shape} is not {(*batch, m, n)}"
+    return None
+
+
+def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding, tuple[int, ...], bool]:
+    """`name_at(i0, i1, row, sl)`: stored vec4 (row, slice) of the operand for output batch (i0, i1).
+
+    A constant operand is transposed here when adjoint, so only runtime tensors keep `adj`."""
+    tensor = graph.tensors[t]
+    shape = tuple(tensor.shape)
+    if tensor.data is not None:
+        data = const_f32(graph, t)
+        if adj:
+            data = np.swapaxes(data, -1, -2)
+            shape, adj = data.shape, False
+        binding = Binding(name, data=to_phwc4(data))
+    else:
+        binding = Binding(name, tensor=t)
+    rows, ch = shape[-2], shape[-1]
+    s = slices(ch)
+    d0, d1 = _batch2(shape)
+    i0 = "i0" if d0 > 1 else "0u"
+    i1 = "i1" if d1 > 1 else "0u"
+    if len(shape) == 2:
+        index = f"row * {s}u + sl"
+    elif len(shape) == 3:
+        index = f"({i1} * {s}u + sl) * {rows}u + row"
+    else:
+        index = f"(({i0} * {s}u + sl) * {d1}u + {i1}) * {rows}u + row"
+    fn = f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ return {name}[{index}]; }}\n"
+    return Code(fn), binding, shape, adj
+
+
+def _bmm_build(op: Op, graph: Graph) -> KernelSpec:
+    out = op.outputs[0]
+    oshape = tuple(graph.tensors[out].shape)
+    fa, ba, ashape, adj_x = _operand(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa")
+    fb, bb, bshape, adj_y = _operand(graph, op.inputs[1], bool(op.opt("adj_y", False)), "yb")
+    m, n = oshape[-2:]
+    k = ashape[-2] if adj_x else ashape[-1]
+    ks, so = slices(k), slices(n)
+    b0, b1 = _batch2(oshape)
+    # a = X[m, 4*k4 .. 4*k4+3] as a vec4
+    if adj_x:  # X stored [K, M]: lane j is row 4*k4 + j, channel m
+        a_lanes = ", ".join(
+            f"select(0.0, xa_at(i0, i1, min(k4 * 4u + {j}u, {k - 1}u), m / 4u)[m % 4u], "
+            f"k4 * 4u + {j}u < {k}u)"
+            for j in range(4)
+        )
+        a_expr = f"vec4<f32>({a_lanes})"
+    else:
+        a_expr = "xa_at(i0, i1, m, k4)"
+    # bm: column j = Y[4*k4 + j, 4*n4 .. 4*n4+3]
+    if adj_y:  # Y stored [N, K]: row n holds Y[:, n] along lanes
+        rows = ", ".join(
+            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(os * 4u + {lane}u, {n - 1}u), k4), "
+            f"os * 4u + {lane}u < {n}u)"
+            for lane in range(4)
+        )
+        b_expr = f"transpose(mat4x4<f32>({rows}))"
+    else:
+        cols = ", ".join(
+            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(k4 * 4u + {j}u, {k - 1}u), os), k4 * 4u + {j}u < {k}u)"
+            for j in range(4)
+        )
+        b_expr = f"mat4x4<f32>({cols})"
+    ob_, oh_, ow_, _ = to_bhwc(oshape)
+    loc = {2: ("m", "0u", "0u"), 3: ("i1", "0u", "m"), 4: ("i0", "i1", "m")}[len(oshape)]
+    params = {
+        "SO": so,
+        "KS": ks,
+        "B1": b1,
+        "OH": oh_,
+        "OW": ow_,
+        "READERS": Code(fa + fb),
+        "A_EXPR": Code(a_expr),
+        "B_EXPR": Code(b_expr),
+        "LOC_B": Code(loc[0]),
+        "LOC_Y": Code(loc[1]),
+        "LOC_X": Code(loc[2]),
+    }
+    return KernelSpec(
+        "batch_matmul",
+        params,
+        [ba, bb, Binding("dst", tensor=out, writable=True)],
+        grid=(m, b0 * b1, so),
+        out_channels=n,
+        label=f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}",
+    )
+
+
+KERNEL = FullyConnectedKernel()

@@ -1,0 +1,92 @@
+"""Real MediaPipe models end to end: everything on the GPU in one partition, outputs equal to LiteRT."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from gpuengine import Interpreter
+from gpuengine.layout import to_bhwc
+from gpuengine.memory import STRATEGIES
+from gpuengine.runtime.program import GpuProgram
+from gpuengine.testing import random_inputs, relative_error, run_gpuengine, run_litert
+
+from .conftest import REFERENCE_MODELS, reference_model
+
+pytestmark = pytest.mark.models
+
+
+@functools.cache
+def _compiled(name: str, optimize: bool = True) -> tuple[dict, Interpreter]:
+    data = reference_model(name)
+    return run_gpuengine(data, random_inputs(data, seed=1, low=0.0, high=1.0), optimize=optimize)
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_runs_entirely_on_the_gpu_in_one_partition(name):
+    _, it = _compiled(name)
+    plan = it.compiled.plan
+    assert plan.unsupported == {}
+    assert plan.ops_gpu == len(plan.graph.ops)
+    assert [p.device for p in plan.partitions] == ["gpu"]
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_matches_litert(name):
+    data = reference_model(name)
+    feeds = random_inputs(data, seed=1, low=0.0, high=1.0)
+    got, _ = _compiled(name)
+    ref = run_litert(data, feeds)
+    for t, r in ref.items():
+        assert relative_error(got[t], r) <= 1e-4, f"output {t}"
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_fused_and_unfused_agree(name):
+    fused, it = _compiled(name, True)
+    plain, it_plain = _compiled(name, False)
+    assert it.compiled.dispatches < it_plain.compiled.dispatches
+    for t in fused:
+        assert relative_error(fused[t], plain[t]) <= 1e-5, f"output {t}"
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_no_standalone_elementwise_or_pad_dispatch(name):
+    """After fusion, no elementwise kernel reads a tensor written by another kernel of the same partition as its
+    first input, and no PAD or identity op is dispatched on its own."""
+    _, it = _compiled(name)
+    graph = it.compiled.graph
+    for prog in it.compiled.programs:
+        assert isinstance(prog, GpuProgram)
+        written = {}
+        for k, d in enumerate(prog.dispatches):
+            ops = [graph.ops[i] for i in d.spec.ops]
+            if d.spec.shader == "elementwise" and ops:
+                first = prog.root(ops[0].inputs[0])
+                assert first not in written or written[first] == "bhwc_to_phwc4", \
+                    f"dispatch {k} ({d.spec.label}) is a standalone elementwise kernel after {written.get(first)}"
+            standalone = [op.code for op in ops if op.code in ("PAD", "PADV2") or (
+                op.code in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+                and to_bhwc(graph.tensors[op.inputs[0]].shape) == to_bhwc(graph.tensors[op.outputs[0]].shape))]
+            assert not standalone, f"dispatch {k} runs {standalone} on its own"
+            for b in d.spec.bindings:
+                if b.writable and b.tensor is not None and not b.raw:
+                    written[b.tensor] = d.spec.shader
+
+
+def test_memory_strategies_give_identical_outputs():
+    data = reference_model("selfie_segmentation")
+    feeds = random_inputs(data, seed=2, low=0.0, high=1.0)
+    results = {}
+    sizes = {}
+    for strategy in STRATEGIES:
+        out, it = run_gpuengine(data, feeds, memory_strategy=strategy)
+        results[strategy] = out
+        sizes[strategy] = sum(p.info.plan.total_bytes for p in it.compiled.programs if isinstance(p, GpuProgram))
+    for strategy, out in results.items():
+        for t, v in out.items():
+            np.testing.assert_array_equal(v, results["naive"][t], err_msg=strategy)
+    assert sizes["best"] <= min(sizes["greedy"], sizes["mincostflow"])
+    assert sizes["greedy"] < sizes["naive"]
