@@ -20,6 +20,14 @@ class Partition:
 
 
 def partition(graph: Graph, support: dict[int, str | None]) -> list[Partition]:
+    """Maximal partitions: the greedy schedule from each starting device, keeping the one with fewer."""
+    device_of = {i: "gpu" if support.get(i) is None else "cpu" for i in range(len(graph.ops))}
+    candidates = [_schedule(graph, device_of, start) for start in ("gpu", "cpu")]
+    best = min(candidates, key=len)  # min keeps the first (GPU-first) on a tie
+    return [_with_boundaries(graph, dev, ops) for dev, ops in best]
+
+
+def _schedule(graph: Graph, device_of: dict[int, str], start: str) -> list[tuple[str, list[int]]]:
     producers = graph.producers()
     deps: dict[int, set[int]] = {}
     for i, op in enumerate(graph.ops):
@@ -30,9 +38,8 @@ def partition(graph: Graph, support: dict[int, str | None]) -> list[Partition]:
             users[d].append(i)
     pending = {i: len(ds) for i, ds in deps.items()}
     ready = sorted(i for i, n in pending.items() if n == 0)
-    device_of = {i: "gpu" if support.get(i) is None else "cpu" for i in deps}
     groups: list[tuple[str, list[int]]] = []
-    current = device_of[ready[0]] if ready else "gpu"
+    current = start
     while ready:
         same = [i for i in ready if device_of[i] == current]
         if not same:
@@ -48,7 +55,7 @@ def partition(graph: Graph, support: dict[int, str | None]) -> list[Partition]:
             if pending[u] == 0:
                 ready.append(u)
         ready.sort()
-    return [_with_boundaries(graph, dev, ops) for dev, ops in groups]
+    return groups
 
 
 def _with_boundaries(graph: Graph, device: str, ops: list[int]) -> Partition:

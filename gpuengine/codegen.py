@@ -73,7 +73,9 @@ def render(spec: KernelSpec) -> str:
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
     try:
-        return load_template(spec.shader).substitute(params) + "".join(f"\n{f}" for f in spec.functions)
+        text = load_template(spec.shader).substitute(params)
+        # Fused readers and helpers, each once (a helper may already be in the producer's own text).
+        return text + "".join(f"\n{f}" for f in dict.fromkeys(spec.functions) if f not in text)
     except KeyError as e:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e
 

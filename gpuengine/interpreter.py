@@ -27,10 +27,18 @@ def tensor_details(t: Tensor) -> dict[str, Any]:
     scales = q.scale.astype(np.float32) if q is not None else np.zeros(0, np.float32)
     zeros = q.zero_point.astype(np.int32) if q is not None else np.zeros(0, np.int32)
     sparsity: dict[str, Any] = {}
-    if t.sparsity is not None:
-        sparsity = {"traversal_order": np.array(t.sparsity.traversal_order, np.int32),
-                    "block_map": np.array(t.sparsity.block_map, np.int32),
-                    "dim_metadata": t.sparsity.dim_metadata}
+    if t.sparsity is not None:  # the shape LiteRT gives: no empty block_map, dense/sparse dims differ
+        sparsity = {"traversal_order": np.array(t.sparsity.traversal_order, np.int32)}
+        if t.sparsity.block_map:
+            sparsity["block_map"] = np.array(t.sparsity.block_map, np.int32)
+        dims = []
+        for d in t.sparsity.dim_metadata:
+            if d["format"] == 0:
+                dims.append({"format": 0, "dense_size": d["dense_size"]})
+            else:
+                dims.append({"format": d["format"], "array_segments": np.asarray(d["array_segments"], np.int32),
+                             "array_indices": np.asarray(d["array_indices"], np.int32)})
+        sparsity["dim_metadata"] = dims
     return {
         "name": t.name,
         "index": t.index,
@@ -83,16 +91,19 @@ class Interpreter:
     def resize_tensor_input(self, input_index: int, tensor_size: Any, strict: bool = False) -> None:
         """Change an input's shape; the graph's other shapes are re-derived and the model rebuilt."""
         if input_index not in self._graph.inputs:
-            raise ValueError(f"Tensor {input_index} is not an input of the model")
+            raise RuntimeError(f"Tensor {input_index} is not an input of the model; only inputs can be resized")
         new_shape = tuple(int(d) for d in tensor_size)
         tensor = self._graph.tensors[input_index]
         if new_shape == tensor.shape:
             return
         if strict and tensor.shape_signature is not None:
+            if len(new_shape) != len(tensor.shape_signature):
+                raise RuntimeError(f"ResizeInputTensorStrict: rank {len(new_shape)} differs from the input's "
+                                   f"rank {len(tensor.shape_signature)}.")
             for d, (old, new) in enumerate(zip(tensor.shape_signature, new_shape)):
-                if old != -1 and old != new or len(new_shape) != len(tensor.shape_signature):
-                    raise ValueError(f"ResizeInputTensorStrict only allows mutating unknown dimensions "
-                                     f"identified by -1 (dimension {d}).")
+                if old != -1 and old != new:
+                    raise RuntimeError(f"ResizeInputTensorStrict only allows mutating unknown dimensions "
+                                       f"identified by -1 (dimension {d}).")
         self._graph = _reshaped(self._model, self._graph, {input_index: new_shape})
         self._compiled = None
         self._values.pop(input_index, None)
@@ -116,6 +127,8 @@ class Interpreter:
         if tensor_index not in self._graph.inputs:
             raise ValueError(f"Tensor {tensor_index} ({tensor.name!r}) is not an input; gpuengine only accepts "
                              "values for model inputs")
+        if self._compiled is None:
+            raise ValueError("Cannot set tensor: allocate_tensors() must be called first")
         self._values[tensor_index] = np.array(value, copy=True)
 
     def invoke(self) -> None:
@@ -144,6 +157,8 @@ class Interpreter:
             folded = self._compiled.graph.tensors[t].data
             if folded is not None:
                 return np.asarray(folded)
+        if t in self._graph.outputs:
+            raise ValueError(f"Tensor {t} ({tensor.name!r}) is an output with no value yet: call invoke() first")
         raise ValueError(f"Tensor {t} ({tensor.name!r}) is an intermediate kept on the GPU and is not "
                          "readable; read model outputs, or make it an output of the model")
 
@@ -166,7 +181,7 @@ class Interpreter:
         self.allocate_tensors()
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
-        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._model.signatures}
+        return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)} for s in self._model.signatures}
 
     def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
         sigs = {s.key: s for s in self._model.signatures}
@@ -213,14 +228,19 @@ class SignatureRunner:
 
     def __init__(self, interpreter: Interpreter, sig: Any) -> None:
         self._interpreter, self._sig = interpreter, sig
-        self._graph = interpreter._model.subgraphs[sig.subgraph]
+        graph = interpreter._model.subgraphs[sig.subgraph]
+        extra = [t for t in sig.outputs.values() if t not in graph.outputs]
+        if extra:  # a signature output that is not a graph output must still come back from the GPU
+            graph = graph.copy()
+            graph.outputs = graph.outputs + extra
+        self._graph = graph
         self._compiled: CompiledGraph | None = None
 
     def get_input_details(self) -> dict[str, dict[str, Any]]:
-        return {n: tensor_details(self._graph.tensors[t]) for n, t in self._sig.inputs.items()}
+        return {n: tensor_details(self._graph.tensors[t]) for n, t in sorted(self._sig.inputs.items())}
 
     def get_output_details(self) -> dict[str, dict[str, Any]]:
-        return {n: tensor_details(self._graph.tensors[t]) for n, t in self._sig.outputs.items()}
+        return {n: tensor_details(self._graph.tensors[t]) for n, t in sorted(self._sig.outputs.items())}
 
     def __call__(self, **kwargs: Any) -> dict[str, np.ndarray]:
         missing = set(self._sig.inputs) - set(kwargs)
@@ -266,7 +286,11 @@ def _reshaped(model: Model, graph: Graph, shapes: dict[int, tuple[int, ...]]) ->
         ref.resize_tensor_input(t, list(shape))
     try:
         ref.allocate_tensors()
-    except RuntimeError as e:
+        # Shapes computed at run time (RESHAPE fed by SHAPE) are only final after one invoke.
+        for d in ref.get_input_details():
+            ref.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+        ref.invoke()
+    except (RuntimeError, ValueError) as e:
         raise ModelError(f"the model cannot run with input shapes {shapes}: {e}") from e
     new = graph.copy()
     for d in ref.get_tensor_details():

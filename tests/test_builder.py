@@ -154,7 +154,6 @@ def test_quantization_round_trip() -> None:
     np.testing.assert_array_equal(dq, [[0, 1, -3, 62]])
 
 
-@pytest.mark.xfail(strict=True, reason="write_model drops Quantization.min/max (builder._write_quantization)")
 def test_quantization_min_max_round_trip() -> None:
     mb = ModelBuilder()
     x = mb.input("x", (4,), np.int8)
@@ -303,7 +302,6 @@ def test_sparse_tensor_is_refused() -> None:
         write_model(model)
 
 
-@pytest.mark.xfail(strict=True, reason="write_model drops Op.intermediates (builder._write_subgraph)")
 def test_intermediates_round_trip() -> None:
     mb = ModelBuilder()
     x = mb.input("x", (2,))

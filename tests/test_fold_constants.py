@@ -215,8 +215,6 @@ def test_numpy_shape_mismatch_defers_to_litert() -> None:
     assert fold_constants(graph).ops  # both numpy and LiteRT give (2,): left in place
 
 
-@pytest.mark.xfail(strict=True, reason="interpreter._reshaped takes shapes from LiteRT before invoke, so the "
-                   "RESHAPE fed by a computed shape keeps its old declared shape (2, 60): not a folding bug")
 def test_shape_chain_refolds_after_resize() -> None:
     """SHAPE folds the shape known now; resize_tensor_input rebuilds, so the chain folds to the new batch."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT

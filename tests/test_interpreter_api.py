@@ -219,8 +219,6 @@ BUILT_MODELS = [classifier_model, details_model, signature_model, batch_model, c
 
 
 @pytest.mark.models
-@pytest.mark.xfail(strict=True, reason="interpreter.tensor_details: sparsity_parameters differ from LiteRT's "
-                   "(block_map present when empty, dense_size on sparse dims, int64 index arrays)")
 def test_sparse_details_match_litert() -> None:
     path = face_model_path("face_detection_full_range_sparse")
     ours, theirs = Interpreter(model_path=str(path)), LiteRT(model_path=str(path))
@@ -342,8 +340,6 @@ def test_constant_tensor_readable() -> None:
 
 
 # -- signatures -------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="Interpreter.get_signature_list / SignatureRunner detail dicts keep "
-                   "file order; LiteRT lists signature input and output names sorted")
 def test_signature_list_matches_litert() -> None:
     data = signature_model()
     ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)

@@ -9,7 +9,8 @@ Template contract (shaders/*.wgsl, filled by codegen.render):
   * Every other `${NAME}` comes from `spec.params` (numbers become WGSL literals; `Code` is inserted as is).
   * Kernels that write one PHWC4 output vec4 per invocation name it `value` and call `${EPILOGUE}` before the
     store with `ob, oy, ox, os` (batch, row, column, slice) and `oi` (linear vec4 index) in scope: fused
-    activations and zeroing of padding lanes are emitted there.
+    activations, fused elementwise ops and zeroing of padding lanes are emitted there. Placeholders are
+    substituted everywhere, comments included: never write a placeholder's name in a template comment.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, operand
 
 _ERF = ("fn erf4(x: vec4<f32>) -> vec4<f32> {\n"  # Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
@@ -112,12 +112,34 @@ class ElementwiseKernel:
             return "non-finite alpha"
         return None
 
-    def build(self, op: Op, graph: Graph) -> Lowering:
+    @staticmethod
+    def _expr(op: Op) -> str:
         expr = UNARY.get(op.code) or BINARY[op.code]
         if op.code == "GELU":
             expr = _GELU_TANH if op.opt("approximate", False) else _GELU_EXACT
         if op.code == "LEAKY_RELU":
             expr = expr.replace("${ALPHA}", literal(float(op.opt("alpha", 0.2))))
+        return expr
+
+    def as_epilogue(self, op: Op, graph: Graph, position: int, prefix: str) -> Epilogue | None:
+        """The op applied to the producer's `value` (input `position`); other operands read directly."""
+        expr = self._expr(op)
+        out_shape = graph.tensors[op.outputs[0]].shape
+        lines, functions, bindings = [], [code for key, code in _HELPERS.items() if key in expr], []
+        for k, (name, t) in enumerate(zip("ab", op.inputs)):
+            if k == position:
+                lines.append(f"let {name} = value;")
+                continue
+            fn, binds = operand(graph, t, out_shape, prefix + name, graph.tensors[t].shape)
+            functions.append(fn)
+            bindings += binds
+            lines.append(f"let {name} = read_{prefix}{name}(ob, oy, ox, os);")
+        lines.append(f"value = {expr};")
+        lines += activation(op) if op.code in _FUSED else []
+        return Epilogue([Code("{ " + " ".join(lines) + " }")], functions, bindings)
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        expr = self._expr(op)
         operands = [(name, t, graph.tensors[t].shape) for name, t in zip("ab", op.inputs)]
         epilogue = activation(op) if op.code in _FUSED else []
         return [elementwise_spec(op, graph, operands, expr, epilogue)]

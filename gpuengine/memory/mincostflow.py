@@ -73,6 +73,7 @@ def plan_mincostflow(
     n = len(recs)
     if n == 0:
         return MemoryPlan(strategy="mincostflow")
+    _require_scipy()
     sizes = np.fromiter((r.size for r in recs), dtype=np.int64, count=n)
     firsts = np.fromiter((r.first for r in recs), dtype=np.int64, count=n)
     lasts = np.fromiter((r.last for r in recs), dtype=np.int64, count=n)
@@ -81,6 +82,16 @@ def plan_mincostflow(
     else:
         pred = _solve_sparse(sizes, firsts, lasts, recent_candidates, size_candidates)
     return _plan_from_predecessors(recs, pred)
+
+
+def _require_scipy() -> None:
+    """SciPy is an optional dependency; say how to get it instead of a bare ModuleNotFoundError."""
+    try:
+        import scipy.optimize  # noqa: F401
+        import scipy.sparse.csgraph  # noqa: F401
+    except ImportError as exc:
+        msg = "the mincostflow strategy needs SciPy: pip install 'gpuengine[mincostflow]'"
+        raise ImportError(msg) from exc
 
 
 def _solve_dense(sizes: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:

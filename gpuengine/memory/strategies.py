@@ -38,7 +38,11 @@ def plan_memory(
     if strategy == "greedy_by_size":
         return plan_greedy_by_size(recs, alignment=alignment)
     if strategy == "best":
-        candidates = [plan_greedy(recs), plan_mincostflow(recs)]
+        candidates = [plan_greedy(recs)]
+        try:
+            candidates.append(plan_mincostflow(recs))
+        except ImportError:
+            pass
         winner = min(candidates, key=lambda p: p.total_bytes)  # min keeps the first (greedy) on ties
         return MemoryPlan(
             strategy=f"best({winner.strategy})",

@@ -188,18 +188,28 @@ def write_model(model: Model) -> bytes:
     return bytes(b.Output())
 
 
+def _float_vector(b: flatbuffers.Builder, values: np.ndarray) -> int:
+    values = np.asarray(values, np.float32).reshape(-1)
+    b.StartVector(4, values.size, 4)
+    for v in reversed(values.tolist()):
+        b.PrependFloat32(v)
+    return b.EndVector()
+
+
 def _write_quantization(b: flatbuffers.Builder, q: Quantization) -> int:
     qm = _schema_module("QuantizationParameters")
-    scale = q.scale.astype(np.float32)
-    b.StartVector(4, scale.size, 4)
-    for v in reversed(scale.tolist()):
-        b.PrependFloat32(v)
-    scale_vec = b.EndVector()
+    scale_vec = _float_vector(b, q.scale)
+    min_vec = _float_vector(b, q.min) if q.min is not None else None
+    max_vec = _float_vector(b, q.max) if q.max is not None else None
     b.StartVector(8, q.zero_point.size, 8)
     for v in reversed(q.zero_point.astype(np.int64).tolist()):
         b.PrependInt64(v)
     zp_vec = b.EndVector()
     qm.Start(b)
+    if min_vec is not None:
+        qm.AddMin(b, min_vec)
+    if max_vec is not None:
+        qm.AddMax(b, max_vec)
     qm.AddScale(b, scale_vec)
     qm.AddZeroPoint(b, zp_vec)
     qm.AddQuantizedDimension(b, q.axis)
@@ -232,6 +242,7 @@ def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[i
     for op in graph.ops:
         ins = _int_vector(b, op.inputs)
         outs = _int_vector(b, op.outputs)
+        intermediates = _int_vector(b, op.intermediates) if op.intermediates else None
         opts = _write_options(b, op.options) if op.options is not None and op.options.fields is not None \
             and op.options.kind in _OPTION_CODES else None
         custom = _typed_vector(b, np.frombuffer(op.custom_options, np.uint8), 1) if op.custom_options else None
@@ -244,6 +255,8 @@ def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[i
             om.AddBuiltinOptions(b, opts)
         if custom is not None:
             om.AddCustomOptions(b, custom)
+        if intermediates is not None:
+            om.AddIntermediates(b, intermediates)
         op_offsets.append(om.End(b))
 
     def table_vector(offsets: list[int]) -> int:

@@ -241,12 +241,20 @@ def _read_subgraph(g: Any, gi: int, buffers: list[np.ndarray], codes: list, data
             custom_options=custom_options,
         ))
     name = g.Name()
-    return Graph(
+    graph = Graph(
         tensors=tensors, ops=ops,
         inputs=indices(_numpy(g.InputsAsNumpy, g.InputsLength()), "inputs"),
         outputs=indices(_numpy(g.OutputsAsNumpy, g.OutputsLength()), "outputs"),
         name=name.decode("utf-8", "replace") if name else "",
     )
+    # A zero-element tensor with its own buffer that no op writes and nobody feeds is a constant (e.g. the
+    # shape [] of a RESHAPE to a scalar); its buffer is empty because there is nothing to store.
+    produced = {t for op in ops for t in op.outputs}
+    for t in tensors:
+        if t.data is None and t.buffer != 0 and t.size == 0 and not t.is_variable \
+                and t.index not in produced and t.index not in graph.inputs:
+            t.data = np.zeros(t.shape, t.dtype)
+    return graph
 
 
 def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes) -> Tensor:
