@@ -50,7 +50,9 @@ def bindings_decl(spec: KernelSpec) -> str:
     for i, b in enumerate(spec.bindings):
         if not _NAME.match(b.name):
             raise ValueError(f"invalid binding name {b.name!r}")
-        access = "read_write" if b.writable else "read"
+        # WebGPU forbids read-only and read-write views of one buffer in one dispatch, even on disjoint
+        # ranges: tensors sharing an arena buffer with another binding are all declared read_write.
+        access = "read_write" if b.writable or b.shared else "read"
         lines.append(f"@group(0) @binding({i}) var<storage, {access}> {b.name}: array<{b.element}>;")
     return "\n".join(lines)
 

@@ -45,6 +45,15 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
     return specs, aliases
 
 
+def _move_to_end(specs: list[KernelSpec], writer: dict[int, int], index: int) -> None:
+    specs.append(specs.pop(index))
+    for tensor, w in writer.items():
+        if w > index:
+            writer[tensor] = w - 1
+        elif w == index:
+            writer[tensor] = len(specs) - 1
+
+
 def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[KernelSpec], writer: dict[int, int],
               consumers: dict[int, list[int]], keep: set[int], aliases: dict[int, int]) -> bool:
     out = op.outputs[0]
@@ -57,11 +66,15 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
         if to_bhwc(graph.tensors[t].shape) != to_bhwc(graph.tensors[out].shape):
             continue
         others = [u for k, u in enumerate(op.inputs) if k != position and u >= 0 and graph.tensors[u].data is None]
-        if any(u == t or writer.get(u, len(specs)) >= writer[t] for u in others):
+        if any(u == t or u not in writer for u in others):
             continue
         epilogue = kernel.as_epilogue(op, graph, position, f"f{len(spec.ops)}_")  # type: ignore[attr-defined]
         if epilogue is None:
             continue
+        if any(writer[u] >= writer[t] for u in others):
+            # Another operand is written later: run the producer after it. Safe, since its output is read
+            # by this op alone and its inputs stay live until it runs (lifetimes come from the final order).
+            _move_to_end(specs, writer, writer[t])
         spec.epilogue.extend(epilogue.lines)
         spec.functions.extend(epilogue.functions)
         for b in spec.bindings:

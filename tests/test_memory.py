@@ -82,7 +82,7 @@ def _best_shared_total(recs: list[UsageRecord]) -> int:
 #   needed.  With the sizes in the order given, the schedule below does exactly that and greedy needs
 #   104 bytes, the figure's number; min-cost flow needs 80 = the lower bound, i.e. the optimum.
 # * Making the fourth tensor 12 bytes instead of 8 (same schedule) gives greedy 104 and min-cost flow 84,
-#   both published totals, which suggests the figure's fourth tensor is 12 bytes, not 8.
+#   both published totals.  That is one way to reach them; we could not check that the figure uses it.
 #
 # Schedule (op i runs at step i; op 3 and op 6 write model outputs, which are not planned here):
 #   op0 -> t0 (32)        t0 live [0, 1]

@@ -38,6 +38,7 @@ class Binding:
     writable: bool = False
     element: str = "vec4<f32>"  # WGSL element type of the array
     raw: bool = False  # a BHWC (not PHWC4) boundary buffer: only the layout converters use it
+    shared: bool = False  # set by the runtime: another binding of this dispatch lives in the same buffer
 
 
 @dataclass

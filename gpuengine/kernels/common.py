@@ -69,7 +69,7 @@ _AXES = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 
 
 def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
-            shape: tuple[int, ...] | None = None) -> tuple[Code, list[Binding]]:
+            shape: tuple[int, ...] | None = None, zero_extend: bool = False) -> tuple[Code, list[Binding]]:
     """A WGSL function `read_<name>(b, y, x, s) -> vec4<f32>` reading tensor t broadcast to out_shape.
 
     out_shape is the output's logical shape (rank <= 4); `shape` the operand's logical shape (default: its
@@ -77,7 +77,8 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     its *own* rank, so its dims are mapped to the output's BHWC axes one by one (a rank-3 (B, W, C) operand of
     a rank-4 output reads its B axis with the output's H index); its logical shape must be its own shape,
     possibly left-padded with 1s. Scalar constants are baked as literals; other constants are laid out here
-    in the output's frame (so any reshape of them is allowed) and bound as PHWC4 data.
+    in the output's frame (so any reshape of them is allowed) and bound as PHWC4 data. zero_extend: the operand
+    has fewer channels than the output and reads as zero beyond them (a channel PAD merged into its reader).
     """
     tensor = graph.tensors[t]
     rank = len(out_shape)
@@ -104,12 +105,14 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
         if d > 1:
             idx[_AXES[len(own)][j]] = out_vars[_AXES[rank][j + rank - len(own)]]
     c_ = storage[3]
-    splat = c_ == 1 and to_bhwc(out_shape)[3] > 1
-    idx_s = "0u" if (splat or slices(c_) == 1) else "s"
+    splat = c_ == 1 and to_bhwc(out_shape)[3] > 1 and not zero_extend
+    idx_s = "0u" if (splat or (slices(c_) == 1 and not zero_extend)) else "s"
     b_, h_, w_ = storage[:3]
     index = f"(({idx[0]} * {slices(c_)}u + {idx_s}) * {h_}u + {idx[1]}) * {w_}u + {idx[2]}"
     var = f"in_{name}"
     body = f"  let v = {var}[{index}];\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
+    if zero_extend:  # lanes past the channels inside the last slice are already zero in PHWC4 storage
+        body = f"  if (s >= {slices(c_)}u) {{ return vec4<f32>(0.0); }}\n" + body
     if tensor.data is not None:
         binding = Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(storage)))
     else:

@@ -74,7 +74,7 @@ def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[
     b, h, w, c = bhwc(graph, out_t)
     readers, bindings, body = [], [], []
     for name, t, shape in operands:
-        fn, binds = operand(graph, t, out_shape, name, shape)
+        fn, binds = operand(graph, t, out_shape, name, shape, _zero_extended(op, shape, out_shape))
         readers.append(fn)
         bindings += binds
         body.append(f"let {name} = read_{name}(ob, oy, ox, os);")
@@ -104,7 +104,13 @@ class ElementwiseKernel:
             return "input and output shapes differ"
         if arity == 2:
             a, b = (graph.tensors[t].shape for t in op.inputs)
-            if not broadcastable(a, b, out):
+            if op.opt("zero_extend"):
+                short = [s for s in (a, b) if s != out]
+                if op.code not in ("ADD", "SUB") or len(short) != 1 or len(short[0]) != len(out) \
+                        or short[0][:-1] != out[:-1] or short[0][-1] > out[-1] \
+                        or graph.tensors[op.inputs[a != out]].data is not None:
+                    return "zero_extend needs one tensor operand with fewer channels and otherwise the output's shape"
+            elif not broadcastable(a, b, out):
                 return f"shapes {a} and {b} do not broadcast to {out}"
             if op.code == "PRELU" and a != out:
                 return f"PRELU output shape {out} differs from the input shape {a}"
@@ -130,7 +136,8 @@ class ElementwiseKernel:
             if k == position:
                 lines.append(f"let {name} = value;")
                 continue
-            fn, binds = operand(graph, t, out_shape, prefix + name, graph.tensors[t].shape)
+            shape = graph.tensors[t].shape
+            fn, binds = operand(graph, t, out_shape, prefix + name, shape, _zero_extended(op, shape, out_shape))
             functions.append(fn)
             bindings += binds
             lines.append(f"let {name} = read_{prefix}{name}(ob, oy, ox, os);")
@@ -143,6 +150,11 @@ class ElementwiseKernel:
         operands = [(name, t, graph.tensors[t].shape) for name, t in zip("ab", op.inputs)]
         epilogue = activation(op) if op.code in _FUSED else []
         return [elementwise_spec(op, graph, operands, expr, epilogue)]
+
+
+def _zero_extended(op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """True for the operand of a merged channel PAD (see passes/merge_channel_pad.py)."""
+    return bool(op.opt("zero_extend")) and tuple(shape) != tuple(out_shape)
 
 
 def _finite(value: object) -> bool:

@@ -30,7 +30,8 @@ def plan_memory(
     ``alignment`` only matters for ``greedy_by_size`` (offsets into one arena); shared-object plans put
     every tensor at offset 0.  ``best`` runs greedy and mincostflow and keeps the smaller plan (greedy on a
     tie, as it is cheaper to recompute); its ``strategy`` reads e.g. ``"best(mincostflow)"``, and
-    ``plan.requested_strategy`` / ``plan.chosen_strategy`` split that back.
+    ``plan.requested_strategy`` / ``plan.chosen_strategy`` split that back.  SciPy is optional: without
+    it ``best`` falls back to greedy alone, while asking for ``mincostflow`` raises ``ImportError``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown memory strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")

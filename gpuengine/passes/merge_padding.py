@@ -1,6 +1,7 @@
-"""Merge a zero, spatial-only PAD into the following VALID conv as explicit padding (one dispatch and one
-tensor fewer). Only when the GPU kernel accepts the merged op: an explicit-padding op must never reach the
-CPU fallback, whose schema has no such field."""
+"""Merge a zero, spatial-only PAD into the VALID convs that read it as explicit padding (one dispatch and
+one tensor fewer); every reader must accept it, since the PAD then disappears. Only when the GPU kernel
+accepts the merged op: an explicit-padding op must never reach the CPU fallback, whose schema has no such
+field."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..model.ir import Graph
-from .graph_utils import const, sole_consumer
+from .graph_utils import const, consumers
 
 TARGETS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
@@ -26,16 +27,17 @@ def merge_padding(graph: Graph) -> Graph:
         if pad.code == "PADV2" and (len(pad.inputs) < 3 or const(graph, pad.inputs[2]) is None
                                     or np.any(const(graph, pad.inputs[2]))):
             continue
-        conv = sole_consumer(graph, pad.outputs[0])
-        if conv is None or conv.code not in TARGETS or conv.inputs[0] != pad.outputs[0]:
-            continue
-        if conv.opt("padding", 1) != 1 or conv.opt("explicit_padding") is not None:  # 1 = VALID
+        readers = consumers(graph, pad.outputs[0])
+        if not readers or pad.outputs[0] in graph.outputs or any(
+                c.code not in TARGETS or c.inputs[0] != pad.outputs[0] or pad.outputs[0] in c.inputs[1:]
+                or c.opt("padding", 1) != 1 or c.opt("explicit_padding") is not None for c in readers):  # 1 = VALID
             continue
         (top, bottom), (left, right) = pads[1].tolist(), pads[2].tolist()
-        merged = dataclasses.replace(conv, inputs=[pad.inputs[0], *conv.inputs[1:]], options=dataclasses.replace(
-            conv.options, fields={**conv.options.fields, "explicit_padding": (top, bottom, left, right)}))
-        if registry.check(merged, graph) is not None:
+        merged = [dataclasses.replace(c, inputs=[pad.inputs[0], *c.inputs[1:]], options=dataclasses.replace(
+            c.options, fields={**c.options.fields, "explicit_padding": (top, bottom, left, right)})) for c in readers]
+        if any(registry.check(m, graph) is not None for m in merged):
             continue
-        conv.inputs, conv.options = merged.inputs, merged.options
+        for c, m in zip(readers, merged):
+            c.inputs, c.options = m.inputs, m.options
         graph.ops = [o for o in graph.ops if o is not pad]
     return graph

@@ -102,6 +102,7 @@ class GpuProgram:
         self.info = CompiledInfo(specs=specs)
         self.info.records = usage_records(specs, graph, root)
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment)
+        self._mark_shared(specs)
         self._validate(specs)
         self._allocate(specs)
         self.info.compile_ms = (time.perf_counter() - start) * 1e3
@@ -148,6 +149,14 @@ class GpuProgram:
                 if self._binding_bytes(b) > max_binding:
                     raise UnsupportedOpError(f"{what}: binding {b.name} of {self._binding_bytes(b)} bytes exceeds "
                                              f"the device's storage binding limit of {max_binding} bytes")
+
+    def _mark_shared(self, specs: list[KernelSpec]) -> None:
+        for spec in specs:
+            tensors = [b for b in spec.bindings if b.tensor is not None and not b.raw and b.data is None
+                       and not b.scratch_bytes]
+            objects = [self.info.plan.placement[b.tensor][0] for b in tensors]
+            for b, obj in zip(tensors, objects):
+                b.shared = objects.count(obj) > 1
 
     def _binding_bytes(self, b: Binding) -> int:
         if b.data is not None:
@@ -218,7 +227,7 @@ class GpuProgram:
         dev = self.gpu.device
         layout_entries = [{
             "binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-            "buffer": {"type": wgpu.BufferBindingType.storage if b.writable
+            "buffer": {"type": wgpu.BufferBindingType.storage if b.writable or b.shared
                        else wgpu.BufferBindingType.read_only_storage},
         } for i, b in enumerate(spec.bindings)]
         bgl = dev.create_bind_group_layout(entries=layout_entries)
