@@ -67,10 +67,23 @@ def epilogue(spec: KernelSpec) -> str:
     return "\n    ".join(parts)
 
 
+# The shared store of kernels that write several output vec4s per invocation (the conv family): bounds
+# check against the output's SO slices x OH x OW, then the epilogue, then the write to `dst`.
+STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
+  if (os >= ${SO}u || ox >= ${OW}u || oy >= ${OH}u) { return; }
+  let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
+  var value = v;
+  ${EPILOGUE}
+  dst[oi] = value;
+}"""
+
+
 def render(spec: KernelSpec) -> str:
     params = {k: literal(v) for k, v in spec.params.items()}
+    params.update(BINDINGS=bindings_decl(spec), EPILOGUE=epilogue(spec))
+    if "SO" in params and "OH" in params and "OW" in params:
+        params["STORE_FN"] = string.Template(STORE_FN).substitute(params)
     params.update(
-        BINDINGS=bindings_decl(spec), EPILOGUE=epilogue(spec),
         WG_X=str(spec.workgroup[0]), WG_Y=str(spec.workgroup[1]), WG_Z=str(spec.workgroup[2]),
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
@@ -84,7 +97,8 @@ def render(spec: KernelSpec) -> str:
 
 def has_epilogue(spec: KernelSpec) -> bool:
     """True when the template applies ${EPILOGUE} to its standard output vec4 (so ops can fuse into it)."""
-    return "${EPILOGUE}" in load_template(spec.shader).template
+    text = load_template(spec.shader).template
+    return "${EPILOGUE}" in text or "${STORE_FN}" in text
 
 
 def dispatch_size(spec: KernelSpec) -> tuple[int, int, int]:

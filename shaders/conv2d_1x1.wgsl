@@ -2,13 +2,7 @@
 // consecutive pixels x ST output slices; weights are mat4x4 blocks [out_slice][in_slice].
 ${BINDINGS}
 
-fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
-  if (os >= ${SO}u || ox >= ${OW}u || oy >= ${OH}u) { return; }
-  let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = value;
-}
+${STORE_FN}
 
 @compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -223,6 +223,24 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def ops_markdown() -> str:
+    """The supported-op table of the README, generated from the kernel registry."""
+    from gpuengine.kernels import registry
+
+    by_module: dict[str, list[str]] = {}
+    for op in registry.supported_ops():
+        module = type(registry.kernel_for_code(op)).__module__.rsplit(".", 1)[-1]
+        by_module.setdefault(module, []).append(op)
+    lines = ["| kernel module | ops |", "|---|---|"]
+    lines += [f"| `{m}` | {', '.join(ops)} |" for m, ops in sorted(by_module.items())]
+    return "\n".join(lines)
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    print(ops_markdown())
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
     p.add_argument("--memory-strategy", default="best",
@@ -258,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = sub.add_parser("fetch-models", help="download the reference models (mediapipe==0.10.14) into the cache")
     fetch.add_argument("--force", action="store_true")
     fetch.set_defaults(func=cmd_fetch)
+    ops = sub.add_parser("ops", help="the ops that run on the GPU (a markdown table, from the kernel registry)")
+    ops.set_defaults(func=cmd_ops)
     from gpuengine.tuning import commands
 
     commands.add_subcommands(sub, _common)

@@ -9,7 +9,9 @@ Template contract (shaders/*.wgsl, filled by codegen.render):
   * Every other `${NAME}` comes from `spec.params` (numbers become WGSL literals; `Code` is inserted as is).
   * Kernels that write one PHWC4 output vec4 per invocation name it `value` and call `${EPILOGUE}` before the
     store with `ob, oy, ox, os` (batch, row, column, slice) and `oi` (linear vec4 index) in scope: fused
-    activations, fused elementwise ops and zeroing of padding lanes are emitted there. Placeholders are
+    activations, fused elementwise ops and zeroing of padding lanes are emitted there. Kernels writing several
+    vec4s per invocation bake SO (output slices), OH, OW and use `${STORE_FN}`: a shared
+    `store(v, ob, oy, ox, os)` that bounds-checks, applies the epilogue and writes `dst`. Placeholders are
     substituted everywhere, comments included: never write a placeholder's name in a template comment.
 """
 

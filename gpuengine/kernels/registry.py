@@ -53,6 +53,10 @@ def supported_ops() -> list[str]:
     return sorted(_table())
 
 
+def kernel_for_code(code: str) -> Kernel:
+    return _table()[code]
+
+
 def kernel_for(op: Op) -> Kernel:
     kernel = _table().get(op.code)
     if kernel is None:
