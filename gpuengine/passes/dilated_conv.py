@@ -11,8 +11,7 @@ start and (pad - crop) at the end; both must be non-negative to be expressible a
 from __future__ import annotations
 
 import dataclasses
-
-import numpy as np
+from typing import Any
 
 from ..kernels import registry
 from ..model.ir import Graph, Op, Options
@@ -35,7 +34,8 @@ def _block_and_pads(graph: Graph, op: Op) -> tuple[list[int], list[int]] | None:
     return block_l, pads_l
 
 
-def _padding_options(fields: dict, pads: tuple[int, int, int, int], eff_h: int, eff_w: int) -> dict:
+def _padding_options(fields: dict[str, Any], pads: tuple[int, int, int, int], eff_h: int,
+                     eff_w: int) -> dict[str, Any]:
     """SAME or VALID when they mean exactly these pads (LiteRT and every kernel variant know them), else the
     internal `explicit_padding` field."""
     top, bottom, left, right = pads
@@ -115,5 +115,3 @@ def dilated_conv(graph: Graph) -> Graph:
         graph.ops = [merged if o is conv else o for o in graph.ops if o is not s2b and o is not b2s]
     return graph
 
-
-__all__ = ["dilated_conv", "np"]

@@ -41,6 +41,8 @@ def _fold_after(graph: Graph, conv: Op) -> bool:
     nxt = sole_consumer(graph, conv.outputs[0])
     if nxt is None or nxt.code not in ("MUL", "ADD") or len(nxt.inputs) != 2:
         return False
+    if int(nxt.opt("fused_activation_function", 0) or 0) and conv.options is None:
+        return False  # (MediaPipe's custom transposed conv has no options to carry the activation)
     other = nxt.inputs[1] if nxt.inputs[0] == conv.outputs[0] else nxt.inputs[0]
     value = const(graph, other)
     channels = weights.shape[out_axis]

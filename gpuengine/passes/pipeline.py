@@ -1,9 +1,11 @@
 """The fixed, documented order of graph transformations. Each pass is a pure Graph -> Graph function.
 
 Order (why): fold constants first (weights become plain float32, shape chains vanish); then drop no-ops
-(so the patterns below see real producers); fold scales into convs (changes weights, must precede the
-padding merge that changes the conv's options); merge spatial PAD into convs and channel PAD into the
-residual ADD that reads it; global average pool -> MEAN.
+(so the patterns below see real producers); collapse SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one
+dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold scales into convs
+(changes weights, must precede the padding merge that changes the conv's options); merge spatial PAD into
+convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD into
+the residual ADD that reads it; global average pool -> MEAN.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model.ir import Graph
+from .conv_to_fully_connected import conv_to_fully_connected
+from .dilated_conv import dilated_conv
 from .fold_constants import fold_constants
 from .fold_scale_into_conv import fold_scale_into_conv
 from .merge_channel_pad import merge_channel_pad
@@ -21,8 +25,8 @@ from .remove_noops import remove_noops
 # Always applied: load-time work that no kernel should ever see.
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
-OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_scale_into_conv, merge_padding, merge_channel_pad,
-                                            pool_to_mean]
+OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, dilated_conv, fold_scale_into_conv, merge_padding,
+                                            conv_to_fully_connected, merge_channel_pad, pool_to_mean]
 
 
 def run_passes(graph: Graph, optimize: bool = True) -> Graph:

@@ -32,8 +32,11 @@ def _is_noop(graph: Graph, op: Op) -> bool:
     if code in ("SLICE", "STRIDED_SLICE"):
         if code == "STRIDED_SLICE" and (op.opt("shrink_axis_mask", 0) or op.opt("new_axis_mask", 0)):
             return False
-        strides = const(graph, op.inputs[3]) if code == "STRIDED_SLICE" else None
-        return strides is None or bool(np.all(strides == 1))  # same shape with unit steps: everything kept
+        if code == "SLICE":
+            return True  # same shape: everything kept
+        # Same shape with unit steps: everything kept. Strides known only at run time may reverse an axis.
+        strides = const(graph, op.inputs[3]) if len(op.inputs) > 3 else None
+        return strides is not None and bool(np.all(strides == 1))
     return False
 
 

@@ -193,12 +193,11 @@ def cmd_tune(args: Any) -> int:
     jobs: dict[str, tuple[Any, int, Any]] = {}  # signature -> (program, dispatch index, interpreter)
     before: dict[str, float] = {}
     its = []
-    for name, data in models:
+    for _name, data in models:
         it = _interpreter(data, args, cache=os.devnull)  # tune from defaults, not from an older cache
         its.append(it)
         it.set_tensor(it.get_input_details()[0]["index"], _random_feeds(it)[it.get_input_details()[0]["index"]])
         it.invoke()
-        before[name] = gpu_time_ms(it)
         for prog in _gpu_programs(it):
             for i, d in enumerate(prog.dispatches):
                 if prog.tunable[i]:
@@ -238,12 +237,16 @@ def cmd_tune(args: Any) -> int:
         results[sig] = res
         cache.record(gpu.cache_key(), gpu.name, sig, res.best, res.default_ns, res.best_ns)
     cache.save()
+    # Before/after, interleaved (default, tuned, default, ...) so drift and noise hit both alike.
     after = {}
-    for name, data in models:
-        it = _interpreter(data, args, cache=str(cache.path))
-        it.set_tensor(it.get_input_details()[0]["index"], _random_feeds(it)[it.get_input_details()[0]["index"]])
-        it.invoke()
-        after[name] = gpu_time_ms(it)
+    for (name, data), it_default in zip(models, its):
+        it_tuned = _interpreter(data, args, cache=str(cache.path))
+        it_tuned.set_tensor(it_tuned.get_input_details()[0]["index"],
+                            _random_feeds(it_tuned)[it_tuned.get_input_details()[0]["index"]])
+        it_tuned.invoke()
+        pairs = [(gpu_time_ms(it_default, runs=5), gpu_time_ms(it_tuned, runs=5)) for _ in range(3)]
+        before[name] = float(np.median([p[0] for p in pairs]))
+        after[name] = float(np.median([p[1] for p in pairs]))
     report = {"adapter": gpu.name, "cache": str(cache.path), "kernels_total": len(jobs), "kernels_tuned": len(results),
               "kernels": [{"signature": s[:80], "default": list(r.default), "tuned": list(r.best),
                            "default_us": r.default_ns / 1e3, "tuned_us": r.best_ns / 1e3, "evaluated": len(r.evaluated)}
