@@ -198,6 +198,10 @@ class Conv2DKernel:
             return (
                 f"weights {graph.tensors[op.inputs[1]].shape} do not match input channels {ic} / output {oc}"
             )
+        if op.opt("input_scale"):
+            reason = _input_scale_reason(op, graph)
+            if reason:
+                return reason
         bias = op.inputs[2] if len(op.inputs) > 2 else -1
         if bias >= 0 and graph.tensors[bias].size != oc:
             return "bias size does not match output channels"
@@ -207,9 +211,27 @@ class Conv2DKernel:
         g = geometry(op, graph)
         w = const_f32(graph, op.inputs[1])
         w = dense_weights(w, g.ic)
-        return [
-            conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code)
-        ]
+        scale = op.inputs[3] if op.opt("input_scale") else None
+        return [conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code,
+                          scale=scale, scale_batched=scale is not None and graph.tensors[scale].shape[0] > 1)]
+
+
+def _input_scale_reason(op: Op, graph: Graph) -> str | None:
+    """`input_scale` (set by passes/fuse_input_scale.py): input 3 is a per-channel gate [B|1, 1, 1, C] that
+    multiplies the input as it is loaded (squeeze-excitation), supported by the 1x1 kernel."""
+    if len(op.inputs) != 4 or op.inputs[3] < 0:
+        return "input_scale needs the gate as input 3"
+    gate, x = graph.tensors[op.inputs[3]], graph.tensors[op.inputs[0]]
+    if gate.data is not None or len(gate.shape) != 4 or gate.shape[1:] != (1, 1, x.shape[3]) \
+            or gate.shape[0] not in (1, x.shape[0]):
+        return f"input_scale gate {gate.shape} must be a [1|B, 1, 1, C] tensor for input {x.shape}"
+    if not _is_1x1(geometry(op, graph)):
+        return "input_scale is only fused into 1x1 stride-1 unpadded convs"
+    return None
+
+
+def _is_1x1(g: ConvGeometry) -> bool:
+    return g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.pad_top == g.pad_left == 0 and (g.oh, g.ow) == (g.ih, g.iw)
 
 
 def dense_weights(w: np.ndarray, ic: int) -> np.ndarray:
@@ -233,16 +255,15 @@ def conv_spec(
     dst: int,
     epilogue: list[Code],
     label: str,
+    scale: int | None = None,
+    scale_batched: bool = False,
 ) -> KernelSpec:
-    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None."""
-    one_by_one = (
-        g.kh == g.kw == 1
-        and g.sh == g.sw == 1
-        and g.pad_top == g.pad_left == 0
-        and (g.oh, g.ow) == (g.ih, g.iw)
-    )
-    if one_by_one:
-        return _conv_1x1(g, w, bias, src, dst, epilogue, label)
+    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None; scale: a
+    per-input-channel gate tensor applied while loading (1x1 only)."""
+    if _is_1x1(g):
+        return _conv_1x1(g, w, bias, src, dst, epilogue, label, scale, scale_batched)
+    if scale is not None:
+        raise ValueError("input_scale needs the 1x1 kernel")
     if g.si == 1 and g.kh * g.kw <= 49:
         return _conv_first(g, w, bias, src, dst, epilogue, label)
     return _conv_general(g, w, bias, src, dst, epilogue, label)
@@ -336,13 +357,19 @@ def _conv_1x1(
     dst: int,
     epilogue: list[Code],
     label: str,
+    scale: int | None = None,
+    scale_batched: bool = False,
 ) -> KernelSpec:
     plane = g.oh * g.ow
     xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
     st = 2 if g.so >= 2 else 1
     sg = -(-g.so // st)
     pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
-    taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
+    if scale is None:
+        taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
+    else:  # a fused squeeze-excitation gate scales each input slice as it is loaded
+        taps = [f"let sc = scale[{'ob * ' + str(g.si) + 'u + ' if scale_batched else ''}sl];"]
+        taps += [f"let s_{t} = src[si + p_{t}] * sc;" for t in range(xt)]
     taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
     taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
     init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
@@ -369,11 +396,13 @@ def _conv_1x1(
     return KernelSpec(
         "conv2d_1x1",
         params,
-        _bindings(g, w, bias, sg * st, src, dst),
+        _bindings(g, w, bias, sg * st, src, dst)[:-1]
+        + ([Binding("scale", tensor=scale)] if scale is not None else [])
+        + [Binding("dst", tensor=dst, writable=True)],
         grid=(-(-plane // xt), 1, g.batch * sg),
         epilogue=epilogue,
         out_channels=g.oc,
-        label=f"{label} 1x1",
+        label=f"{label} 1x1" + (" (input scaled)" if scale is not None else ""),
     )
 
 
