@@ -64,7 +64,9 @@ def test_bench_json_fields(capsys):
 
 
 def test_profile_times_add_up(capsys):
-    report = run_json(capsys, ["profile", "tiny", "--runs", "5", "--json"])
+    # A model with real work per dispatch (~100 ms on lavapipe): on the tiny model each dispatch lasts
+    # microseconds and the run-to-run jitter of the span alone exceeds 10%.
+    report = run_json(capsys, ["profile", "segmentation", "--runs", "5", "--json"])
     assert len(report["dispatches"]) > 0
     total = sum(d["gpu_ns"] for d in report["dispatches"]) / 1e6
     assert total == pytest.approx(report["gpu_total_ms"], rel=1e-9)
