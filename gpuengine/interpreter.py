@@ -58,12 +58,23 @@ class Interpreter:
     def __init__(self, model_path: str | os.PathLike | None = None, model_content: bytes | None = None,
                  experimental_delegates: Any = None, num_threads: int | None = None,
                  experimental_op_resolver_type: Any = None, experimental_preserve_all_tensors: bool = False,
+                 experimental_disable_delegate_clustering: bool = False,
+                 experimental_default_delegate_latest_features: bool = False,
+                 experimental_compress_quantization_zero_points: bool = False,
+                 experimental_disable_delegate_node_fusion: bool = False,
+                 experimental_force_delegate_node_profiling: bool = False,
                  *, adapter: str | None = None, precision: str = "fp32", memory_strategy: str = "best",
-                 workgroup_cache: str | None = None, optimize: bool = True, **_ignored: Any) -> None:
+                 workgroup_cache: str | None = None, optimize: bool = True) -> None:
+        """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
+        GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
             raise ValueError("Exactly one of model_path or model_content must be given")
         if precision != "fp32":
             raise ValueError(f"precision {precision!r} is not available yet; use 'fp32'")
+        from .memory import STRATEGIES
+
+        if memory_strategy not in STRATEGIES:
+            raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                       workgroup_cache=workgroup_cache, optimize=optimize)
