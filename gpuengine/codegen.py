@@ -8,7 +8,9 @@ import re
 import string
 from importlib import resources
 
-from .kernels.base import Code, KernelSpec
+import numpy as np
+
+from .kernels.base import Binding, Code, KernelSpec
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -45,15 +47,43 @@ def f32_array_literal(values: list[float]) -> Code:
     return Code(f"array<f32, {len(values)}>(" + ", ".join(literal(float(v)) for v in values) + ")")
 
 
+BAKE_LIMIT = 64  # constant vec4 arrays up to this length are baked into the shader instead of bound
+
+
+def is_baked(b: Binding) -> bool:
+    """Small float constants (biases, PRELU alphas, per-channel operands) become shader literals."""
+    return (b.data is not None and b.element == "vec4<f32>" and b.data.dtype == np.float32
+            and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0)
+
+
+def bound(spec: KernelSpec) -> list[Binding]:
+    """The bindings that need a buffer, in binding-number order (the runtime uses the same list)."""
+    return [b for b in spec.bindings if not is_baked(b)]
+
+
+def _f32(value: float) -> str:
+    """A float literal; non-finite values (legal in data, not in WGSL literals) as their bit pattern."""
+    if math.isfinite(value):
+        return literal(float(value))
+    return f"bitcast<f32>({int(np.float32(value).view(np.uint32))}u)"
+
+
 def bindings_decl(spec: KernelSpec) -> str:
     lines = []
-    for i, b in enumerate(spec.bindings):
+    for b in spec.bindings:
         if not _NAME.match(b.name):
             raise ValueError(f"invalid binding name {b.name!r}")
+    for i, b in enumerate(bound(spec)):
         # WebGPU forbids read-only and read-write views of one buffer in one dispatch, even on disjoint
         # ranges: tensors sharing an arena buffer with another binding are all declared read_write.
         access = "read_write" if b.writable or b.shared else "read"
         lines.append(f"@group(0) @binding({i}) var<storage, {access}> {b.name}: array<{b.element}>;")
+    for b in spec.bindings:
+        if is_baked(b):
+            vec = b.data.reshape(-1, 4).tolist()
+            items = ", ".join("vec4<f32>(" + ", ".join(_f32(v) for v in row) + ")" for row in vec)
+            kind = f"array<vec4<f32>, {len(vec)}>"
+            lines.append(f"var<private> {b.name}: {kind} = {kind}({items});")
     return "\n".join(lines)
 
 

@@ -143,8 +143,8 @@ class GpuProgram:
             if max(groups) > max_groups:
                 raise UnsupportedOpError(f"{what}: grid {spec.grid} needs {groups} workgroups, more than the "
                                          f"device allows per dimension ({max_groups})")
-            if len(spec.bindings) > max_bindings:
-                raise UnsupportedOpError(f"{what}: {len(spec.bindings)} bindings > device limit {max_bindings}")
+            if len(codegen.bound(spec)) > max_bindings:
+                raise UnsupportedOpError(f"{what}: {len(codegen.bound(spec))} bindings > device limit {max_bindings}")
             for b in spec.bindings:
                 if self._binding_bytes(b) > max_binding:
                     raise UnsupportedOpError(f"{what}: binding {b.name} of {self._binding_bytes(b)} bytes exceeds "
@@ -196,7 +196,7 @@ class GpuProgram:
             if pipeline is None:
                 pipeline = cache[source] = self._pipeline(source, spec)
             entries = []
-            for i, b in enumerate(spec.bindings):
+            for i, b in enumerate(codegen.bound(spec)):
                 if b.data is not None:
                     buf = constants.get(id(b.data))
                     if buf is None:
@@ -229,7 +229,7 @@ class GpuProgram:
             "binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
             "buffer": {"type": wgpu.BufferBindingType.storage if b.writable or b.shared
                        else wgpu.BufferBindingType.read_only_storage},
-        } for i, b in enumerate(spec.bindings)]
+        } for i, b in enumerate(codegen.bound(spec))]
         bgl = dev.create_bind_group_layout(entries=layout_entries)
         layout = dev.create_pipeline_layout(bind_group_layouts=[bgl])
         try:

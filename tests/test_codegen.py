@@ -1,0 +1,56 @@
+"""Code generation: numbers only, small constants baked as shader literals, identical text compiled once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuengine.codegen import bound, is_baked, literal, render
+from gpuengine.kernels.base import Binding, Code, KernelSpec
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.runtime.program import GpuProgram
+from gpuengine.testing import assert_matches_litert
+
+
+def test_literals_are_numbers_or_code_only():
+    assert literal(3) == "3" and literal(2.0) == "2.0" and literal(True) == "true"
+    assert literal(Code("x + 1")) == "x + 1"
+    with pytest.raises(TypeError):
+        literal("a user string")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        literal(float("inf"))
+
+
+def test_small_constants_are_baked_and_big_ones_bound():
+    small = Binding("alpha", data=np.arange(8, dtype=np.float32))
+    big = Binding("table", data=np.zeros(4 * 65, np.float32))
+    params = {"S": 1, "H": 1, "W": 1, "READERS": Code(""), "BODY": Code("var value = vec4<f32>(0.0);")}
+    spec = KernelSpec("elementwise", params, [small, big, Binding("dst", tensor=0, writable=True)], grid=(1, 1, 1), workgroup=(1, 1, 1))
+    assert is_baked(small) and not is_baked(big)
+    assert [b.name for b in bound(spec)] == ["table", "dst"]
+    text = render(spec)
+    assert "var<private> alpha: array<vec4<f32>, 2>" in text and "vec4<f32>(4.0, 5.0, 6.0, 7.0)" in text
+    assert "@binding(0) var<storage, read> table" in text and "@binding(1) var<storage, read_write> dst" in text
+
+
+def test_non_finite_constants_are_baked_by_bit_pattern():
+    spec = KernelSpec("elementwise", {"S": 1, "H": 1, "W": 1, "READERS": Code(""), "BODY": Code("var value = c[0];")},
+                      [Binding("c", data=np.array([np.inf, -np.inf, 1, 2], np.float32)),
+                       Binding("dst", tensor=0, writable=True)], grid=(1, 1, 1), workgroup=(1, 1, 1))
+    assert "bitcast<f32>(2139095040u)" in render(spec)
+
+
+def test_prelu_alphas_and_conv_bias_are_shader_literals():
+    rng = np.random.default_rng(0)
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 6, 6, 5))
+    y = mb.op("CONV_2D", [x, mb.const("w", rng.standard_normal((7, 3, 3, 5)).astype(np.float32)),
+                          mb.const("b", rng.standard_normal(7).astype(np.float32))], (1, 6, 6, 7),
+              {"padding": "SAME", "stride_w": 1, "stride_h": 1})
+    z = mb.op("PRELU", [y, mb.const("alpha", rng.uniform(0, 1, (1, 1, 7)).astype(np.float32))], (1, 6, 6, 7))
+    mb.output(z)
+    it = assert_matches_litert(mb.build())
+    prog = next(p for p in it.compiled.programs if isinstance(p, GpuProgram))
+    conv = next(d for d in prog.dispatches if d.spec.shader.startswith("conv2d"))
+    assert "var<private> bias" in conv.source and "var<private> in_f" in conv.source  # bias and fused alphas
+    assert all(b.name not in ("bias",) for b in bound(conv.spec))
