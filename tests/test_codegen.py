@@ -25,7 +25,8 @@ def test_small_constants_are_baked_and_big_ones_bound():
     small = Binding("alpha", data=np.arange(8, dtype=np.float32))
     big = Binding("table", data=np.zeros(4 * 65, np.float32))
     params = {"S": 1, "H": 1, "W": 1, "READERS": Code(""), "BODY": Code("var value = vec4<f32>(0.0);")}
-                      Binding("dst", tensor=0, writable=True)], grid=(1, 1, 1), workgroup=(1, 1, 1))
+    spec = KernelSpec("elementwise", params, [small, big, Binding("dst", tensor=0, writable=True)],
+                      grid=(1, 1, 1), workgroup=(1, 1, 1))
     assert is_baked(small) and not is_baked(big)
     assert [b.name for b in bound(spec)] == ["table", "dst"]
     text = render(spec)
