@@ -64,7 +64,7 @@ class Interpreter:
                  experimental_disable_delegate_node_fusion: bool = False,
                  experimental_force_delegate_node_profiling: bool = False,
                  *, adapter: str | None = None, precision: str = "fp32", memory_strategy: str = "best",
-                 workgroup_cache: str | None = None, optimize: bool = True) -> None:
+                 workgroup_cache: str | None = None, optimize: bool | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -76,6 +76,8 @@ class Interpreter:
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         self._model: Model = read_model(model_path if model_path is not None else model_content)
+        if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere (the test suite's switch)
+            optimize = os.environ.get("GPUENGINE_OPTIMIZE", "1").strip().lower() not in ("0", "false", "no", "off")
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                       workgroup_cache=workgroup_cache, optimize=optimize)
         self._num_threads = num_threads

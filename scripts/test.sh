@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The tests: set up, fetch the reference models (tests that need them skip with the reason if offline),
-# lint, then the whole suite.
+# lint, the whole suite, then every op test again with graph passes and fusion switched off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 .venv/bin/gpuengine fetch-models || echo "test: reference models unavailable; the tests that need them will skip"
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"
+echo "test: op tests again with passes and fusion off (GPUENGINE_OPTIMIZE=0)"
+GPUENGINE_OPTIMIZE=0 .venv/bin/python -m pytest -q tests/ops "$@"

@@ -37,7 +37,7 @@ def _interpreter(data: bytes, args: argparse.Namespace) -> Any:
     from gpuengine import Interpreter
 
     it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
-                     optimize=not args.no_optimize)
+                     optimize=False if args.no_optimize else None)
     it.allocate_tensors()
     return it
 

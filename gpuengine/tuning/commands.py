@@ -28,7 +28,8 @@ def _interpreter(data: bytes, args: Any, cache: str | None = None) -> Any:
     from gpuengine import Interpreter
 
     it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
-                     optimize=not args.no_optimize, workgroup_cache=cache or getattr(args, "cache", None))
+                     optimize=False if args.no_optimize else None,
+                     workgroup_cache=cache or getattr(args, "cache", None))
     it.allocate_tensors()
     return it
 
