@@ -28,9 +28,10 @@ def merge_padding(graph: Graph) -> Graph:
                                     or np.any(const(graph, pad.inputs[2]))):
             continue
         readers = consumers(graph, pad.outputs[0])
+        # Only VALID (1) convs; a missing padding field means SAME (0), as in TFLite.
         if not readers or pad.outputs[0] in graph.outputs or any(
                 c.code not in TARGETS or c.inputs[0] != pad.outputs[0] or pad.outputs[0] in c.inputs[1:]
-                or c.opt("padding", 0) != 1 or c.opt("explicit_padding") is not None for c in readers):  # 1 = VALID; a missing field means SAME (0)
+                or c.opt("padding", 0) != 1 or c.opt("explicit_padding") is not None for c in readers):
             continue
         (top, bottom), (left, right) = pads[1].tolist(), pads[2].tolist()
         merged = [dataclasses.replace(c, inputs=[pad.inputs[0], *c.inputs[1:]], options=dataclasses.replace(
