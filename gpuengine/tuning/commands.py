@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .litert_runner import stats
+from .litert_runner import time_invokes
 
 
 def _models(args: Any) -> list[tuple[str, bytes]]:
@@ -43,22 +43,6 @@ def _gpu_programs(it: Any) -> list[Any]:
     from gpuengine.runtime.program import GpuProgram
 
     return [p for p in it.compiled.programs if isinstance(p, GpuProgram)]
-
-
-def time_invokes(it: Any, feeds: dict[int, np.ndarray], runs: int, warmup: int) -> tuple[dict, dict]:
-    """The paper's protocol: warm-ups skipped, then N end-to-end invokes (host inputs in, host outputs out)."""
-    outs = [d["index"] for d in it.get_output_details()]
-    times = []
-    result: dict[int, np.ndarray] = {}
-    for k in range(warmup + runs):
-        start = time.perf_counter()
-        for t, v in feeds.items():
-            it.set_tensor(t, v)
-        it.invoke()
-        result = {t: it.get_tensor(t) for t in outs}
-        if k >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
-    return stats(times), result
 
 
 def gpu_time_ms(it: Any, runs: int = 10) -> float:

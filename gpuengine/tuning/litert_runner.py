@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,15 @@ def run_cpu(model: bytes, feeds: dict[int, np.ndarray], runs: int, warmup: int) 
 
     it = Interpreter(model_content=model, num_threads=os.cpu_count())
     it.allocate_tensors()
+    return time_invokes(it, feeds, runs, warmup)
+
+
+def time_invokes(it: Any, feeds: dict[int, np.ndarray], runs: int, warmup: int) -> tuple[dict, dict]:
+    """The paper's protocol on any Interpreter-like object (ours or LiteRT's): warm-ups skipped, then N
+    end-to-end invokes (host inputs in, host outputs out)."""
     outs = [d["index"] for d in it.get_output_details()]
     times = []
+    result: dict[int, np.ndarray] = {}
     for k in range(warmup + runs):
         start = time.perf_counter()
         for t, v in feeds.items():
