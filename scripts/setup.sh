@@ -10,20 +10,24 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,plot]'
 
+# Counts the adapters worth running on: a hardware GPU, or any Vulkan/Metal/D3D12 one. Mesa's OpenGL
+# llvmpipe (present on most Linux images) does not count: lavapipe is the software driver we test on.
 adapters() {
   XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} .venv/bin/python - <<'PY' 2>/dev/null || echo 0
 import wgpu
-print(len(wgpu.gpu.enumerate_adapters_sync()))
+good = [a for a in wgpu.gpu.enumerate_adapters_sync()
+        if a.info.get("adapter_type") != "CPU" or a.info.get("backend_type") in ("Vulkan", "Metal", "D3D12")]
+print(len(good))
 PY
 }
 if [ "$(adapters | tail -n 1)" = "0" ]; then
-  echo "setup: no WebGPU adapter found; installing Mesa's software Vulkan driver (lavapipe)"
+  echo "setup: no GPU or Vulkan WebGPU adapter found; installing Mesa's software Vulkan driver (lavapipe)"
   SUDO=""
   if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
   if [ "$(adapters | tail -n 1)" = "0" ]; then
-    echo "setup: still no WebGPU adapter; install a GPU driver with Vulkan support" >&2
+    echo "setup: still no usable WebGPU adapter; install a GPU driver with Vulkan support" >&2
     exit 1
   fi
 fi
