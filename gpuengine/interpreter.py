@@ -13,6 +13,7 @@ import numpy as np
 
 from .engine import CompiledGraph
 from .errors import ModelError, UnsupportedOpError
+from .memory import STRATEGIES
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
 from .runtime.program import EngineOptions
@@ -71,8 +72,6 @@ class Interpreter:
             raise ValueError("Exactly one of model_path or model_content must be given")
         if precision != "fp32":
             raise ValueError(f"precision {precision!r} is not available yet; use 'fp32'")
-        from .memory import STRATEGIES
-
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         self._model: Model = read_model(model_path if model_path is not None else model_content)
