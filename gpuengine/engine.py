@@ -70,9 +70,13 @@ class CompiledGraph:
         return {t: values[t] if t in values else self.constants[t] for t in self.graph.outputs}
 
     @property
+    def gpu_programs(self) -> list[GpuProgram]:
+        return [p for p in self.programs if isinstance(p, GpuProgram)]
+
+    @property
     def tuned_dispatches(self) -> int:
-        return sum(p.tuned for p in self.programs if isinstance(p, GpuProgram))
+        return sum(p.tuned for p in self.gpu_programs)
 
     @property
     def dispatches(self) -> int:
-        return sum(len(p.dispatches) for p in self.programs if isinstance(p, GpuProgram))
+        return sum(len(p.dispatches) for p in self.gpu_programs)

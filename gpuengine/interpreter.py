@@ -227,11 +227,10 @@ class Interpreter:
                          + (" ..." if len(names) > 12 else ""))
         for name, reason in plan.unsupported.items():
             lines.append(f"on CPU: {name}: {reason}")
-        for prog in c.programs:
-            info = getattr(prog, "info", None)
-            if info is not None and info.plan is not None:
-                lines.append(f"memory ({info.plan.strategy}): {info.plan.total_bytes} bytes in "
-                             f"{info.plan.num_objects} objects for {len(info.records)} tensors")
+        for prog in c.gpu_programs:
+            mem = prog.info.plan
+            lines.append(f"memory ({mem.strategy}): {mem.total_bytes} bytes in {mem.num_objects} objects "
+                         f"for {len(prog.info.records)} tensors")
         return "\n".join(lines)
 
 

@@ -33,11 +33,13 @@ def load_model(spec: str | None) -> tuple[str, bytes]:
     return p.name, p.read_bytes()
 
 
-def _interpreter(data: bytes, args: argparse.Namespace) -> Any:
+def _interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None) -> Any:
+    """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
     from gpuengine import Interpreter
 
     it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
-                     optimize=False if args.no_optimize else None)
+                     optimize=False if args.no_optimize else None,
+                     workgroup_cache=cache or getattr(args, "cache", None))
     it.allocate_tensors()
     return it
 
@@ -117,7 +119,6 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import GpuProgram
 
     model = read_model(data)
     it = _interpreter(data, args)
@@ -128,14 +129,10 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     align = compiled.gpu.storage_alignment if compiled.gpu else 256
     for strategy in STRATEGIES:
         memory[strategy] = sum(plan_memory(p.info.records, strategy, align).total_bytes
-                               for p in compiled.programs if isinstance(p, GpuProgram))
-    dispatch_list = []
-    for p in compiled.programs:
-        if isinstance(p, GpuProgram):
-            for d in p.dispatches:
-                dispatch_list.append({"kernel": d.spec.shader, "label": d.spec.label,
-                                      "ops": [graph.ops[i].code for i in d.spec.ops],
-                                      "workgroup": list(d.spec.workgroup), "grid": list(d.groups)})
+                               for p in compiled.gpu_programs)
+    dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label, "ops": [graph.ops[i].code for i in d.spec.ops],
+                      "workgroup": list(d.spec.workgroup), "grid": list(d.groups)}
+                     for p in compiled.gpu_programs for d in p.dispatches]
     return {
         "ops_in_file": len(model.main.ops),
         "ops_total": len(graph.ops),
@@ -155,16 +152,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = inspect_report(data, args)
     it = report.pop("_interpreter")
     if args.dump_wgsl:
-        from gpuengine.runtime.program import GpuProgram
-
         folder = Path(args.dump_wgsl)
         folder.mkdir(parents=True, exist_ok=True)
-        k = 0
-        for p in it.compiled.programs:
-            if isinstance(p, GpuProgram):
-                for d in p.dispatches:
-                    (folder / f"{k:04d}_{d.spec.shader}.wgsl").write_text(d.source)
-                    k += 1
+        dispatches = [d for p in it.compiled.gpu_programs for d in p.dispatches]
+        for k, d in enumerate(dispatches):
+            (folder / f"{k:04d}_{d.spec.shader}.wgsl").write_text(d.source)
     if args.json:
         print(json.dumps(report))
         return 0
@@ -185,7 +177,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_memplan(args: argparse.Namespace) -> int:
     from gpuengine.memory import compare, format_table, plan_memory, plot
-    from gpuengine.runtime.program import GpuProgram
 
     records_by_model = {}
     for spec in args.models:
@@ -193,12 +184,11 @@ def cmd_memplan(args: argparse.Namespace) -> int:
         it = _interpreter(data, args)
         records = []
         offset = 0
-        for p in it.compiled.programs:  # partitions run one after another: give each its own step range
-            if isinstance(p, GpuProgram):
-                span = max((r.last for r in p.info.records), default=-1) + 1
-                records += [type(r)(tensor=r.tensor, size=r.size, first=r.first + offset, last=r.last + offset)
-                            for r in p.info.records]
-                offset += span
+        for p in it.compiled.gpu_programs:  # partitions run one after another: give each its own step range
+            span = max((r.last for r in p.info.records), default=-1) + 1
+            records += [type(r)(tensor=r.tensor, size=r.size, first=r.first + offset, last=r.last + offset)
+                        for r in p.info.records]
+            offset += span
         records_by_model[name.split(" ")[0]] = records
     strategies = tuple(args.strategies.split(",")) if args.strategies else None
     report = compare(records_by_model, strategies) if strategies else compare(records_by_model)

@@ -97,6 +97,14 @@ def _int_vector(b: flatbuffers.Builder, values: Any) -> int:
     return b.EndVector()
 
 
+def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
+    """A vector of tables (already written) by their offsets."""
+    b.StartVector(4, len(offsets), 4)
+    for off in reversed(offsets):
+        b.PrependUOffsetTRelative(off)
+    return b.EndVector()
+
+
 def _typed_vector(b: flatbuffers.Builder, arr: np.ndarray, alignment: int = 16) -> int:
     data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
     b.StartVector(1, data.size, alignment)
@@ -161,17 +169,11 @@ def write_model(model: Model) -> bytes:
 
     sig_offsets = [_write_signature(b, s) for s in model.signatures]
 
-    def table_vector(offsets: list[int]) -> int:
-        b.StartVector(4, len(offsets), 4)
-        for off in reversed(offsets):
-            b.PrependUOffsetTRelative(off)
-        return b.EndVector()
-
-    subgraphs_vec = table_vector(subgraph_offsets)
-    codes_vec = table_vector(code_offsets)
-    buffers_vec = table_vector(buffer_offsets)
-    metadata_vec = table_vector(metadata_offsets) if metadata_offsets else None
-    sig_vec = table_vector(sig_offsets) if sig_offsets else None
+    subgraphs_vec = _table_vector(b, subgraph_offsets)
+    codes_vec = _table_vector(b, code_offsets)
+    buffers_vec = _table_vector(b, buffer_offsets)
+    metadata_vec = _table_vector(b, metadata_offsets) if metadata_offsets else None
+    sig_vec = _table_vector(b, sig_offsets) if sig_offsets else None
     desc = b.CreateString(model.description or "gpuengine")
     m = _schema_module("Model")
     m.Start(b)
@@ -259,14 +261,8 @@ def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[i
             om.AddIntermediates(b, intermediates)
         op_offsets.append(om.End(b))
 
-    def table_vector(offsets: list[int]) -> int:
-        b.StartVector(4, len(offsets), 4)
-        for off in reversed(offsets):
-            b.PrependUOffsetTRelative(off)
-        return b.EndVector()
-
-    tensors_vec = table_vector(tensor_offsets)
-    ops_vec = table_vector(op_offsets)
+    tensors_vec = _table_vector(b, tensor_offsets)
+    ops_vec = _table_vector(b, op_offsets)
     ins = _int_vector(b, graph.inputs)
     outs = _int_vector(b, graph.outputs)
     name = b.CreateString(graph.name or "main")
@@ -291,10 +287,7 @@ def _write_signature(b: flatbuffers.Builder, sig: Any) -> int:
             tmm.AddName(b, n)
             tmm.AddTensorIndex(b, idx)
             offs.append(tmm.End(b))
-        b.StartVector(4, len(offs), 4)
-        for off in reversed(offs):
-            b.PrependUOffsetTRelative(off)
-        return b.EndVector()
+        return _table_vector(b, offs)
 
     ins, outs = maps(sig.inputs), maps(sig.outputs)
     key = b.CreateString(sig.key)

@@ -3,12 +3,10 @@ constant MUL before a conv into its weights: one dispatch and one tensor fewer e
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..model.ir import Graph, Op
-from .graph_utils import const, new_const, sole_consumer
+from .graph_utils import const, new_const, sole_consumer, with_fields
 
 # op -> (weights input, bias input, output-channel axis of the weights, input-channel axis or None)
 CONV_LIKE = {
@@ -71,8 +69,7 @@ def _fold_after(graph: Graph, conv: Op) -> bool:
     conv.inputs = inputs
     act = int(nxt.opt("fused_activation_function", 0) or 0)
     if act:
-        conv.options = dataclasses.replace(conv.options, fields={**conv.options.fields,
-                                                                 "fused_activation_function": act})
+        conv.options = with_fields(conv, fused_activation_function=act).options
     conv.outputs = list(nxt.outputs)
     graph.ops = [o for o in graph.ops if o is not nxt]
     return True

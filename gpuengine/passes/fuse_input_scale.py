@@ -5,11 +5,9 @@ host this MUL as an epilogue. Only when the conv kernel accepts the merged op (t
 
 from __future__ import annotations
 
-import dataclasses
-
 from ..kernels import registry
 from ..model.ir import Graph
-from .graph_utils import sole_consumer
+from .graph_utils import sole_consumer, with_fields
 
 
 def fuse_input_scale(graph: Graph) -> Graph:
@@ -30,8 +28,7 @@ def fuse_input_scale(graph: Graph) -> Graph:
                 or mul.outputs[0] in conv.inputs[1:]:
             continue
         inputs = [x, *conv.inputs[1:]] + [-1] * (3 - len(conv.inputs)) + [gate]
-        fields = {**conv.options.fields, "input_scale": True}
-        merged = dataclasses.replace(conv, inputs=inputs, options=dataclasses.replace(conv.options, fields=fields))
+        merged = with_fields(conv, inputs, input_scale=True)
         if registry.check(merged, graph) is not None:
             continue
         conv.inputs, conv.options = merged.inputs, merged.options

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
-from ..model.ir import Graph, Op
+from ..model.builder import options_kind
+from ..model.ir import Graph, Op, Options
 
 
 def consumers(graph: Graph, tensor: int) -> list[Op]:
@@ -47,8 +51,6 @@ def bypass(graph: Graph, op: Op) -> bool:
 
 def new_const(graph: Graph, like: int, data: np.ndarray, name: str) -> int:
     """Add a constant tensor (weights rewritten by a pass; dtype from `data`) and return its index."""
-    import dataclasses
-
     from ..model.ir import DTYPE_TO_TYPE
 
     data = np.ascontiguousarray(data)
@@ -57,3 +59,11 @@ def new_const(graph: Graph, like: int, data: np.ndarray, name: str) -> int:
         dtype=data.dtype, type_code=DTYPE_TO_TYPE[data.dtype], quantization=None, sparsity=None, buffer=0,
         shape_signature=None))
     return len(graph.tensors) - 1
+
+
+def with_fields(op: Op, inputs: list[int] | None = None, **fields: Any) -> Op:
+    """A copy of `op` (same output) reading `inputs`, with option fields added or replaced; the passes use it
+    for internal fields (explicit_padding, zero_extend, input_scale) that only the GPU kernels understand."""
+    options = op.options or Options(options_kind(op.code) or f"{op.code}Options")
+    return dataclasses.replace(op, inputs=list(op.inputs if inputs is None else inputs),
+                               options=dataclasses.replace(options, fields={**options.fields, **fields}))

@@ -5,13 +5,11 @@ schema has no such field)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..kernels import registry
-from ..model.ir import Graph, Options
-from .graph_utils import const, producer, sole_consumer
+from ..model.ir import Graph
+from .graph_utils import const, producer, sole_consumer, with_fields
 
 
 def merge_channel_pad(graph: Graph) -> Graph:
@@ -31,9 +29,7 @@ def merge_channel_pad(graph: Graph) -> Graph:
             continue
         inputs = list(user.inputs)
         inputs[position] = pad.inputs[0]
-        options = user.options or Options("AddOptions" if user.code == "ADD" else "SubOptions")
-        fields = {**options.fields, "zero_extend": True}
-        merged = dataclasses.replace(user, inputs=inputs, options=dataclasses.replace(options, fields=fields))
+        merged = with_fields(user, inputs, zero_extend=True)
         if registry.check(merged, graph) is not None:
             continue
         user.inputs, user.options = merged.inputs, merged.options

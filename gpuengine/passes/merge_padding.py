@@ -5,13 +5,11 @@ field."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..kernels import registry
 from ..model.ir import Graph
-from .graph_utils import const, consumers
+from .graph_utils import const, consumers, with_fields
 
 TARGETS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
@@ -34,8 +32,8 @@ def merge_padding(graph: Graph) -> Graph:
                 or c.opt("padding", 0) != 1 or c.opt("explicit_padding") is not None for c in readers):
             continue
         (top, bottom), (left, right) = pads[1].tolist(), pads[2].tolist()
-        merged = [dataclasses.replace(c, inputs=[pad.inputs[0], *c.inputs[1:]], options=dataclasses.replace(
-            c.options, fields={**c.options.fields, "explicit_padding": (top, bottom, left, right)})) for c in readers]
+        merged = [with_fields(c, [pad.inputs[0], *c.inputs[1:]], explicit_padding=(top, bottom, left, right))
+                  for c in readers]
         if any(registry.check(m, graph) is not None for m in merged):
             continue
         for c, m in zip(readers, merged):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AdapterError
@@ -24,6 +24,7 @@ class GpuDevice:
     device: Any
     features: frozenset[str]
     limits: dict[str, int]
+    pipelines: dict[str, Any] = field(default_factory=dict)  # WGSL text -> compute pipeline, shared by programs
 
     @property
     def name(self) -> str:

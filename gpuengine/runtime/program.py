@@ -119,11 +119,7 @@ class GpuProgram:
         d = self.dispatches[index]
         spec = dataclasses.replace(d.spec, workgroup=workgroup)
         self._validate([spec])
-        source = codegen.render(spec)
-        cache: dict[str, Any] = self.gpu.__dict__.setdefault("_pipelines", {})
-        pipeline = cache.get(source)
-        if pipeline is None:
-            pipeline = cache[source] = self._pipeline(source, spec)
+        _, pipeline = self._compiled(spec)
         return (pipeline, d.bind_group, *codegen.dispatch_size(spec))
 
     # -- build ----------------------------------------------------------------------------------------------
@@ -187,14 +183,10 @@ class GpuProgram:
             offset += -(-self._raw_bytes(t) // 256) * 256
         self.staging = dev.create_buffer(size=max(offset, 16),
                                          usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        cache: dict[str, Any] = self.gpu.__dict__.setdefault("_pipelines", {})
         constants: dict[int, Any] = {}
         self.dispatches: list[Dispatch] = []
         for spec in specs:
-            source = codegen.render(spec)
-            pipeline = cache.get(source)
-            if pipeline is None:
-                pipeline = cache[source] = self._pipeline(source, spec)
+            source, pipeline = self._compiled(spec)
             entries = []
             for i, b in enumerate(codegen.bound(spec)):
                 if b.data is not None:
@@ -220,6 +212,14 @@ class GpuProgram:
 
     def _raw_bytes(self, t: int) -> int:
         return max(16, -(-int(np.prod(self.graph.tensors[t].shape, dtype=np.int64)) * 4 // 16) * 16)
+
+    def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
+        """The spec's WGSL and its pipeline; identical text compiles once per device."""
+        source = codegen.render(spec)
+        pipeline = self.gpu.pipelines.get(source)
+        if pipeline is None:
+            pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
+        return source, pipeline
 
     def _pipeline(self, source: str, spec: KernelSpec) -> Any:
         import wgpu

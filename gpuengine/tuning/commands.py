@@ -14,41 +14,28 @@ from typing import Any
 
 import numpy as np
 
+from ..tools.cli import _feeds, _interpreter, load_model
 from .litert_runner import time_invokes
 
 
 def _models(args: Any) -> list[tuple[str, bytes]]:
-    from gpuengine.tools.cli import load_model
-
     specs = args.models if isinstance(args.models, list) else [args.models]
     return [load_model(m) for m in (specs or [None])]
 
 
-def _interpreter(data: bytes, args: Any, cache: str | None = None) -> Any:
-    from gpuengine import Interpreter
-
-    it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
-                     optimize=False if args.no_optimize else None,
-                     workgroup_cache=cache or getattr(args, "cache", None))
-    it.allocate_tensors()
+def _primed(data: bytes, args: Any, cache: str | None = None) -> Any:
+    """An interpreter that has run once on random values for every input (buffers hold real data)."""
+    it = _interpreter(data, args, cache)
+    for t, v in _feeds(it, [], seed=0).items():
+        it.set_tensor(t, v)
+    it.invoke()
     return it
-
-
-def _random_feeds(it: Any, seed: int = 0) -> dict[int, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {d["index"]: rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()}
-
-
-def _gpu_programs(it: Any) -> list[Any]:
-    from gpuengine.runtime.program import GpuProgram
-
-    return [p for p in it.compiled.programs if isinstance(p, GpuProgram)]
 
 
 def gpu_time_ms(it: Any, runs: int = 10) -> float:
     from gpuengine.runtime.timing import DispatchTimer
 
-    return sum(DispatchTimer(p).measure(runs=runs).total_ns for p in _gpu_programs(it)) / 1e6
+    return sum(DispatchTimer(p).measure(runs=runs).total_ns for p in it.compiled.gpu_programs) / 1e6
 
 
 def _litert(model: bytes, feeds: dict[int, np.ndarray], accel: str, runs: int, warmup: int) -> tuple[dict, dict]:
@@ -84,7 +71,7 @@ def cmd_bench(args: Any) -> int:
         raise SystemExit(f"gpuengine bench: unknown --compare {sorted(unknown)}; use cpu,litert-gpu")
     name, data = _models(args)[0]
     it = _interpreter(data, args)
-    feeds = _random_feeds(it)
+    feeds = _feeds(it, [], seed=0)
     ours, our_out = time_invokes(it, feeds, args.runs, args.warmup)
     ours["gpu_ms"] = gpu_time_ms(it, runs=min(args.runs, 20))
     report: dict[str, Any] = {"model": name, "adapter": it.compiled.gpu.name if it.compiled.gpu else None,
@@ -125,11 +112,11 @@ def cmd_profile(args: Any) -> int:
 
     name, data = _models(args)[0]
     it = _interpreter(data, args)
-    feeds = _random_feeds(it)
+    feeds = _feeds(it, [], seed=0)
     e2e, _ = time_invokes(it, feeds, args.runs, 3)
     graph = it.compiled.graph
     rows, total_ns, span_ns, encode_ms, method = [], 0.0, 0.0, 0.0, ""
-    for prog in _gpu_programs(it):
+    for prog in it.compiled.gpu_programs:
         timing = DispatchTimer(prog).measure(runs=args.runs)
         method = timing.method
         span_ns += timing.total_ns
@@ -179,11 +166,9 @@ def cmd_tune(args: Any) -> int:
     before: dict[str, float] = {}
     its = []
     for _name, data in models:
-        it = _interpreter(data, args, cache=os.devnull)  # tune from defaults, not from an older cache
+        it = _primed(data, args, cache=os.devnull)  # tune from defaults, not from an older cache
         its.append(it)
-        it.set_tensor(it.get_input_details()[0]["index"], _random_feeds(it)[it.get_input_details()[0]["index"]])
-        it.invoke()
-        for prog in _gpu_programs(it):
+        for prog in it.compiled.gpu_programs:
             for i, d in enumerate(prog.dispatches):
                 if prog.tunable[i]:
                     jobs.setdefault(prog.signature(d.spec), (prog, i, it))
@@ -225,10 +210,7 @@ def cmd_tune(args: Any) -> int:
     # Before/after, interleaved (default, tuned, default, ...) so drift and noise hit both alike.
     after = {}
     for (name, data), it_default in zip(models, its):
-        it_tuned = _interpreter(data, args, cache=str(cache.path))
-        it_tuned.set_tensor(it_tuned.get_input_details()[0]["index"],
-                            _random_feeds(it_tuned)[it_tuned.get_input_details()[0]["index"]])
-        it_tuned.invoke()
+        it_tuned = _primed(data, args, cache=str(cache.path))
         pairs = [(gpu_time_ms(it_default, runs=5), gpu_time_ms(it_tuned, runs=5)) for _ in range(3)]
         before[name] = float(np.median([p[0] for p in pairs]))
         after[name] = float(np.median([p[1] for p in pairs]))
