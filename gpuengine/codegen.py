@@ -61,7 +61,7 @@ def bound(spec: KernelSpec) -> list[Binding]:
     return [b for b in spec.bindings if not is_baked(b)]
 
 
-def _f32(value: float) -> str:
+def f32_literal(value: float) -> str:
     """A float literal; non-finite values (legal in data, not in WGSL literals) as their bit pattern."""
     if math.isfinite(value):
         return literal(float(value))
@@ -81,7 +81,7 @@ def bindings_decl(spec: KernelSpec) -> str:
     for b in spec.bindings:
         if is_baked(b):
             vec = b.data.reshape(-1, 4).tolist()
-            items = ", ".join("vec4<f32>(" + ", ".join(_f32(v) for v in row) + ")" for row in vec)
+            items = ", ".join("vec4<f32>(" + ", ".join(f32_literal(v) for v in row) + ")" for row in vec)
             kind = f"array<vec4<f32>, {len(vec)}>"
             lines.append(f"var<private> {b.name}: {kind} = {kind}({items});")
     return "\n".join(lines)

@@ -46,6 +46,26 @@ def test_inspect_json_schema(capsys, tmp_path):
     assert len(list(tmp_path.glob("*.wgsl"))) == report["dispatches"]
 
 
+def test_inspect_lists_ops_folded_into_input_loads(capsys, tmp_path):
+    """MEAN(ADD(x, hard_swish(x))): no producer can host the ADD, so the MEAN evaluates it while loading."""
+    from gpuengine.model.builder import ModelBuilder
+
+    mb = ModelBuilder()
+    shape = (1, 8, 8, 6)
+    x = mb.input("x", shape)
+    skip = mb.op("HARD_SWISH", [x], shape)
+    s = mb.op("ADD", [x, skip], shape)
+    mb.output(mb.op("MEAN", [s, mb.const("axes", np.array([1, 2], np.int32))], (1, 1, 1, 6), {"keep_dims": True}))
+    mb.output(mb.op("RELU", [skip], shape))
+    path = tmp_path / "block.tflite"
+    path.write_bytes(mb.build())
+    report = run_json(capsys, ["inspect", str(path), "--json"])
+    ops = [d["ops"] for d in report["dispatch_list"]]
+    assert ["ADD", "MEAN"] in ops and ["ADD"] not in ops
+    assert main(["inspect", str(path)]) == 0
+    assert "ADD+MEAN" in capsys.readouterr().out
+
+
 def test_memplan_json_schema(capsys):
     report = run_json(capsys, ["memplan", "tiny", "--json"])
     (entry,) = report.values()

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuengine.kernels.conv2d import out_size
 from gpuengine.model.builder import ModelBuilder
@@ -19,7 +21,7 @@ from gpuengine.passes import pipeline
 from gpuengine.passes.conv_to_fully_connected import conv_to_fully_connected
 from gpuengine.passes.dilated_conv import dilated_conv
 from gpuengine.passes.fold_scale_into_conv import fold_scale_into_conv
-from gpuengine.passes.fuse_input_scale import fuse_input_scale
+from gpuengine.passes.fuse_input_expression import fuse_input_expression
 from gpuengine.passes.merge_channel_pad import merge_channel_pad
 from gpuengine.passes.merge_padding import merge_padding
 from gpuengine.passes.pool_to_mean import pool_to_mean
@@ -719,7 +721,7 @@ def test_optimize_false_runs_no_optional_pass(monkeypatch: pytest.MonkeyPatch) -
         run_gpuengine(model, feeds)
 
 
-# -- fuse_input_scale -----------------------------------------------------------------------------------------
+# -- fuse_input_expression ------------------------------------------------------------------------------------
 def _se_block(c: int, oc: int, batch: int = 1, k: int = 1, gate_consumers: int = 1) -> bytes:
     """x -> MEAN -> 1x1 conv -> LOGISTIC = gate; MUL(x, gate) -> conv (k x k): a squeeze-excitation block."""
     mb = ModelBuilder()
@@ -736,21 +738,193 @@ def _se_block(c: int, oc: int, batch: int = 1, k: int = 1, gate_consumers: int =
     return mb.build()
 
 
+def _prologue(g: Graph, code: str) -> Any:
+    return next(op for op in g.ops if op.code == code and op.opt("prologue"))
+
+
 @pytest.mark.parametrize(("c", "oc", "batch"), [(8, 4, 1), (5, 7, 1), (12, 16, 2)])
 def test_gate_mul_fuses_into_the_1x1_conv(c: int, oc: int, batch: int) -> None:
     model = _se_block(c, oc, batch)
-    out = apply(fuse_input_scale, model)
+    out = apply(fuse_input_expression, model)
     assert "MUL" not in codes(out)
-    conv_op = next(op for op in out.ops if op.code == "CONV_2D" and op.opt("input_scale"))
-    assert len(conv_op.inputs) == 4
+    conv_op = _prologue(out, "CONV_2D")
+    assert [s.op.code for s in conv_op.opt("prologue")] == ["MUL"]
+    assert len(conv_op.inputs) == 4  # x, weights, bias, then the gate as a leaf
     it = assert_matches_litert(model)
     assert "MUL" not in planned(it)
-    assert any("input scaled" in spec.label for spec in kernels(it))
+    assert any(spec.label.endswith("(input: MUL)") for spec in kernels(it))
 
 
 @pytest.mark.parametrize(("k", "gate_consumers"), [(3, 1), (1, 2)])
 def test_gate_mul_kept_when_the_conv_cannot_take_it(k: int, gate_consumers: int) -> None:
-    """A 3x3 conv has no scaled-load path; a MUL output read twice must be materialized."""
+    """A 3x3 conv has no prologue path; a MUL output read twice must be materialized."""
     model = _se_block(6, 4, k=k, gate_consumers=gate_consumers)
-    assert "MUL" in codes(apply(fuse_input_scale, model))
+    assert "MUL" in codes(apply(fuse_input_expression, model))
     assert_matches_litert(model)
+
+
+def _attention_block(c: int, batch: int = 1, reader: str = "MEAN") -> bytes:
+    """MediaPipe selfie's decoder block: skip and up are both read elsewhere, so neither can host
+    s = ADD(skip, up) (read by a MEAN) or ADD(MUL(skip, gate(s)), up) (read by a 1x1 conv)."""
+    mb = ModelBuilder()
+    shape = (batch, 8, 9, c)  # >= 64 pixels: pool_to_mean turns the global AVERAGE_POOL_2D into a MEAN
+    x = mb.input("x", shape)
+    skip = mb.op("HARD_SWISH", [x], shape)
+    up, _ = conv(mb, x, shape, c, k=3, seed=3)
+    s = mb.op("ADD", [skip, up], shape)
+    if reader == "MEAN":
+        pooled = mb.op("MEAN", [s, _i32(mb, "axes", [1, 2])], (batch, 1, 1, c), {"keep_dims": True})
+    else:
+        pooled = mb.op("AVERAGE_POOL_2D", [s], (batch, 1, 1, c), {"filter_height": 8, "filter_width": 9,
+                                                                 "padding": "VALID", "stride_h": 1, "stride_w": 1})
+    gate = mb.op("LOGISTIC", [conv(mb, pooled, (batch, 1, 1, c), c, k=1, seed=4)[0]], (batch, 1, 1, c))
+    mixed = mb.op("ADD", [mb.op("MUL", [skip, gate], shape), up], shape)
+    out, _ = conv(mb, mixed, shape, 9, k=1, seed=5)
+    mb.output(out)
+    mb.output(mb.op("RELU", [skip], shape))
+    mb.output(mb.op("RELU", [up], shape))
+    return mb.build()
+
+
+@pytest.mark.parametrize(("c", "batch", "reader"), [(16, 1, "MEAN"), (5, 2, "MEAN"), (6, 1, "AVERAGE_POOL_2D")])
+def test_attention_block_runs_no_elementwise_dispatch(c: int, batch: int, reader: str) -> None:
+    model = _attention_block(c, batch, reader)
+    it = assert_matches_litert(model)
+    graph = it.compiled.plan.graph
+    assert [s.op.code for s in _prologue(graph, "MEAN").opt("prologue")] == ["ADD"]
+    assert [s.op.code for s in _prologue(graph, "CONV_2D").opt("prologue")] == ["MUL", "ADD"]
+    standalone = [spec.label for spec in kernels(it) if spec.shader == "elementwise"]
+    assert sorted(standalone) == ["HARD_SWISH", "RELU", "RELU"]  # on a graph input / on tensors read twice
+    unfused = run_gpuengine(model, random_inputs(model, 0), optimize=False)[0]
+    fused = run_gpuengine(model, random_inputs(model, 0))[0]
+    for t, v in unfused.items():
+        np.testing.assert_allclose(fused[t], v, rtol=1e-5, atol=1e-5)
+
+
+def test_prologue_with_constant_leaves_and_activations() -> None:
+    """Scalar, per-channel and full-shape constants as leaves, a fused activation and a unary op in the tree;
+    a DIV whose padding lanes (0 / 0) must not leak NaN into the conv."""
+    rng = np.random.default_rng(7)
+    mb = ModelBuilder()
+    shape = (1, 4, 3, 5)
+    x = mb.input("x", shape)
+    y = mb.input("y", shape)
+    t = mb.op("ADD", [x, mb.const("one", np.array(1.0, np.float32))], shape, {"fused_activation_function": "RELU"})
+    t = mb.op("DIV", [t, y], shape)  # 1 / 0 in the padding lanes
+    t = mb.op("MUL", [t, mb.const("pc", rng.uniform(0.5, 2, (5,)).astype(np.float32))], shape)  # inf * 0
+    t = mb.op("LOG", [mb.op("SUB", [t, mb.const("full", weights(rng, *shape) * 0.1)], shape)], shape)
+    mb.output(conv(mb, t, shape, 6, k=1, seed=8)[0])
+    mb.output(mb.op("RELU", [x], shape))
+    mb.output(mb.op("RELU", [y], shape))
+    model = mb.build()
+    out = apply(fuse_input_expression, model)
+    assert [s.op.code for s in _prologue(out, "CONV_2D").opt("prologue")] == ["ADD", "DIV", "MUL", "SUB", "LOG"]
+    feeds = {k: np.abs(v) + 0.1 for k, v in random_inputs(model, 1).items()}
+    it = assert_matches_litert(model, feeds)
+    assert [spec.label for spec in kernels(it) if spec.shader == "elementwise"] == ["RELU", "RELU"]
+
+
+PROLOGUE_UNARY = ["RELU", "RELU6", "HARD_SWISH", "LOGISTIC", "TANH", "ABS", "NEG", "ELU"]
+PROLOGUE_BINARY = ["ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"]
+READERS = {  # consumer -> (code, axes, keep_dims); None: a 1x1 conv
+    "conv1x1": None, "mean_hw": ("MEAN", [1, 2], True), "mean_c": ("MEAN", [3], False),
+    "sum_h": ("SUM", [1], True), "max_wc": ("REDUCE_MAX", [2, 3], False),
+}
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_trees_fold_into_their_reader(seed: int) -> None:
+    """Random chains and branches of elementwise ops over run-time, per-channel, batched and constant leaves,
+    read by a 1x1 conv or a reduction: all folded into the reader, equal to LiteRT and to the unfused run."""
+    rng = np.random.default_rng(seed)
+    b, c = int(rng.integers(1, 3)), int(rng.choice([1, 3, 4, 5, 8, 13]))
+    shape = (b, int(rng.integers(2, 6)), int(rng.integers(1, 6)), c)  # not 1x1: that conv becomes an FC
+    mb = ModelBuilder()
+    full = [mb.input("x", shape), mb.input("y", shape)]
+    leaves = [*full, mb.input("gate", (int(rng.choice([1, b])), 1, 1, c)),
+              mb.const("scalar", np.array(rng.uniform(-2, 2), np.float32)),
+              mb.const("channel", weights(rng, c)), mb.const("dense", weights(rng, *shape))]
+    value, n_ops = full[0], 0
+    for _ in range(int(rng.integers(1, 5))):
+        if rng.random() < 0.3:
+            value = mb.op(str(rng.choice(PROLOGUE_UNARY)), [value], shape)
+            n_ops += 1
+            continue
+        other = leaves[int(rng.integers(0, len(leaves)))]
+        if rng.random() < 0.3:  # a branch: an op on a leaf, read only inside the tree
+            other = mb.op(str(rng.choice(PROLOGUE_UNARY)), [full[int(rng.integers(0, 2))]], shape)
+            n_ops += 1
+        code = str(rng.choice(PROLOGUE_BINARY))
+        opts = {"fused_activation_function": str(rng.choice(["NONE", "RELU", "RELU6"]))} \
+            if code in ("ADD", "SUB", "MUL") else {}
+        value = mb.op(code, [value, other] if rng.random() < 0.5 else [other, value], shape, opts)
+        n_ops += 1
+    reader = str(rng.choice(sorted(READERS)))
+    if READERS[reader] is None:
+        mb.output(conv(mb, value, shape, int(rng.integers(1, 10)), k=1, seed=seed % 1000)[0])
+        code = "CONV_2D"
+    else:
+        code, axes, keep = READERS[reader]
+        out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+        mb.output(mb.op(code, [value, _i32(mb, "axes", axes)], out_shape, {"keep_dims": keep}))
+    model = mb.build()
+    it = assert_matches_litert(model)
+    assert len(_prologue(it.compiled.plan.graph, code).opt("prologue")) == n_ops
+    assert not [spec for spec in kernels(it) if spec.shader == "elementwise"]
+    feeds = random_inputs(model, 0)
+    unfused, fused = run_gpuengine(model, feeds, optimize=False)[0], run_gpuengine(model, feeds)[0]
+    for t, v in unfused.items():
+        np.testing.assert_allclose(fused[t], v, rtol=1e-5, atol=1e-5)
+
+
+def test_tree_left_to_epilogue_fusion_when_a_producer_can_host_it() -> None:
+    """ADD(conv_out, x) where only the ADD reads conv_out: the conv's epilogue takes it at no cost."""
+    mb = ModelBuilder()
+    shape = (1, 5, 5, 8)
+    x = mb.input("x", shape)
+    a, _ = conv(mb, x, shape, 8, k=3, seed=1)
+    s = mb.op("ADD", [a, x], shape)
+    mb.output(conv(mb, s, shape, 4, k=1, seed=2)[0])
+    mb.output(mb.op("RELU", [x], shape))
+    model = mb.build()
+    assert "ADD" in codes(apply(fuse_input_expression, model))
+    it = assert_matches_litert(model)
+    assert any(spec.label.endswith("+ADD") for spec in kernels(it))
+
+
+def test_leaf_broadcast_over_space_is_not_absorbed() -> None:
+    """A [1, H, W, 1] operand is neither full-shape nor per-channel: the prologue cannot read it."""
+    mb = ModelBuilder()
+    shape = (1, 4, 4, 8)
+    x = mb.input("x", shape)
+    m = mb.input("m", (1, 4, 4, 1))
+    s = mb.op("MUL", [x, m], shape)
+    mb.output(conv(mb, s, shape, 4, k=1, seed=2)[0])
+    mb.output(mb.op("RELU", [x], shape))
+    model = mb.build()
+    assert "MUL" in codes(apply(fuse_input_expression, model))
+    assert_matches_litert(model)
+
+
+def test_malformed_prologue_is_refused_by_the_kernel() -> None:
+    from gpuengine.kernels import registry
+    from gpuengine.kernels.prologue import Step
+    from gpuengine.passes.graph_utils import with_fields
+
+    graph = apply(fuse_input_expression, _se_block(8, 4))
+    conv_op = _prologue(graph, "CONV_2D")
+    assert registry.check(conv_op, graph) is None
+    (step,) = conv_op.opt("prologue")
+    cases = {
+        "later step": (Step(step.op, (0, -1)),),
+        "not a leaf input": (Step(step.op, (0, 1)),),
+        "does not read input 0": (Step(step.op, (3, 3)),),
+        "Steps": ("MUL",),
+    }
+    for words, steps in cases.items():
+        reason = registry.check(with_fields(conv_op, prologue=steps), graph)
+        assert reason is not None and words in reason, (words, reason)
+    x, w, b, gate = conv_op.inputs
+    padded = with_fields(conv_op, [x, w, b, gate], prologue=conv_op.opt("prologue"), padding=0,
+                         stride_h=2, stride_w=2)
+    assert "1x1" in (registry.check(padded, graph) or "")

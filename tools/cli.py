@@ -130,7 +130,10 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     for strategy in STRATEGIES:
         memory[strategy] = sum(plan_memory(p.info.records, strategy, align).total_bytes
                                for p in compiled.gpu_programs)
-    dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label, "ops": [graph.ops[i].code for i in d.spec.ops],
+    # ops in evaluation order: those folded into a kernel's input loads (kernels/prologue.py) come first
+    dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
+                      "ops": [s.op.code for i in d.spec.ops for s in graph.ops[i].opt("prologue") or ()]
+                      + [graph.ops[i].code for i in d.spec.ops],
                       "workgroup": list(d.spec.workgroup), "grid": list(d.groups)}
                      for p in compiled.gpu_programs for d in p.dispatches]
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen import literal
+from ..codegen import f32_literal
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
 from .base import Binding, Code
@@ -88,9 +88,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     logical = (1,) * (rank - len(logical)) + logical
     fn = f"fn read_{name}(b: u32, y: u32, x: u32, s: u32) -> vec4<f32> {{\n"
     if tensor.data is not None and tensor.size == 1:
-        value = np.asarray(tensor.data, np.float32).reshape(-1)[:1]
-        bits = int(value.view(np.uint32)[0])
-        text = literal(float(value[0])) if np.isfinite(value[0]) else f"bitcast<f32>({bits}u)"
+        text = f32_literal(float(np.asarray(tensor.data, np.float32).reshape(-1)[0]))
         return Code(fn + f"  return vec4<f32>({text});\n}}\n"), []
     if tensor.data is not None:
         own = logical

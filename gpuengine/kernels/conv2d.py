@@ -1,7 +1,8 @@
 """CONV_2D: a general kernel plus two specialized variants, chosen from the op's parameters at build time.
 
 * conv2d:       any kernel size, stride, dilation, padding (and groups, by densifying the weights).
-* conv2d_1x1:   1x1, stride 1, no padding: a plain GEMM over the H*W pixels, tiled 4 pixels x 2 slices.
+* conv2d_1x1:   1x1, stride 1, no padding: a plain GEMM over the H*W pixels, tiled 4 pixels x 2 slices; the
+                only variant that loads its input through a prologue (kernels/prologue.py).
 * conv2d_first: inputs of 1..4 channels (one input slice, typical first layers): every tap unrolled.
 
 Weights [O, KH, KW, I] are re-laid out once at build into 4x4 blocks, one mat4x4 per (out_slice, ky, kx,
@@ -26,6 +27,7 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
+from .prologue import input_reader, prologue_reason
 
 SAME, VALID = 0, 1
 
@@ -186,6 +188,7 @@ def common_checks(op: Op, graph: Graph, min_inputs: int = 2) -> str | None:
 
 class Conv2DKernel:
     ops = ("CONV_2D",)
+    prologue_leaves_from = 3  # after input, weights, bias (kernels/prologue.py)
 
     def supports(self, op: Op, graph: Graph) -> str | None:
         reason = common_checks(op, graph)
@@ -198,10 +201,12 @@ class Conv2DKernel:
             return (
                 f"weights {graph.tensors[op.inputs[1]].shape} do not match input channels {ic} / output {oc}"
             )
-        if op.opt("input_scale"):
-            reason = _input_scale_reason(op, graph)
+        if op.opt("prologue"):
+            reason = prologue_reason(op, graph, self.prologue_leaves_from)
             if reason:
                 return reason
+            if not _is_1x1(geometry(op, graph)):
+                return "an input prologue is only fused into 1x1 stride-1 unpadded convs"
         bias = op.inputs[2] if len(op.inputs) > 2 else -1
         if bias >= 0 and graph.tensors[bias].size != oc:
             return "bias size does not match output channels"
@@ -211,23 +216,9 @@ class Conv2DKernel:
         g = geometry(op, graph)
         w = const_f32(graph, op.inputs[1])
         w = dense_weights(w, g.ic)
-        scale = op.inputs[3] if op.opt("input_scale") else None
+        reader = input_reader(op, graph) if op.opt("prologue") else None
         return [conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code,
-                          scale=scale, scale_batched=scale is not None and graph.tensors[scale].shape[0] > 1)]
-
-
-def _input_scale_reason(op: Op, graph: Graph) -> str | None:
-    """`input_scale` (set by passes/fuse_input_scale.py): input 3 is a per-channel gate [B|1, 1, 1, C] that
-    multiplies the input as it is loaded (squeeze-excitation), supported by the 1x1 kernel."""
-    if len(op.inputs) != 4 or op.inputs[3] < 0:
-        return "input_scale needs the gate as input 3"
-    gate, x = graph.tensors[op.inputs[3]], graph.tensors[op.inputs[0]]
-    if gate.data is not None or len(gate.shape) != 4 or gate.shape[1:] != (1, 1, x.shape[3]) \
-            or gate.shape[0] not in (1, x.shape[0]):
-        return f"input_scale gate {gate.shape} must be a [1|B, 1, 1, C] tensor for input {x.shape}"
-    if not _is_1x1(geometry(op, graph)):
-        return "input_scale is only fused into 1x1 stride-1 unpadded convs"
-    return None
+                          reader=reader)]
 
 
 def _is_1x1(g: ConvGeometry) -> bool:
@@ -255,15 +246,14 @@ def conv_spec(
     dst: int,
     epilogue: list[Code],
     label: str,
-    scale: int | None = None,
-    scale_batched: bool = False,
+    reader: tuple[Code, list[Binding], str] | None = None,
 ) -> KernelSpec:
-    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None; scale: a
-    per-input-channel gate tensor applied while loading (1x1 only)."""
+    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None; reader:
+    the input's load function when it has a prologue (kernels/prologue.py; 1x1 only)."""
     if _is_1x1(g):
-        return _conv_1x1(g, w, bias, src, dst, epilogue, label, scale, scale_batched)
-    if scale is not None:
-        raise ValueError("input_scale needs the 1x1 kernel")
+        return _conv_1x1(g, w, bias, src, dst, epilogue, label, reader)
+    if reader is not None:
+        raise ValueError("an input prologue needs the 1x1 kernel")
     if g.si == 1 and g.kh * g.kw <= 49:
         return _conv_first(g, w, bias, src, dst, epilogue, label)
     return _conv_general(g, w, bias, src, dst, epilogue, label)
@@ -357,19 +347,17 @@ def _conv_1x1(
     dst: int,
     epilogue: list[Code],
     label: str,
-    scale: int | None = None,
-    scale_batched: bool = False,
+    reader: tuple[Code, list[Binding], str] | None = None,
 ) -> KernelSpec:
     plane = g.oh * g.ow
     xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
     st = 2 if g.so >= 2 else 1
     sg = -(-g.so // st)
     pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
-    if scale is None:
+    if reader is None:
         taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
-    else:  # a fused squeeze-excitation gate scales each input slice as it is loaded
-        taps = [f"let sc = scale[{'ob * ' + str(g.si) + 'u + ' if scale_batched else ''}sl];"]
-        taps += [f"let s_{t} = src[si + p_{t}] * sc;" for t in range(xt)]
+    else:  # fused elementwise ops evaluated as the input is loaded
+        taps = [f"let s_{t} = load_src(si + p_{t}, ob, sl);" for t in range(xt)]
     taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
     taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
     init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
@@ -396,13 +384,13 @@ def _conv_1x1(
     return KernelSpec(
         "conv2d_1x1",
         params,
-        _bindings(g, w, bias, sg * st, src, dst)[:-1]
-        + ([Binding("scale", tensor=scale)] if scale is not None else [])
-        + [Binding("dst", tensor=dst, writable=True)],
+        _bindings(g, w, bias, sg * st, src, dst) if reader is None
+        else [*reader[1], *_bindings(g, w, bias, sg * st, src, dst)[1:]],
         grid=(-(-plane // xt), 1, g.batch * sg),
         epilogue=epilogue,
         out_channels=g.oc,
-        label=f"{label} 1x1" + (" (input scaled)" if scale is not None else ""),
+        label=f"{label} 1x1" + (reader[2] if reader else ""),
+        functions=[reader[0]] if reader else [],
     )
 
 

@@ -127,11 +127,22 @@ class ElementwiseKernel:
             expr = expr.replace("${ALPHA}", literal(float(op.opt("alpha", 0.2))))
         return expr
 
+    def _statements(self, op: Op) -> tuple[list[Code], list[Code]]:
+        """Statements setting `value` from operands `a` (and `b`), fused activation included, and the helper
+        functions they call."""
+        expr = self._expr(op)
+        helpers = [Code(code) for key, code in _HELPERS.items() if key in expr]
+        return [Code(f"value = {expr};"), *(activation(op) if op.code in _FUSED else [])], helpers
+
+    def as_expression(self, op: Op) -> tuple[list[Code], list[Code]] | None:
+        """The op evaluated inline by the kernel reading its output (kernels/prologue.py)."""
+        return None if op.opt("zero_extend") else self._statements(op)
+
     def as_epilogue(self, op: Op, graph: Graph, position: int, prefix: str) -> Epilogue | None:
         """The op applied to the producer's `value` (input `position`); other operands read directly."""
-        expr = self._expr(op)
         out_shape = graph.tensors[op.outputs[0]].shape
-        lines, functions, bindings = [], [code for key, code in _HELPERS.items() if key in expr], []
+        statements, functions = self._statements(op)
+        lines, bindings = [], []
         for k, (name, t) in enumerate(zip("ab", op.inputs)):
             if k == position:
                 lines.append(f"let {name} = value;")
@@ -141,9 +152,7 @@ class ElementwiseKernel:
             functions.append(fn)
             bindings += binds
             lines.append(f"let {name} = read_{prefix}{name}(ob, oy, ox, os);")
-        lines.append(f"value = {expr};")
-        lines += activation(op) if op.code in _FUSED else []
-        return Epilogue([Code("{ " + " ".join(lines) + " }")], functions, bindings)
+        return Epilogue([Code("{ " + " ".join(lines + statements) + " }")], functions, bindings)
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         expr = self._expr(op)

@@ -20,6 +20,7 @@ from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors
+from .prologue import input_reader, prologue_reason
 
 FLT_MAX = 3.4028234663852886e38
 # op -> (identity, vec4 combine of a and b, horizontal combine of v into one f32)
@@ -55,8 +56,10 @@ def reduced_shape(shape: tuple[int, ...], axes: list[int], keep_dims: bool) -> t
 
 
 def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: list[int], keep_dims: bool,
-                epilogue: list[Code] | None = None, label: str = "") -> KernelSpec:
-    """One dispatch reducing tensor `src` (logical in_shape) over `axes` into `dst` (pooling reuses this)."""
+                epilogue: list[Code] | None = None, label: str = "",
+                reader: tuple[Code, list[Binding], str] | None = None) -> KernelSpec:
+    """One dispatch reducing tensor `src` (logical in_shape) over `axes` into `dst` (pooling reuses this);
+    reader: the input's load function when it has a prologue (kernels/prologue.py)."""
     identity, combine, horizontal = _REDUCERS[kind]
     rank = len(in_shape)
     out_shape = reduced_shape(in_shape, axes, keep_dims)
@@ -86,10 +89,11 @@ def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: 
         stride *= n
     total = stride * (s_in if channel_reduced else 1)
     index = f"(({coord[0]} * {s_in}u + {{s}}) * {h}u + {coord[1]}) * {w}u + {coord[2]}"
+    read = "src[{i}]" if reader is None else f"load_src({{i}}, {coord[0]}, {{s}})"
     init = f"vec4<f32>({literal(identity)})"
     head = "fn load(ob: u32, oy: u32, ox: u32, os: u32, q: u32) -> vec4<f32> {\n" + "\n".join(decode) + "\n"
     if not channel_reduced:
-        body = f"  return src[{index.format(s='os')}];\n}}\n"
+        body = f"  return {read.format(i=index.format(s='os'), s='os')};\n}}\n"
     else:
         mask = ""
         if c % 4:
@@ -98,15 +102,16 @@ def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: 
         body = (f"  let s = q / {stride}u;\n  var res = {init};\n"
                 "  for (var l = 0u; l < 4u; l++) {\n"
                 f"    let oc = os * 4u + l;\n    if (oc >= {oc}u) {{ break; }}\n"
-                f"    var v = src[{index.format(s='s')}];\n{mask}"
+                f"    var v = {read.format(i=index.format(s='s'), s='s')};\n{mask}"
                 f"    res[l] = {horizontal};\n  }}\n  return res;\n}}\n")
     funcs = (f"fn combine(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{\n  return {combine};\n}}\n\n"
              + head + body)
     finish = f"acc / {literal(float(count))}" if kind == "MEAN" else "acc"
     params: dict = {"S": s_out, "H": oh, "W": ow, "R": total, "INIT": Code(init), "FUNCS": Code(funcs),
                     "FINISH": Code(finish)}
-    bindings = [Binding("src", tensor=src), Binding("dst", tensor=dst, writable=True)]
-    common = dict(epilogue=list(epilogue or []), out_channels=oc, label=label or kind)
+    bindings = [*(reader[1] if reader else [Binding("src", tensor=src)]), Binding("dst", tensor=dst, writable=True)]
+    common = dict(epilogue=list(epilogue or []), out_channels=oc, label=(label or kind) + (reader[2] if reader else ""),
+                  functions=[reader[0]] if reader else [])
     if total >= WG_THRESHOLD:
         t = 64 if total < 4096 else 256
         params["T"] = t
@@ -117,9 +122,10 @@ def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: 
 
 class ReduceKernel:
     ops = tuple(_REDUCERS)
+    prologue_leaves_from = 2  # after data and axes (kernels/prologue.py)
 
     def supports(self, op: Op, graph: Graph) -> str | None:
-        if len(op.inputs) != 2 or len(op.outputs) != 1:
+        if len(op.inputs) < 2 or (len(op.inputs) > 2 and not op.opt("prologue")) or len(op.outputs) != 1:
             return "expects 2 inputs (data, axes) and 1 output"
         reason = float_tensors(op, graph, [0])
         if reason:
@@ -139,14 +145,15 @@ class ReduceKernel:
         got = graph.tensors[op.outputs[0]].shape
         if tuple(got) != want:
             return f"output shape {got} differs from the reduced shape {want}"
-        return None
+        return prologue_reason(op, graph, self.prologue_leaves_from) if op.opt("prologue") else None
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         shape = graph.tensors[op.inputs[0]].shape
         axes = normalize_axes(graph.tensors[op.inputs[1]].data, len(shape))
         assert not isinstance(axes, str), axes
         keep_dims = bool(op.opt("keep_dims", False))
-        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims)]
+        reader = input_reader(op, graph) if op.opt("prologue") else None
+        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims, reader=reader)]
 
 
 KERNEL = ReduceKernel()

@@ -63,7 +63,7 @@ def new_const(graph: Graph, like: int, data: np.ndarray, name: str) -> int:
 
 def with_fields(op: Op, inputs: list[int] | None = None, **fields: Any) -> Op:
     """A copy of `op` (same output) reading `inputs`, with option fields added or replaced; the passes use it
-    for internal fields (explicit_padding, zero_extend, input_scale) that only the GPU kernels understand."""
+    for internal fields (explicit_padding, zero_extend, prologue) that only the GPU kernels understand."""
     options = op.options or Options(options_kind(op.code) or f"{op.code}Options")
     return dataclasses.replace(op, inputs=list(op.inputs if inputs is None else inputs),
                                options=dataclasses.replace(options, fields={**options.fields, **fields}))

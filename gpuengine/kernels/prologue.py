@@ -1,0 +1,136 @@
+"""Input expressions ("prologues"): elementwise ops evaluated by the kernel that reads their result.
+
+Epilogue fusion (fusion.py) needs an input that only the elementwise op reads. Some ops have none: the
+residual ADD of two tensors that other ops read too, or a squeeze-excitation MUL of x by a gate computed from x.
+passes/fuse_input_expression.py folds such a tree of ops into the op reading its result, as the internal
+option `prologue` (a tuple of Steps); that op's kernel then reads its input 0 through the generated
+`load_<name>(pi, pb, ps)` below instead of a buffer, so the tree is neither dispatched nor materialized.
+
+The tree's leaves are inputs of the consumer op (so partitioning, lifetimes and memory plans see them): input
+0 is a leaf of the consumer's input shape, the others are appended after the kernel's own inputs. A leaf
+either has that shape, or is per channel ([1|B, 1, 1, C]), or is a scalar constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen import f32_literal
+from ..layout import slices, to_phwc4
+from ..model.ir import Graph, Op
+from . import registry
+from .base import Binding, Code
+
+
+@dataclass(frozen=True)
+class Step:
+    """One absorbed op. `op` gives its code and options (its tensors are not read again); `args` gives each
+    operand: k >= 0 is the consumer's input k, a negative value -1 - j the result of step j."""
+
+    op: Op
+    args: tuple[int, ...]
+
+
+def expression_of(op: Op) -> tuple[list[Code], list[Code]] | None:
+    """(statements, helper functions) evaluating `op` inline, when its kernel offers that."""
+    kernel = registry.kernel_for_code(op.code) if op.code in registry.supported_ops() else None
+    as_expression = getattr(kernel, "as_expression", None)
+    return as_expression(op) if as_expression is not None else None
+
+
+def leaf_kind(graph: Graph, tensor: int, shape: tuple[int, ...]) -> str | None:
+    """How a leaf is read at an element of a rank-4 `shape`: 'full', 'channel', 'batch_channel', 'scalar', or
+    None when the prologue cannot read it."""
+    t = graph.tensors[tensor]
+    if t.dtype != np.float32 and t.data is None:
+        return None
+    if t.data is not None:
+        if t.size == 1:
+            return "scalar"
+        squeezed = tuple(t.shape[next((i for i, d in enumerate(t.shape) if d != 1), len(t.shape)):])
+        if squeezed == (shape[3],) and len(t.shape) <= 4:
+            return "channel"
+    if tuple(t.shape) == tuple(shape):
+        return "full"
+    if t.data is None and len(t.shape) == 4 and t.shape[1:] == (1, 1, shape[3]):
+        return "channel" if t.shape[0] == 1 else ("batch_channel" if t.shape[0] == shape[0] else None)
+    return None
+
+
+def prologue_reason(op: Op, graph: Graph, first_leaf: int) -> str | None:
+    """None when op's `prologue` is one the kernel can evaluate; why not otherwise. Leaves other than input 0
+    are inputs first_leaf and up."""
+    steps = op.opt("prologue")
+    if not isinstance(steps, tuple) or not steps or not all(isinstance(s, Step) for s in steps):
+        return "prologue must be a non-empty tuple of Steps"
+    x = graph.tensors[op.inputs[0]]
+    if x.data is not None or len(x.shape) != 4:
+        return f"prologue input 0 must be a rank-4 run-time tensor, not {x.shape}"
+    used = set()
+    for j, step in enumerate(steps):
+        if expression_of(step.op) is None or registry.check(step.op, graph) is not None:
+            return f"prologue step {step.op.code} cannot be evaluated inline"
+        if len(step.args) != len(step.op.inputs):
+            return f"prologue step {step.op.code} has {len(step.args)} operands for {len(step.op.inputs)} inputs"
+        if graph.tensors[step.op.outputs[0]].shape != x.shape:
+            return f"prologue step {step.op.code} does not produce the input shape {x.shape}"
+        for arg in step.args:
+            if arg < 0 and -1 - arg >= j:
+                return f"prologue step {j} reads the result of a later step"
+            if arg >= 0:
+                if arg >= len(op.inputs) or (arg != 0 and arg < first_leaf) or op.inputs[arg] < 0:
+                    return f"prologue operand {arg} is not a leaf input"
+                if leaf_kind(graph, op.inputs[arg], x.shape) is None:
+                    return f"prologue leaf {graph.tensors[op.inputs[arg]].name!r} cannot be broadcast to {x.shape}"
+                used.add(arg)
+    if 0 not in used:
+        return "the prologue does not read input 0"
+    return None
+
+
+def input_reader(op: Op, graph: Graph, name: str = "src") -> tuple[Code, list[Binding], str]:
+    """`fn load_<name>(pi: u32, pb: u32, ps: u32) -> vec4<f32>`: op's input 0 at PHWC4 vec4 index pi (batch pb,
+    slice ps), through the prologue when there is one; its bindings; and a label suffix naming the fused ops."""
+    head = f"fn load_{name}(pi: u32, pb: u32, ps: u32) -> vec4<f32> {{\n"
+    steps = op.opt("prologue")
+    if not steps:
+        return Code(head + f"  return {name}[pi];\n}}\n"), [Binding(name, tensor=op.inputs[0])], ""
+    shape = graph.tensors[op.inputs[0]].shape
+    s, rem = slices(shape[3]), shape[3] % 4
+    reads: dict[int, str] = {}
+    bindings: list[Binding] = []
+    helpers: list[Code] = []
+    body: list[str] = []
+
+    def leaf(k: int) -> str:
+        if k not in reads:
+            tensor = graph.tensors[op.inputs[k]]
+            var = name if k == 0 else f"{name}_in{k}"
+            kind = leaf_kind(graph, op.inputs[k], shape)
+            if kind == "scalar":
+                value = float(np.asarray(tensor.data, np.float32).reshape(-1)[0])
+                reads[k] = f"vec4<f32>({f32_literal(value)})"
+                return reads[k]
+            if tensor.data is None:
+                bindings.append(Binding(var, tensor=op.inputs[k]))
+            else:
+                frame = (1, 1, 1, shape[3]) if kind == "channel" else shape
+                bindings.append(Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(frame))))
+            index = {"full": "pi", "channel": "ps", "batch_channel": f"pb * {s}u + ps"}[kind]  # type: ignore[index]
+            reads[k] = f"{var}[{index}]"
+        return reads[k]
+
+    for j, step in enumerate(steps):
+        statements, functions = expression_of(step.op)  # type: ignore[misc]
+        helpers += functions
+        operands = [f"let {n} = {leaf(a) if a >= 0 else f'r{-1 - a}'};" for n, a in zip("ab", step.args)]
+        body.append(f"  var r{j}: vec4<f32>;\n  {{\n    " + "\n    ".join([*operands, "var value: vec4<f32>;",
+                                                                       *statements, f"r{j} = value;"]) + "\n  }")
+    last = f"r{len(steps) - 1}"
+    if rem:  # padding lanes must stay zero (a DIV or LOG there would give NaN, and NaN * 0 weight is NaN)
+        mask = ", ".join("true" if i < rem else "false" for i in range(4))
+        body.append(f"  if (ps == {s - 1}u) {{ {last} = select(vec4<f32>(0.0), {last}, vec4<bool>({mask})); }}")
+    text = "".join(f"{h}\n" for h in dict.fromkeys(helpers)) + head + "\n".join(body) + f"\n  return {last};\n}}\n"
+    return Code(text), bindings, " (input: " + "+".join(step.op.code for step in steps) + ")"
