@@ -78,3 +78,22 @@ def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = No
         assert err <= tol, (f"output {t} differs from LiteRT: relative error {err:.3g} > {tol} "
                             f"(shape {r.shape}, max|ref| {np.abs(r).max() if r.size else 0:.3g})")
     return it
+
+
+FUSED_ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]  # the ones the GPU kernels apply
+
+
+def lowering(model: bytes, op: int = 0) -> list:
+    """The dispatch specs (and aliases) the kernel builds for op `op` of the model, no passes applied."""
+    from .kernels import registry
+
+    graph = read_model(model).main
+    return registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
+
+
+def support_reason(model: bytes, op: int = 0) -> str | None:
+    """Why op `op` of the model cannot run on the GPU, or None."""
+    from .kernels import registry
+
+    graph = read_model(model).main
+    return registry.check(graph.ops[op], graph)

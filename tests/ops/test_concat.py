@@ -6,23 +6,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, lowering, support_reason
 
 DIMS = [1, 2, 3, 5, 7]
 CHANNELS = [1, 3, 4, 5, 7, 8]
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
 
 
 def concat_model(shapes: list[tuple[int, ...]], axis: int, consts: list[bool] | None = None,
@@ -99,7 +87,7 @@ def test_same_tensor_twice():
 
 def test_fused_activation_left_to_litert():
     model = concat_model([(1, 4), (1, 3)], 1, activation="RELU")
-    assert "activation" in (reason(model) or "")
+    assert "activation" in (support_reason(model) or "")
     assert_matches_litert(model, all_gpu=False)
 
 

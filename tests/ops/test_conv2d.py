@@ -7,24 +7,19 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.kernels.conv2d import out_size
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert, random_inputs, run_gpuengine, run_litert
+from gpuengine.testing import (
+    FUSED_ACTIVATIONS,
+    assert_matches_litert,
+    lowering,
+    random_inputs,
+    run_gpuengine,
+    run_litert,
+    support_reason,
+)
 
-ACTS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]
 CHANNELS = [1, 3, 5, 7, 8, 12]
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def conv_model(
@@ -91,7 +86,7 @@ def conv_case(draw, channels=CHANNELS):
         stride=stride,
         dil=dil,
         pad=pad,
-        act=draw(st.sampled_from(ACTS)),
+        act=draw(st.sampled_from(FUSED_ACTIVATIONS)),
     )
 
 
@@ -115,7 +110,7 @@ def test_conv2d_first_layer(case):
     st.integers(1, 9),
     st.sampled_from(CHANNELS),
     st.sampled_from([1, 3, 5, 7, 9, 16]),
-    st.sampled_from(ACTS),
+    st.sampled_from(FUSED_ACTIVATIONS),
     st.sampled_from(["SAME", "VALID"]),
 )
 def test_conv2d_1x1(b, h, w, ic, oc, act, pad):
@@ -185,7 +180,7 @@ def test_merged_pad(top, bottom, left, right, stride, ic):
 def test_tanh_activation_falls_back():
     """LiteRT's CPU CONV_2D ignores a fused TANH: the GPU refuses it with a reason; the CPU runs it."""
     model = conv_model(1, 5, 5, 3, 4, 3, 3, act="TANH")
-    assert "TANH" in (reason(model) or "")
+    assert "TANH" in (support_reason(model) or "")
     assert_matches_litert(model, all_gpu=False)
 
 
@@ -196,5 +191,5 @@ def test_rejects_non_constant_weights():
     b = mb.const("b", np.zeros(4, np.float32))
     mb.output(mb.op("CONV_2D", [x, w, b], (1, 5, 5, 4), {"padding": "SAME", "stride_h": 1, "stride_w": 1}))
     model = mb.build()
-    assert "constant" in (reason(model) or "")
+    assert "constant" in (support_reason(model) or "")
     assert_matches_litert(model, all_gpu=False)

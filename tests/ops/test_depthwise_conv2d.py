@@ -7,24 +7,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.kernels.conv2d import out_size
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import FUSED_ACTIVATIONS, assert_matches_litert, lowering, support_reason
 
-ACTS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]
 CHANNELS = [1, 3, 4, 5, 7, 8, 13]
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def dw_model(
@@ -88,7 +75,7 @@ def dw_case(draw):
         stride=stride,
         dil=dil,
         pad=pad,
-        act=draw(st.sampled_from(ACTS)),
+        act=draw(st.sampled_from(FUSED_ACTIVATIONS)),
     )
 
 
@@ -104,7 +91,7 @@ def test_depthwise(case):
     st.sampled_from(CHANNELS),
     st.sampled_from([1, 2]),
     st.sampled_from(["SAME", "VALID"]),
-    st.sampled_from(ACTS),
+    st.sampled_from(FUSED_ACTIVATIONS),
 )
 def test_depthwise_3x3(b, h, w, c, stride, pad, act):
     h, w = (max(h, 3), max(w, 3)) if pad == "VALID" else (h, w)
@@ -157,5 +144,5 @@ def test_merged_pad(top, bottom, left, right, stride):
 
 def test_tanh_activation_falls_back():
     model = dw_model(1, 5, 5, 3, 1, 3, 3, act="TANH")
-    assert "TANH" in (reason(model) or "")
+    assert "TANH" in (support_reason(model) or "")
     assert_matches_litert(model, all_gpu=False)

@@ -7,23 +7,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import FUSED_ACTIVATIONS, assert_matches_litert, lowering, support_reason
 
-ACTS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]
 CHANNELS = [1, 3, 4, 5, 7, 8, 13]
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def fc_model(
@@ -66,7 +53,7 @@ def bmm_model(ashape, bshape, adj_x=False, adj_y=False, const_b=False, seed: int
     st.integers(1, 5),
     st.sampled_from(CHANNELS + [20]),
     st.sampled_from(CHANNELS + [20]),
-    st.sampled_from(ACTS),
+    st.sampled_from(FUSED_ACTIVATIONS),
     st.booleans(),
 )
 def test_fc_rank2(batch, i, o, act, bias):
@@ -80,7 +67,7 @@ def test_fc_rank2(batch, i, o, act, bias):
     st.sampled_from(CHANNELS),
     st.sampled_from(CHANNELS),
     st.booleans(),
-    st.sampled_from(ACTS),
+    st.sampled_from(FUSED_ACTIVATIONS),
 )
 def test_fc_rank4(b, h, w, c, o, keep, act):
     """keep_num_dims: rows are pixels; otherwise all of [H, W, C] (h, w, c order) is one row per batch."""
@@ -100,7 +87,7 @@ def test_fc_rank3(b, n, i, o, keep):
 @given(
     st.sampled_from([(1, 1, 1, 300), (1, 300), (1, 8, 8, 5), (1, 4, 4, 19)]),
     st.sampled_from([1, 7, 10, 33]),
-    st.sampled_from(ACTS),
+    st.sampled_from(FUSED_ACTIVATIONS),
 )
 def test_fc_gemv(xshape, o, act):
     """One row with long K: the workgroup-reduction GEMV kernel (also reading a flattened 4-D input)."""
@@ -117,7 +104,7 @@ def test_fc_rows_of_partial_images():
 
 def test_fc_rejects_rows_splitting_pixels():
     model = fc_model((1, 2, 3, 4), 3, inner=6)
-    assert "pixels" in (reason(model) or "")
+    assert "pixels" in (support_reason(model) or "")
     assert_matches_litert(model, all_gpu=False)
 
 
@@ -149,5 +136,5 @@ def test_batch_matmul_constant_rhs(case):
 
 def test_batch_matmul_rejects_rank5():
     model = bmm_model((2, 1, 1, 3, 4), (4, 5))
-    assert reason(model) is not None
+    assert support_reason(model) is not None
     assert_matches_litert(model, all_gpu=False)

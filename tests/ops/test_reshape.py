@@ -6,24 +6,12 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.kernels.base import Alias, KernelSpec
 from gpuengine.kernels.reshape import same_storage
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, lowering, support_reason
 
 DIMS = [1, 2, 3, 5, 7]
-
-
-def lowering(model: bytes, op: int = 0) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def reshape_model(src: tuple[int, ...], dst: tuple[int, ...], how: str = "input",
@@ -130,6 +118,6 @@ def test_dynamic_shape_input_falls_back():
     s = mb.input("s", (2,), np.int32)
     mb.output(mb.op("RESHAPE", [x, s], (3, 4)))
     model = mb.build()
-    assert "constant" in (reason(model) or "")
+    assert "constant" in (support_reason(model) or "")
     feeds = {0: np.arange(12, dtype=np.float32).reshape(2, 6), 1: np.array([3, 4], np.int32)}
     assert_matches_litert(model, feeds, all_gpu=False)

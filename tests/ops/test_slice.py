@@ -10,17 +10,10 @@ import numpy as np
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, support_reason
 
 DIMS = [1, 2, 3, 5, 7, 8]
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def slice_model(shape: tuple[int, ...], begin: list[int], size: list[int], dtype=np.int32) -> bytes:
@@ -111,7 +104,7 @@ def strided_case(draw):
 def test_strided_slice(case):
     shape, spec, junk = case
     model = strided_model(shape, spec, junk)
-    assert reason(model) is None, (spec, reason(model))
+    assert support_reason(model) is None, (spec, support_reason(model))
     assert_matches_litert(model)
 
 
@@ -143,7 +136,7 @@ def test_unsupported_variants_fall_back():
     ins = [x, b, mb.const("e", np.array([3, 6], np.int32)), mb.const("s", np.array([1, 2], np.int32))]
     mb.output(mb.op("STRIDED_SLICE", ins, (2, 3)))
     model = mb.build()
-    assert "constant" in (reason(model) or "")
+    assert "constant" in (support_reason(model) or "")
     feeds = {0: np.arange(24, dtype=np.float32).reshape(4, 6), 1: np.array([1, 0], np.int32)}
     assert_matches_litert(model, feeds, all_gpu=False)
     # A shrunk axis with a negative stride: LiteRT's result is not defined, so the GPU must not claim it.
@@ -151,4 +144,4 @@ def test_unsupported_variants_fall_back():
     x = mb.input("x", (3, 4))
     ins = [x] + [mb.const(n, np.array(v, np.int32)) for n, v in zip("bes", ([1, 0], [0, 4], [-1, 1]))]
     mb.output(mb.op("STRIDED_SLICE", ins, (4,), {"shrink_axis_mask": 1}))
-    assert "negative stride" in (reason(mb.build()) or "")
+    assert "negative stride" in (support_reason(mb.build()) or "")

@@ -10,14 +10,9 @@ from gpuengine.kernels import registry
 from gpuengine.kernels.base import Alias
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, lowering
 
 DIMS = [1, 2, 3, 5, 7]
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
 
 
 def split_model(shape: tuple[int, ...], axis: int, n: int) -> bytes:

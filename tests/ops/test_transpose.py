@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, lowering
 
 DIMS = [1, 2, 3, 4, 5, 7, 8]
 
@@ -24,11 +24,6 @@ def transpose_model(shape: tuple[int, ...], perm: list[int], const: bool = False
         y = mb.op("MUL", [y, mb.input("z", out)], out)
     mb.output(y)
     return mb.build()
-
-
-def lowering(model: bytes) -> list:
-    graph = read_model(model).main
-    return registry.kernel_for(graph.ops[0]).build(graph.ops[0], graph)
 
 
 @given(st.lists(st.sampled_from(DIMS), min_size=1, max_size=4), st.data())

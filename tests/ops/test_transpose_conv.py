@@ -12,14 +12,9 @@ from hypothesis import strategies as st
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert, run_gpuengine
+from gpuengine.testing import assert_matches_litert, run_gpuengine, support_reason
 
 CHANNELS = [1, 3, 4, 5, 7, 9]
-
-
-def reason(model: bytes) -> str | None:
-    graph = read_model(model).main
-    return registry.check(graph.ops[0], graph)
 
 
 def tconv_model(
@@ -127,7 +122,7 @@ def test_transpose_conv_output_size(case, data):
 
 def test_transpose_conv_rejects_inconsistent_output_shape():
     model = tconv_model(1, 2, 2, 3, 2, 1, 1, out=(1, 2))
-    assert "does not fit" in (reason(model) or "")
+    assert "does not fit" in (support_reason(model) or "")
 
 
 @given(
@@ -169,13 +164,13 @@ def test_mediapipe_transpose_conv_bias_numpy(case, padding):
 def test_mediapipe_selfie_options():
     """selfie_segmentation's options: SAME, stride 2x2."""
     model = mediapipe_model(1, 8, 8, 16, 8, 2, 2, options=b"\x01\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00")
-    assert reason(model) is None
+    assert support_reason(model) is None
     assert_matches_litert(model)
 
 
 def test_rejects_malformed_custom_options():
     model = mediapipe_model(1, 4, 4, 3, 2, 2, 2, options=b"\x01\x00\x00\x00")
-    assert "custom options" in (reason(model) or "")
+    assert "custom options" in (support_reason(model) or "")
 
 
 def test_rejects_non_constant_output_shape():
@@ -188,4 +183,4 @@ def test_rejects_non_constant_output_shape():
             "TRANSPOSE_CONV", [shape, w, x], (1, 6, 6, 3), {"padding": "SAME", "stride_h": 2, "stride_w": 2}
         )
     )
-    assert "output_shape" in (reason(mb.build()) or "")
+    assert "output_shape" in (support_reason(mb.build()) or "")
