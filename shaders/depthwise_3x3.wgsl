@@ -13,7 +13,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let ob = gid.z / ${SO}u;
   let iy_base = i32(oy * ${SH}u) - ${PT};
   let ix_base = i32(ox0 * ${SW}u) - ${PL};
-  let base = (ob * ${SI}u + os) * ${SLICE_PLANE}u;
+  let base = (ob * ${SI}u + os) * ${PLANE}u;
   ${ACC_INIT}
   ${TAPS}
   ${STORE}

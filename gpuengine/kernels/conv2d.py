@@ -107,6 +107,18 @@ class ConvGeometry:
     def so(self) -> int:
         return slices(self.oc)
 
+    def params(self) -> dict[str, int]:
+        """The numbers every conv-family template may bake (each uses the ones it needs)."""
+        return {"KH": self.kh, "KW": self.kw, "SH": self.sh, "SW": self.sw, "DH": self.dh, "DW": self.dw,
+                "PT": self.pad_top, "PL": self.pad_left, "IH": self.ih, "IW": self.iw, "SI": self.si,
+                "PLANE": self.ih * self.iw, "SO": self.so, "OH": self.oh, "OW": self.ow}
+
+    def spec(self, shader: str, params: dict, bindings: list[Binding], grid: tuple[int, int, int],
+             epilogue: list[Code], label: str, **fields: object) -> KernelSpec:
+        """A conv-family dispatch: the geometry's numbers baked alongside the variant's own."""
+        return KernelSpec(shader, {**self.params(), **params}, bindings, grid=grid, epilogue=epilogue,
+                          out_channels=self.oc, label=label, **fields)  # type: ignore[arg-type]
+
 
 def conv_options(op: Op) -> tuple[int, int, int, int, int]:
     """(padding, stride_h, stride_w, dilation_h, dilation_w) with TFLite's defaults."""
@@ -259,6 +271,13 @@ def conv_spec(
     return _conv_general(g, w, bias, src, dst, epilogue, label)
 
 
+def column_reads(g: ConvGeometry, xt: int) -> Code:
+    """For XT adjacent output columns: the input column (ix_t), whether it lies inside the input (ok_t) and
+    the clamped column to read (cx_t); the general conv and depthwise templates provide ix0."""
+    return lines([f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
+                  f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));" for t in range(xt)], 6)
+
+
 def _tiles(g: ConvGeometry) -> tuple[int, int]:
     """(XT, ST): adjacent output columns and output slices per invocation."""
     xt = 1 if g.ow == 1 else (2 if g.ow <= 4 else 4)
@@ -283,23 +302,11 @@ def _acc_and_store(xt: int, st: int, x0: str = "ox0", y: str = "oy") -> tuple[Co
     return lines(init, 2), lines(store, 2)
 
 
-def _conv_general(
-    g: ConvGeometry,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    src: int,
-    dst: int,
-    epilogue: list[Code],
-    label: str,
-) -> KernelSpec:
+def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+                  label: str) -> KernelSpec:
     xt, st = _tiles(g)
     sg = -(-g.so // st)
     wstride = g.kh * g.kw * g.si  # blocks between consecutive output slices
-    cols = [
-        f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
-        f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));"
-        for t in range(xt)
-    ]
     taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
     taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
     taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
@@ -308,47 +315,18 @@ def _conv_general(
         "XT": xt,
         "SG": sg,
         "ST": st,
-        "KH": g.kh,
-        "KW": g.kw,
-        "SH": g.sh,
-        "SW": g.sw,
-        "DH": g.dh,
-        "DW": g.dw,
-        "PT": g.pad_top,
-        "PL": g.pad_left,
-        "IH": g.ih,
-        "IW": g.iw,
-        "SI": g.si,
-        "PLANE": g.ih * g.iw,
-        "SO": g.so,
-        "OH": g.oh,
-        "OW": g.ow,
         "ACC_INIT": init,
-        "COLS": lines(cols, 6),
+        "COLS": column_reads(g, xt),
         "TAPS": lines(taps, 8),
         "STORE": store,
     }
-    return KernelSpec(
-        "conv2d",
-        params,
-        _bindings(g, w, bias, sg * st, src, dst),
-        grid=(-(-g.ow // xt), g.oh, g.batch * sg),
-        epilogue=epilogue,
-        out_channels=g.oc,
-        label=f"{label} {g.kh}x{g.kw} general",
-    )
+    grid = (-(-g.ow // xt), g.oh, g.batch * sg)
+    bindings = _bindings(g, w, bias, sg * st, src, dst)
+    return g.spec("conv2d", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} general")
 
 
-def _conv_1x1(
-    g: ConvGeometry,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    src: int,
-    dst: int,
-    epilogue: list[Code],
-    label: str,
-    reader: tuple[Code, list[Binding], str] | None = None,
-) -> KernelSpec:
+def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+              label: str, reader: tuple[Code, list[Binding], str] | None = None) -> KernelSpec:
     plane = g.oh * g.ow
     xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
     st = 2 if g.so >= 2 else 1
@@ -371,38 +349,20 @@ def _conv_1x1(
         "XT": xt,
         "SG": sg,
         "ST": st,
-        "SI": g.si,
-        "PLANE": plane,
-        "SO": g.so,
-        "OH": g.oh,
-        "OW": g.ow,
         "ACC_INIT": lines(init, 2),
         "PIX": lines(pix, 2),
         "TAPS": lines(taps, 4),
         "STORE": lines(store, 2),
     }
-    return KernelSpec(
-        "conv2d_1x1",
-        params,
-        _bindings(g, w, bias, sg * st, src, dst) if reader is None
-        else [*reader[1], *_bindings(g, w, bias, sg * st, src, dst)[1:]],
-        grid=(-(-plane // xt), 1, g.batch * sg),
-        epilogue=epilogue,
-        out_channels=g.oc,
-        label=f"{label} 1x1" + (reader[2] if reader else ""),
-        functions=[reader[0]] if reader else [],
-    )
+    bindings = _bindings(g, w, bias, sg * st, src, dst)
+    if reader is not None:
+        bindings = [*reader[1], *bindings[1:]]
+    return g.spec("conv2d_1x1", params, bindings, (-(-plane // xt), 1, g.batch * sg), epilogue,
+                  f"{label} 1x1" + (reader[2] if reader else ""), functions=[reader[0]] if reader else [])
 
 
-def _conv_first(
-    g: ConvGeometry,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    src: int,
-    dst: int,
-    epilogue: list[Code],
-    label: str,
-) -> KernelSpec:
+def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
+                label: str) -> KernelSpec:
     """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators."""
     xt, _ = _tiles(g)
     xt = min(xt, 2)
@@ -436,30 +396,13 @@ def _conv_first(
         "XT": xt,
         "SG": sg,
         "ST": st,
-        "KH": g.kh,
-        "KW": g.kw,
-        "SH": g.sh,
-        "SW": g.sw,
-        "PT": g.pad_top,
-        "PL": g.pad_left,
-        "IH": g.ih,
-        "IW": g.iw,
-        "SO": g.so,
-        "OH": g.oh,
-        "OW": g.ow,
         "ACC_INIT": init,
         "TAPS": lines(taps, 2),
         "STORE": store,
     }
-    return KernelSpec(
-        "conv2d_first",
-        params,
-        _bindings(g, w, bias, sg * st, src, dst),
-        grid=(-(-g.ow // xt), g.oh, g.batch * sg),
-        epilogue=epilogue,
-        out_channels=g.oc,
-        label=f"{label} {g.kh}x{g.kw} first-layer",
-    )
+    grid = (-(-g.ow // xt), g.oh, g.batch * sg)
+    bindings = _bindings(g, w, bias, sg * st, src, dst)
+    return g.spec("conv2d_first", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} first-layer")
 
 
 KERNEL = Conv2DKernel()

@@ -18,7 +18,7 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import activation, bhwc, const_f32
-from .conv2d import ConvGeometry, bias_values, bias_vec4, check_spatial, common_checks, geometry, lines
+from .conv2d import ConvGeometry, bias_values, bias_vec4, check_spatial, column_reads, common_checks, geometry, lines
 
 
 def tap_weights(w: np.ndarray, oc: int) -> np.ndarray:
@@ -101,19 +101,7 @@ def depthwise_spec(
     ]
     xt = 1 if g.ow == 1 else 2
     grid = (-(-g.ow // xt), g.oh, g.batch * g.so)
-    common = {
-        "XT": xt,
-        "SO": g.so,
-        "OH": g.oh,
-        "OW": g.ow,
-        "IH": g.ih,
-        "IW": g.iw,
-        "PT": g.pad_top,
-        "PL": g.pad_left,
-        "SH": g.sh,
-        "SW": g.sw,
-        "LOAD": load_fn(g, mult),
-    }
+    common = {"XT": xt, "LOAD": load_fn(g, mult)}
     init = lines([f"var acc_{t} = bias[os];" for t in range(xt)], 2)
     store = lines([f"store(acc_{t}, ob, oy, ox0 + {t}u, os);" for t in range(xt)], 2)
     if g.kh == g.kw == 3 and g.dh == g.dw == 1 and g.sh == g.sw and g.sh in (1, 2) and mult == 1:
@@ -140,46 +128,19 @@ def depthwise_spec(
             "ACC_INIT": init,
             "TAPS": lines(taps, 2),
             "STORE": store,
-            "SLICE_PLANE": g.ih * g.iw,
-            "SI": g.si,
         }
-        return KernelSpec(
-            "depthwise_3x3",
-            params,
-            bindings,
-            grid,
-            epilogue=epilogue,
-            out_channels=g.oc,
-            label=f"{label} 3x3 s{s}",
-        )
-    cols = [
-        f"let ix_{t} = ix0 + {t * g.sw}; let ok_{t} = ix_{t} >= 0 && ix_{t} < {g.iw}; "
-        f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));"
-        for t in range(xt)
-    ]
+        return g.spec("depthwise_3x3", params, bindings, grid, epilogue, f"{label} 3x3 s{s}")
     taps = [
         f"acc_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os), ok_{t});" for t in range(xt)
     ]
     params = {
         **common,
-        "KH": g.kh,
-        "KW": g.kw,
-        "DH": g.dh,
-        "DW": g.dw,
         "ACC_INIT": init,
-        "COLS": lines(cols, 6),
+        "COLS": column_reads(g, xt),
         "TAPS": lines(taps, 6),
         "STORE": store,
     }
-    return KernelSpec(
-        "depthwise",
-        params,
-        bindings,
-        grid,
-        epilogue=epilogue,
-        out_channels=g.oc,
-        label=f"{label} {g.kh}x{g.kw} general",
-    )
+    return g.spec("depthwise", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} general")
 
 
 KERNEL = DepthwiseConv2DKernel()
