@@ -1,5 +1,7 @@
-// AVERAGE_POOL_2D / MAX_POOL_2D: one PHWC4 output vec4 per invocation. The window is clamped to the input
-// (implicit padding PAD_T/PAD_L never contributes; the average divides by the count of valid elements).
+// Window pooling (AVERAGE_POOL_2D, MAX_POOL_2D, MediaPipe's MaxPoolingWithArgmax2D): one PHWC4 output vec4
+// per invocation. The window is clamped to the input (implicit padding PAD_T/PAD_L never contributes; the
+// average divides by the count of valid elements). The kernel module supplies the statements that declare
+// the accumulator, fold each input `v` (window offset fy, fx) into it, and set `value` from it.
 ${BINDINGS}
 
 @compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
@@ -17,16 +19,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let fx0 = max(0, -x0);
   let fx1 = min(${FW}, ${IN_W} - x0);
   let base = (ob * ${S}u + os) * ${IN_H}u;
-  var acc = ${INIT};
+  ${INIT}
   for (var fy = fy0; fy < fy1; fy++) {
     let row = (base + u32(y0 + fy)) * ${IN_W}u;
     for (var fx = fx0; fx < fx1; fx++) {
       let v = src[row + u32(x0 + fx)];
-      acc = ${ACCUMULATE};
+      ${ACCUMULATE}
     }
   }
   let count = f32((fy1 - fy0) * (fx1 - fx0));
-  var value = ${FINISH};
+  ${FINISH}
   ${EPILOGUE}
   dst[oi] = value;
 }

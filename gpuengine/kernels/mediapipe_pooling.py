@@ -22,6 +22,7 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import bhwc, float_tensors
+from .pooling import pool_spec
 from .reduce import FLT_MAX
 
 ARGMAX, UNPOOL = "MaxPoolingWithArgmax2D", "MaxUnpooling2D"
@@ -45,6 +46,17 @@ def pool_params(op: Op) -> dict[str, int] | str:
         return f"activation {act} is unknown"
     return {"padding": padding, "stride_w": sw, "stride_h": sh, "filter_w": fw, "filter_h": fh,
             "activation": act}
+
+
+def _argmax_steps(fw: int, c: int) -> tuple[str, str, str]:
+    """pool.wgsl statements: the max (`value`, fused clamp in the epilogue) and, per lane, the window offset of
+    the first maximum as f32(fy * FW + fx) + 0.1 (relative to the unclamped window, as MediaPipe's CPU kernel),
+    with the padding lanes of the last slice zero."""
+    return (f"var best = vec4<f32>({literal(-FLT_MAX)}); var arg = vec4<f32>(0.0);",
+            f"let better = v > best; best = select(best, v, better); "
+            f"arg = select(arg, vec4<f32>(f32(fy * {fw} + fx)), better);",
+            f"let lanes = vec4<u32>(os * 4u) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>({c}u); "
+            "indices[oi] = select(vec4<f32>(0.0), arg + vec4<f32>(0.1), lanes); var value = best;")
 
 
 def _pad(stride: int, in_size: int, filt: int, out_size: int) -> int:
@@ -110,28 +122,24 @@ class MediaPipePoolingKernel:
         assert not isinstance(p, str), p
         b, h, w, c = bhwc(graph, op.inputs[0])
         _, oh, ow, _ = bhwc(graph, op.outputs[0])
-        common = {"S": slices(c), "H": oh, "W": ow, "IN_H": h, "IN_W": w, "FW": p["filter_w"],
-                  "STRIDE_H": p["stride_h"], "STRIDE_W": p["stride_w"]}
-        grid = (ow, oh, b * slices(c))
-        if op.code == ARGMAX:
+        if op.code == ARGMAX:  # pool.wgsl; fused epilogues apply to the max (dst), not to the indices
             clamp = _CLAMPS[p["activation"]]
-            params = {**common, "C": c, "FH": p["filter_h"], "LOWEST": Code(literal(-FLT_MAX)),
-                      "PAD_T": _pad(p["stride_h"], h, p["filter_h"], oh),
-                      "PAD_L": _pad(p["stride_w"], w, p["filter_w"], ow)}
-            bindings = [Binding("src", tensor=op.inputs[0]),
-                        Binding("dst", tensor=op.outputs[0], writable=True),  # fused epilogues go here
-                        Binding("indices", tensor=op.outputs[1], writable=True)]
-            return [KernelSpec("max_pool_argmax", params, bindings, grid=grid, out_channels=c, label=op.code,
-                               epilogue=[Code(clamp)] if clamp else [])]
+            pad = (_pad(p["stride_h"], h, p["filter_h"], oh), _pad(p["stride_w"], w, p["filter_w"], ow))
+            return [pool_spec(_argmax_steps(p["filter_w"], c), op.inputs[0], op.outputs[0], (b, h, w, c),
+                              (b, oh, ow, c), (p["filter_h"], p["filter_w"]), (p["stride_h"], p["stride_w"]), pad,
+                              [Code(clamp)] if clamp else [], op.code,
+                              side_outputs=(Binding("indices", tensor=op.outputs[1], writable=True),))]
         bound = self._index_bound(op, graph)
         assert bound is not None
         fw = p["filter_w"]
-        params = {**common, "PAD_T": _pad(p["stride_h"], oh, p["filter_h"], h),
+        params = {"S": slices(c), "H": oh, "W": ow, "IN_H": h, "IN_W": w, "FW": fw, "STRIDE_H": p["stride_h"],
+                  "STRIDE_W": p["stride_w"], "PAD_T": _pad(p["stride_h"], oh, p["filter_h"], h),
                   "PAD_L": _pad(p["stride_w"], ow, fw, w),
                   "MAX_DY": bound // fw, "MAX_DX": min(fw - 1, bound)}
         bindings = [Binding("src", tensor=op.inputs[0]), Binding("indices", tensor=op.inputs[1]),
                     Binding("dst", tensor=op.outputs[0], writable=True)]
-        return [KernelSpec("max_unpool", params, bindings, grid=grid, out_channels=c, label=op.code)]
+        return [KernelSpec("max_unpool", params, bindings, grid=(ow, oh, b * slices(c)), out_channels=c,
+                           label=op.code)]
 
 
 KERNEL = MediaPipePoolingKernel()

@@ -15,10 +15,10 @@ from .base import Binding, Code, KernelSpec, Lowering
 from .common import activation, bhwc, float_tensors
 from .reduce import FLT_MAX, WG_THRESHOLD, reduce_spec
 
+# op -> (declare the accumulator, fold `v` into it, set `value`): the statements pool.wgsl runs
 _KINDS = {
-    # op -> (initial accumulator, accumulate `v` into `acc`, final value)
-    "AVERAGE_POOL_2D": ("vec4<f32>(0.0)", "acc + v", "acc / count"),
-    "MAX_POOL_2D": (f"vec4<f32>({-FLT_MAX})", "max(acc, v)", "acc"),
+    "AVERAGE_POOL_2D": ("var acc = vec4<f32>(0.0);", "acc = acc + v;", "var value = acc / count;"),
+    "MAX_POOL_2D": (f"var acc = vec4<f32>({-FLT_MAX});", "acc = max(acc, v);", "var value = acc;"),
 }
 _GLOBAL = {"AVERAGE_POOL_2D": "MEAN", "MAX_POOL_2D": "REDUCE_MAX"}
 
@@ -42,18 +42,20 @@ def clamp_activation(code: int, op: Op) -> list[Code] | str:
 Shape4 = tuple[int, int, int, int]
 
 
-def pool_spec(kind: str, src: int, dst: int, in_bhwc: Shape4, out_bhwc: Shape4, filt: tuple[int, int],
-              stride: tuple[int, int], pad: tuple[int, int], epilogue: list[Code],
-              label: str = "") -> KernelSpec:
-    """One pooling dispatch. pad = (top, left) implicit padding, excluded from the max and the average."""
+def pool_spec(steps: tuple[str, str, str], src: int, dst: int, in_bhwc: Shape4, out_bhwc: Shape4,
+              filt: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int], epilogue: list[Code],
+              label: str, side_outputs: tuple[Binding, ...] = ()) -> KernelSpec:
+    """One pooling dispatch. steps: the (init, accumulate, finish) statements of pool.wgsl; pad = (top, left)
+    implicit padding, excluded from the window; side_outputs: extra writable bindings `finish` stores to."""
     b, h, w, c = in_bhwc
     _, oh, ow, _ = out_bhwc
-    init, accumulate, finish = _KINDS[kind]
-    params = {"S": slices(c), "H": oh, "W": ow, "IN_H": h, "IN_W": w, "FH": filt[0], "FW": filt[1],
-              "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_T": pad[0], "PAD_L": pad[1],
-              "INIT": Code(init), "ACCUMULATE": Code(accumulate), "FINISH": Code(finish)}
-    return KernelSpec("pool", params, [Binding("src", tensor=src), Binding("dst", tensor=dst, writable=True)],
-                      grid=(ow, oh, b * slices(c)), epilogue=epilogue, out_channels=c, label=label or kind)
+    init, accumulate, finish = steps
+    baked = {"S": slices(c), "H": oh, "W": ow, "IN_H": h, "IN_W": w, "FH": filt[0], "FW": filt[1],
+             "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_T": pad[0], "PAD_L": pad[1],
+             "INIT": Code(init), "ACCUMULATE": Code(accumulate), "FINISH": Code(finish)}
+    bindings = [Binding("src", tensor=src), Binding("dst", tensor=dst, writable=True), *side_outputs]
+    return KernelSpec("pool", baked, bindings, grid=(ow, oh, b * slices(c)), epilogue=epilogue, out_channels=c,
+                      label=label)
 
 
 class PoolingKernel:
@@ -98,8 +100,8 @@ class PoolingKernel:
         covers_all = oh == ow == 1 and fh - pad_t >= h and fw - pad_l >= w
         if covers_all and h * w >= WG_THRESHOLD:
             return [reduce_spec(_GLOBAL[op.code], src, dst, (b, h, w, c), [1, 2], True, epilogue, op.code)]
-        return [pool_spec(op.code, src, dst, (b, h, w, c), (b, oh, ow, c), (fh, fw), (sh, sw), (pad_t, pad_l),
-                          epilogue)]
+        return [pool_spec(_KINDS[op.code], src, dst, (b, h, w, c), (b, oh, ow, c), (fh, fw), (sh, sw),
+                          (pad_t, pad_l), epilogue, op.code)]
 
 
 KERNEL = PoolingKernel()
