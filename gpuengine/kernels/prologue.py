@@ -35,8 +35,7 @@ class Step:
 
 def expression_of(op: Op) -> tuple[list[Code], list[Code]] | None:
     """(statements, helper functions) evaluating `op` inline, when its kernel offers that."""
-    kernel = registry.kernel_for_code(op.code) if op.code in registry.supported_ops() else None
-    as_expression = getattr(kernel, "as_expression", None)
+    as_expression = getattr(registry.find(op), "as_expression", None)
     return as_expression(op) if as_expression is not None else None
 
 
@@ -92,11 +91,9 @@ def prologue_reason(op: Op, graph: Graph, first_leaf: int) -> str | None:
 
 def input_reader(op: Op, graph: Graph, name: str = "src") -> tuple[Code, list[Binding], str]:
     """`fn load_<name>(pi: u32, pb: u32, ps: u32) -> vec4<f32>`: op's input 0 at PHWC4 vec4 index pi (batch pb,
-    slice ps), through the prologue when there is one; its bindings; and a label suffix naming the fused ops."""
+    slice ps), computed by its prologue; the leaves' bindings; and a label suffix naming the fused ops."""
     head = f"fn load_{name}(pi: u32, pb: u32, ps: u32) -> vec4<f32> {{\n"
     steps = op.opt("prologue")
-    if not steps:
-        return Code(head + f"  return {name}[pi];\n}}\n"), [Binding(name, tensor=op.inputs[0])], ""
     shape = graph.tensors[op.inputs[0]].shape
     s, rem = slices(shape[3]), shape[3] % 4
     reads: dict[int, str] = {}

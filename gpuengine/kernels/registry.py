@@ -57,8 +57,13 @@ def kernel_for_code(code: str) -> Kernel:
     return _table()[code]
 
 
+def find(op: Op) -> Kernel | None:
+    """The kernel for op's code, or None when no kernel module claims it."""
+    return _table().get(op.code)
+
+
 def kernel_for(op: Op) -> Kernel:
-    kernel = _table().get(op.code)
+    kernel = find(op)
     if kernel is None:
         raise KeyError(op.code)
     return kernel
@@ -66,7 +71,7 @@ def kernel_for(op: Op) -> Kernel:
 
 def check(op: Op, graph: Graph) -> str | None:
     """None when the op runs on the GPU; otherwise why not."""
-    kernel = _table().get(op.code)
+    kernel = find(op)
     if kernel is None:
         return f"no GPU kernel for {'custom op' if op.is_custom else 'op'} {op.code}"
     try:

@@ -20,7 +20,7 @@ from .graph_utils import consumers, producer, sole_consumer, with_fields
 def fuse_input_expression(graph: Graph) -> Graph:
     graph = graph.copy()
     for consumer in list(graph.ops):
-        first_leaf = getattr(_kernel(consumer), "prologue_leaves_from", None)
+        first_leaf = getattr(registry.find(consumer), "prologue_leaves_from", None)
         if first_leaf is None or consumer.opt("prologue") or not consumer.inputs or consumer.inputs[0] < 0:
             continue
         root = consumer.inputs[0]
@@ -34,13 +34,6 @@ def fuse_input_expression(graph: Graph) -> Graph:
             continue
         graph.ops = [merged if o is consumer else o for o in graph.ops if not any(o is t for t in tree)]
     return graph
-
-
-def _kernel(op: Op) -> object | None:
-    try:
-        return registry.kernel_for(op)
-    except KeyError:
-        return None
 
 
 def _inline(graph: Graph, t: int, shape: tuple[int, ...]) -> Op | None:
@@ -65,7 +58,7 @@ def _tree(graph: Graph, root: int) -> list[Op]:
         ops.append(op)
 
     visit(root, None)
-    return ops if ops and ops[-1].outputs[0] == root else []
+    return ops
 
 
 def _merge(graph: Graph, consumer: Op, tree: list[Op], first_leaf: int) -> Op | None:
