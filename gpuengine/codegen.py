@@ -10,7 +10,7 @@ from importlib import resources
 
 import numpy as np
 
-from .kernels.base import Binding, Code, KernelSpec
+from .kernels.base import Binding, Code, Decomposition, KernelSpec
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -125,6 +125,88 @@ def render(spec: KernelSpec) -> str:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e
 
 
+# -- split reductions ------------------------------------------------------------------------------------------
+# Kernels that take a Decomposition run workgroups of `group` output tiles x `split` invocations; the `split`
+# invocations of a tile share its reduction and combine their partial results at the end. The pieces below are
+# the same for every such kernel, so templates take them as placeholders: ${LANE_ARGS} (extra builtins of
+# main), ${LANE} (k: the invocation's share of the reduction, slot: its tile in the workgroup, tile: the global
+# tile index) and ${LANE_MEMORY} (the workgroup array the reduction uses).
+MAX_DISPATCH = 65535  # workgroups per dimension (WebGPU's default limit)
+
+
+def tile_dispatch(tiles: int, d: Decomposition) -> tuple[tuple[int, int, int], int]:
+    """Workgroup counts covering `tiles` tiles (folded into y past the per-dimension limit) and the x count
+    that ${LANE} linearizes with."""
+    groups = max(1, -(-tiles // d.group))
+    nx = min(groups, MAX_DISPATCH)
+    return (nx, -(-groups // nx), 1), nx
+
+
+def lane_placeholders(d: Decomposition, accumulators: int, dispatch_x: int) -> dict[str, Code]:
+    """${LANE_ARGS}, ${LANE} and ${LANE_MEMORY} for decomposition d, reducing `accumulators` vec4s per
+    invocation. With subgroups, an invocation's place in the workgroup is derived from its subgroup, so the
+    invocations of one tile are always inside one subgroup (or whole subgroups), whatever the adapter's
+    subgroup size."""
+    k, g = d.split, d.group
+    tile = f"let tile = (wid.x + wid.y * {dispatch_x}u) * {g}u + slot;"
+    if k == 1:
+        return {"LANE_ARGS": Code(""), "LANE": Code(f"let k = 0u;\n  let slot = li;\n  {tile}"),
+                "LANE_MEMORY": Code("")}
+    if d.subgroup:
+        args = (", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, "
+                "@builtin(subgroup_id) sg_id: u32")
+        pos = "let pos = sg_id * sg_size + sg_lane;"
+        size = (k * g // 4) * accumulators  # one partial per subgroup; subgroups have at least 4 invocations
+    else:
+        args, pos, size = "", "let pos = li;", k * g * accumulators
+    lane = f"{pos}\n  let k = pos % {k}u;\n  let slot = pos / {k}u;\n  {tile}"
+    return {"LANE_ARGS": Code(args), "LANE": Code(lane),
+            "LANE_MEMORY": Code(f"var<workgroup> lane_partials: array<vec4<f32>, {max(1, size)}>;")}
+
+
+def lane_reduce(names: list[str], d: Decomposition, combine: str = "{a} + {b}", first: bool = True) -> Code:
+    """Combine each vec4 variable in `names` over the `split` invocations of a tile; afterwards every one of them
+    holds the total. `combine` is a WGSL expression of {a} and {b}; first=False when lane_partials was used by
+    an earlier reduction of the same invocation (a barrier then protects the values still being read)."""
+    k = d.split
+    if k == 1:
+        return Code("")
+    n = len(names)
+
+    def comb(a: str, b: str) -> str:
+        return combine.format(a=a, b=b)
+
+    out = [] if first else ["workgroupBarrier();"]
+    if d.subgroup:
+        out.append(f"for (var o = min({k}u, sg_size) / 2u; o > 0u; o = o >> 1u) {{")
+        out += [f"  {v} = {comb(v, f'subgroupShuffleXor({v}, o)')};" for v in names]
+        out.append("}")
+        out.append(f"if ({k}u > sg_size && sg_lane == 0u) {{")  # the tile spans several subgroups
+        out += [f"  lane_partials[sg_id * {n}u + {i}u] = {v};" for i, v in enumerate(names)]
+        out.append("}")
+        out.append("workgroupBarrier();")
+        out.append(f"if ({k}u > sg_size) {{")
+        out.append("  let first_sg = (pos - k) / sg_size;")
+        out += [f"  {v} = lane_partials[first_sg * {n}u + {i}u];" for i, v in enumerate(names)]
+        out.append(f"  for (var j = 1u; j < {k}u / sg_size; j++) {{")
+        out += [f"    {v} = {comb(v, f'lane_partials[(first_sg + j) * {n}u + {i}u]')};" for i, v in enumerate(names)]
+        out.append("  }")
+        out.append("}")
+        return Code("\n  ".join(out))
+    out += [f"lane_partials[pos * {n}u + {i}u] = {v};" for i, v in enumerate(names)]
+    out.append("workgroupBarrier();")
+    out.append(f"for (var h = {k // 2}u; h > 0u; h = h >> 1u) {{")
+    out.append("  if (k < h) {")
+    out += [f"    lane_partials[pos * {n}u + {i}u] = "
+            f"{comb(f'lane_partials[pos * {n}u + {i}u]', f'lane_partials[(pos + h) * {n}u + {i}u]')};"
+            for i in range(n)]
+    out.append("  }")
+    out.append("  workgroupBarrier();")
+    out.append("}")
+    out += [f"{v} = lane_partials[(pos - k) * {n}u + {i}u];" for i, v in enumerate(names)]
+    return Code("\n  ".join(out))
+
+
 def has_epilogue(spec: KernelSpec) -> bool:
     """True when the template applies ${EPILOGUE} to its standard output vec4 (so ops can fuse into it)."""
     text = load_template(spec.shader).template
@@ -132,4 +214,6 @@ def has_epilogue(spec: KernelSpec) -> bool:
 
 
 def dispatch_size(spec: KernelSpec) -> tuple[int, int, int]:
+    if spec.dispatch is not None:
+        return spec.dispatch
     return tuple(-(-g // w) for g, w in zip(spec.grid, spec.workgroup))  # type: ignore[return-value]

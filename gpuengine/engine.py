@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from .delegate.cpu_fallback import CpuProgram
 from .delegate.partition import Partition, partition
 from .delegate.support import gpu_support, unsupported_summary
+from .kernels.base import KernelSpec
 from .model.ir import Graph
 from .passes.pipeline import run_passes
 from .runtime.device import GpuDevice, get_device
-from .runtime.program import EngineOptions, GpuProgram
-from .tuning.cache import TuningCache
+from .runtime.program import Choices, EngineOptions, GpuProgram, partition_specs
+from .tuning.cache import Tuned, TuningCache
+from .tuning.target import Target
 
 
 @dataclass
@@ -38,11 +39,20 @@ def plan_graph(graph: Graph, options: EngineOptions) -> Plan:
     return Plan(optimized, support, partition(optimized, support), unsupported_summary(optimized, support))
 
 
+def planned_dispatches(graph: Graph, options: EngineOptions, target: Target) -> tuple[Plan, list[list[KernelSpec]]]:
+    """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
+    without a tuning cache, computed without touching a GPU (nothing is compiled)."""
+    plan = plan_graph(graph, options)
+    choices = Choices(target)
+    return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
+                  for p in plan.partitions if p.device == "gpu"]
+
+
 class CompiledGraph:
     """Runs a planned graph: host arrays cross partition boundaries, everything else stays where it is."""
 
     def __init__(self, graph: Graph, options: EngineOptions, num_threads: int | None = None,
-                 gpu: GpuDevice | None = None, workgroups: dict[str, Any] | None = None) -> None:
+                 gpu: GpuDevice | None = None, tuned: Tuned | None = None) -> None:
         start = time.perf_counter()
         self.source = graph
         self.options = options
@@ -50,13 +60,14 @@ class CompiledGraph:
         self.graph = self.plan.graph
         needs_gpu = any(p.device == "gpu" for p in self.plan.partitions)
         self.gpu = gpu or (get_device(options.adapter) if needs_gpu else None)
-        if workgroups is None and self.gpu is not None:
-            workgroups = TuningCache(options.workgroup_cache).workgroups(self.gpu.cache_key())
+        self.target: Target | None = self.gpu.target(options.target) if self.gpu is not None else None
+        if tuned is None and self.gpu is not None:
+            tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
         self.programs: list[GpuProgram | CpuProgram] = []
         for part in self.plan.partitions:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
-                                                options, workgroups))
+                                                options, tuned, self.target))
             else:
                 self.programs.append(CpuProgram(self.graph, part, num_threads))
         # Constants that are outputs (or pass straight through) are served from the host.

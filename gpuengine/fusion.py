@@ -9,17 +9,28 @@ no fusable producer still merge among themselves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .codegen import has_epilogue
 from .kernels import registry
-from .kernels.base import Alias, KernelSpec
+from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
 from .layout import to_bhwc
 from .model.ir import Graph, Op
 
+Decide = Callable[[Variants], Decomposition]
+
+
+def first_candidate(variants: Variants) -> Decomposition:
+    """The decomposition with the most work per invocation (what a caller without a target gets)."""
+    return variants.candidates[0]
+
 
 def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
-          ready_before: set[int] | None = None) -> tuple[list[KernelSpec], dict[int, int]]:
+          ready_before: set[int] | None = None, decide: Decide = first_candidate,
+          ) -> tuple[list[KernelSpec], dict[int, int]]:
     """Specs in execution order and output->source aliases. `ready_before`: tensors available from the
-    start (partition inputs, written by the boundary converters, which run first)."""
+    start (partition inputs, written by the boundary converters, which run first). `decide` picks the
+    decomposition of every dispatch a kernel offers in several (the runtime: tuning cache, else policy)."""
     specs: list[KernelSpec] = []
     aliases: dict[int, int] = {}
     writer: dict[int, int] = {t: -1 for t in (ready_before or set())}  # tensor -> index of the spec writing it
@@ -32,6 +43,8 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
                                                                  consumers, keep, aliases):
             continue
         for item in kernel.build(op, graph):
+            if isinstance(item, Variants):
+                item = item.resolve(decide(item))
             if isinstance(item, Alias):
                 aliases[item.output] = item.source
                 writer[item.output] = writer.get(item.source, -1)
@@ -75,16 +88,33 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
             # Another operand is written later: run the producer after it. Safe, since its output is read
             # by this op alone and its inputs stay live until it runs (lifetimes come from the final order).
             _move_to_end(specs, writer, writer[t])
-        spec.epilogue.extend(epilogue.lines)
-        spec.functions.extend(epilogue.functions)
-        for b in spec.bindings:
-            if b.writable and b.tensor == t:
-                b.tensor = out
-        out_binding = next(b for b in spec.bindings if b.writable and b.tensor == out)
-        spec.bindings.remove(out_binding)
-        spec.bindings.extend([*epilogue.bindings, out_binding])
-        spec.ops.append(op_i)
-        spec.label = f"{spec.label}+{op.code}" if spec.label else op.code
+        apply_fused(spec, FusedOp(op_i, op.code, t, out, epilogue.lines, epilogue.functions, epilogue.bindings))
         writer[out] = writer.pop(t)
         return True
     return False
+
+
+def apply_fused(spec: KernelSpec, fused: FusedOp) -> None:
+    """Emit one elementwise op into spec's epilogue: it now writes fused.output instead of fused.source."""
+    spec.epilogue.extend(fused.lines)
+    spec.functions.extend(fused.functions)
+    for b in spec.bindings:
+        if b.writable and b.tensor == fused.source:
+            b.tensor = fused.output
+    out_binding = next(b for b in spec.bindings if b.writable and b.tensor == fused.output)
+    spec.bindings.remove(out_binding)
+    spec.bindings.extend([*fused.bindings, out_binding])
+    spec.ops.append(fused.op)
+    spec.label = f"{spec.label}+{fused.code}" if spec.label else fused.code
+    spec.fused.append(fused)
+
+
+def redecompose(spec: KernelSpec, decomposition: Decomposition) -> KernelSpec:
+    """The same dispatch (op, fused epilogue and all) in another of its decompositions (for the tuner)."""
+    if spec.variants is None:
+        raise ValueError(f"dispatch {spec.label!r} offers no decompositions")
+    new = spec.variants.resolve(decomposition)
+    new.ops = spec.ops[:len(spec.ops) - len(spec.fused)]
+    for fused in spec.fused:
+        apply_fused(new, fused)
+    return new

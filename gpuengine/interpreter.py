@@ -1,7 +1,7 @@
 """A drop-in for ai_edge_litert.interpreter.Interpreter that runs the model on the GPU through WebGPU.
 
 Swap `from ai_edge_litert.interpreter import Interpreter` for `from gpuengine import Interpreter`; engine
-extras are keyword options (adapter, precision, memory_strategy, workgroup_cache, optimize).
+extras are keyword options (adapter, target, precision, memory_strategy, workgroup_cache, optimize).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .memory import STRATEGIES
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
 from .runtime.program import EngineOptions
+from .tuning.target import check as check_target
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
                7: "INT16", 9: "INT8", 10: "FLOAT64"}
@@ -65,7 +66,8 @@ class Interpreter:
                  experimental_disable_delegate_node_fusion: bool = False,
                  experimental_force_delegate_node_profiling: bool = False,
                  *, adapter: str | None = None, precision: str = "fp32", memory_strategy: str = "best",
-                 workgroup_cache: str | None = None, optimize: bool | None = None) -> None:
+                 workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
+                 ) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -74,11 +76,12 @@ class Interpreter:
             raise ValueError(f"precision {precision!r} is not available yet; use 'fp32'")
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
+        target = check_target(target)  # ValueError for an unknown class, before any work
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere (the test suite's switch)
             optimize = os.environ.get("GPUENGINE_OPTIMIZE", "1").strip().lower() not in ("0", "false", "no", "off")
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
-                                      workgroup_cache=workgroup_cache, optimize=optimize)
+                                      workgroup_cache=workgroup_cache, optimize=optimize, target=target)
         self._num_threads = num_threads
         self._graph: Graph = self._model.main
         self._compiled: CompiledGraph | None = None
@@ -219,6 +222,7 @@ class Interpreter:
         c = self._require_allocated()
         plan = c.plan
         lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
+                 f"target: {c.target.describe() if c.target else 'none'}",
                  f"ops: {len(plan.graph.ops)} after load-time folding ({plan.ops_gpu} on GPU), "
                  f"dispatches per invoke: {c.dispatches}, compile: {c.compile_ms:.0f} ms"]
         for k, p in enumerate(plan.partitions):

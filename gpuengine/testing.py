@@ -1,4 +1,5 @@
-"""Oracle helpers shared by the tests and the CLI: run a model on LiteRT's CPU runtime and on gpuengine, compare.
+"""Test helpers: run a model on gpuengine and compare with the oracle (gpuengine/oracle.py), look at a kernel's
+lowering. Library code never imports this module.
 
 The acceptance rule everywhere: max |gpu - ref| <= tol * max(1, max |ref|), per output.
 """
@@ -11,30 +12,10 @@ import numpy as np
 
 from .interpreter import Interpreter
 from .model.reader import read_model
+from .oracle import random_inputs, relative_error, run_litert
 
-
-def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict[int, np.ndarray]:
-    graph = read_model(model).main
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for t in graph.inputs:
-        tensor = graph.tensors[t]
-        if np.issubdtype(tensor.dtype, np.floating):
-            feeds[t] = rng.uniform(low, high, tensor.shape).astype(tensor.dtype)
-        else:
-            feeds[t] = rng.integers(0, 4, tensor.shape).astype(tensor.dtype)
-    return feeds
-
-
-def run_litert(model: bytes, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
-
-    it = LiteRT(model_content=model)
-    it.allocate_tensors()
-    for t, v in feeds.items():
-        it.set_tensor(t, v)
-    it.invoke()
-    return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+__all__ = ["FUSED_ACTIVATIONS", "assert_matches_litert", "lowering", "random_inputs", "relative_error", "run_gpuengine",
+           "run_litert", "support_reason"]
 
 
 def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) -> tuple[dict[int, np.ndarray], Any]:
@@ -44,23 +25,6 @@ def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) ->
         it.set_tensor(t, v)
     it.invoke()
     return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}, it
-
-
-def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """max |got - ref| / max(1, max |ref|); inf when shapes differ or NaN appears only on one side."""
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    if got.shape != ref.shape:
-        return float("inf")
-    if not np.array_equal(np.isnan(got), np.isnan(ref)):
-        return float("inf")
-    mask = ~np.isnan(ref)
-    if not mask.any():
-        return 0.0
-    with np.errstate(invalid="ignore"):  # inf - inf: equal infinities are handled just below
-        diff = np.abs(got[mask] - ref[mask])
-    diff[np.isinf(got[mask]) & (got[mask] == ref[mask])] = 0.0
-    scale = max(1.0, float(np.max(np.abs(ref[mask][np.isfinite(ref[mask])]), initial=0.0)))
-    return float(np.max(diff, initial=0.0) / scale)
 
 
 def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = None, tol: float = 1e-4,
@@ -83,12 +47,17 @@ def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = No
 FUSED_ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]  # the ones the GPU kernels apply
 
 
-def lowering(model: bytes, op: int = 0) -> list:
-    """The dispatch specs (and aliases) the kernel builds for op `op` of the model, no passes applied."""
+def lowering(model: bytes, op: int = 0, decide: Any = None) -> list:
+    """The dispatch specs (and aliases) the kernel builds for op `op` of the model, no passes applied; a
+    dispatch offered in several decompositions is resolved by `decide` (default: the first candidate)."""
+    from .fusion import first_candidate
     from .kernels import registry
+    from .kernels.base import Variants
 
     graph = read_model(model).main
-    return registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
+    items = registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
+    decide = decide or first_candidate
+    return [item.resolve(decide(item)) if isinstance(item, Variants) else item for item in items]
 
 
 def support_reason(model: bytes, op: int = 0) -> str | None:

@@ -1,26 +1,33 @@
-// BATCH_MATMUL: one output vec4 (4 adjacent n) per invocation for row m of batch (i0, i1). Each step takes 4 k:
-// A_EXPR is X[m, 4k4..4k4+3], B_EXPR the mat4x4 whose column j is Y[4k4+j, 4os..4os+3]; generated readers bake
-// each operand's rank, broadcasting and adjacency.
+// BATCH_MATMUL: a tile is one output vec4 (4 adjacent n) of row m in batch (i0, i1); its SPLIT invocations take
+// every SPLIT-th step of 4 k from step k on and add up their sums. A_EXPR is X[m, 4k4..4k4+3], B_EXPR the
+// mat4x4 whose column j is Y[4k4+j, 4os..4os+3]; generated readers bake each operand's rank, broadcasting and
+// adjacency.
 ${BINDINGS}
 
 ${READERS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let m = gid.x;
-  let i0 = gid.y / ${B1}u;
-  let i1 = gid.y % ${B1}u;
-  let os = gid.z;
+${LANE_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  let m = tile % ${M}u;
+  let os = tile / ${M}u % ${SO}u;
+  let bi = min(tile / ${M}u / ${SO}u, ${BATCH_LAST}u);
+  let i0 = bi / ${B1}u;
+  let i1 = bi % ${B1}u;
   var acc = vec4<f32>(0.0);
-  for (var k4 = 0u; k4 < ${KS}u; k4++) {
+  for (var k4 = k; k4 < ${KS}u; k4 += ${SPLIT}u) {
     acc += ${B_EXPR} * ${A_EXPR};
   }
-  let ob = ${LOC_B};
-  let oy = ${LOC_Y};
-  let ox = ${LOC_X};
-  let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
-  var value = acc;
-  ${EPILOGUE}
-  dst[oi] = value;
+  ${REDUCE}
+  if (k == 0u && tile < ${TILES}u) {
+    let ob = ${LOC_B};
+    let oy = ${LOC_Y};
+    let ox = ${LOC_X};
+    let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
+    var value = acc;
+    ${EPILOGUE}
+    dst[oi] = value;
+  }
 }

@@ -1,23 +1,28 @@
-// CONV_2D 1x1, stride 1, no padding: a GEMM over the H*W pixels of each batch. Each invocation computes XT
-// consecutive pixels x ST output slices; weights are mat4x4 blocks [out_slice][in_slice].
+// CONV_2D 1x1, stride 1, no padding: a GEMM over the H*W pixels of each batch. A tile is XT consecutive pixels x
+// ST output slices (TILE gives its first pixel p0, slice os0 and batch ob); its SPLIT invocations take every
+// SPLIT-th input slice from slice k on and add up their sums (REDUCE). Weights are mat4x4 blocks
+// [out_slice][in_slice].
 ${BINDINGS}
 
 ${STORE_FN}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let p0 = gid.x * ${XT}u;
-  let os0 = (gid.z % ${SG}u) * ${ST}u;
-  let ob = gid.z / ${SG}u;
+${LANE_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  ${TILE}
   ${PIX}
   ${ACC_INIT}
-  var wi = os0 * ${SI}u;
-  var si = ob * ${SI}u * ${PLANE}u;
-  for (var sl = 0u; sl < ${SI}u; sl++) {
+  var wi = os0 * ${SI}u + k;
+  var si = (ob * ${SI}u + k) * ${PLANE}u;
+  for (var sl = k; sl < ${SI}u; sl += ${SPLIT}u) {
     ${TAPS}
-    wi += 1u;
-    si += ${PLANE}u;
+    wi += ${SPLIT}u;
+    si += ${SPLIT_PLANE}u;
   }
-  ${STORE}
+  ${REDUCE}
+  if (k == 0u && tile < ${TILES}u) {
+    ${STORE}
+  }
 }

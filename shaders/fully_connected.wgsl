@@ -1,5 +1,6 @@
-// FULLY_CONNECTED: rows of P input pixels x SI slices against mat4x4 weight blocks [out_slice][in_slice][pixel].
-// Each invocation computes RT rows x ST output slices (one weight load feeds RT rows, one input load ST slices).
+// FULLY_CONNECTED: rows of P input pixels x SI slices against mat4x4 weight blocks [out_slice][in_slice][pixel]
+// (K = SI * P blocks per output slice). A tile is RT rows x ST output slices (one weight load feeds RT rows, one
+// input load ST slices); its SPLIT invocations take every SPLIT-th block from block k on and add up their sums.
 ${BINDINGS}
 
 ${SRC_INDEX}
@@ -11,18 +12,21 @@ ${STORE}
   dst[oi] = value;
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let r0 = gid.x * ${RT}u;
-  let os0 = gid.y * ${ST}u;
+${LANE_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  let r0 = tile % ${RTILES}u * ${RT}u;
+  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
   ${ACC_INIT}
-  var wi = os0 * ${SI}u * ${P}u;
-  for (var sl = 0u; sl < ${SI}u; sl++) {
-    for (var px = 0u; px < ${P}u; px++) {
-      ${TAPS}
-      wi += 1u;
-    }
+  for (var q = k; q < ${K}u; q += ${SPLIT}u) {
+    let sl = q / ${P}u;
+    let px = q % ${P}u;
+    ${TAPS}
   }
-  ${STORE_ALL}
+  ${REDUCE}
+  if (k == 0u && tile < ${TILES}u) {
+    ${STORE_ALL}
+  }
 }

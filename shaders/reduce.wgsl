@@ -1,23 +1,29 @@
-// Reductions (MEAN, SUM, REDUCE_MAX/MIN/PROD): one PHWC4 output vec4 per invocation, serially combining
-// load(..., q) over the flattened reduced index space q in [0, R). `load` is generated per op: it bakes the
-// rank mapping, the reduced axes and the channel-padding mask.
+// Reductions (MEAN, SUM, REDUCE_MAX/MIN/PROD): a tile is one PHWC4 output vec4, combining load(..., q) over the
+// flattened reduced index space q in [0, R); its SPLIT invocations take every SPLIT-th q from q = k on and
+// combine their partial results (REDUCE). `load` and `combine` are generated per op: they bake the rank mapping,
+// the reduced axes and the channel-padding mask.
 ${BINDINGS}
 
 ${FUNCS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${LANE_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  let ox = tile % ${W}u;
+  let oy = tile / ${W}u % ${H}u;
+  let os = tile / ${OUT_PLANE}u % ${S}u;
+  let ob = min(tile / ${OUT_PLANE}u / ${S}u, ${OUT_LAST}u);
   var acc = ${INIT};
-  for (var q = 0u; q < ${R}u; q++) {
+  for (var q = k; q < ${R}u; q += ${SPLIT}u) {
     acc = combine(acc, load(ob, oy, ox, os, q));
   }
-  var value = ${FINISH};
-  ${EPILOGUE}
-  dst[oi] = value;
+  ${REDUCE}
+  if (k == 0u && tile < ${TILES}u) {
+    let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+    var value = ${FINISH};
+    ${EPILOGUE}
+    dst[oi] = value;
+  }
 }

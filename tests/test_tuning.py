@@ -87,16 +87,16 @@ def test_cache_round_trip_and_format(tmp_path):
     assert entry["adapter"] == "Some GPU"
     assert entry["kernels"]["conv2d|K=3|grid=(8, 8, 1)"] == {"workgroup": [16, 4, 1], "default_ns": 2000.0,
                                                             "tuned_ns": 1500.0}
-    assert TuningCache(path).workgroups("dev|Vulkan|drv|1") == {"conv2d|K=3|grid=(8, 8, 1)": (16, 4, 1)}
-    assert TuningCache(path).workgroups("other") == {}
+    assert TuningCache(path).tuned("dev|Vulkan|drv|1").workgroups == {"conv2d|K=3|grid=(8, 8, 1)": (16, 4, 1)}
+    assert TuningCache(path).tuned("other").workgroups == {}
 
 
 def test_corrupt_cache_is_ignored(tmp_path):
     path = tmp_path / "tune.json"
     path.write_text("{not json")
-    assert TuningCache(path).workgroups("x") == {}
+    assert TuningCache(path).tuned("x").workgroups == {}
     path.write_text(json.dumps({"format": FORMAT, "devices": {"x": {"kernels": {"s": {"workgroup": [0, -1]}}}}}))
-    assert TuningCache(path).workgroups("x") == {}
+    assert TuningCache(path).tuned("x").workgroups == {}
 
 
 def test_env_var_overrides_cache_location(tmp_path, monkeypatch):

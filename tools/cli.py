@@ -1,4 +1,5 @@
-"""The `gpuengine` command: run, inspect, memplan, fetch-models (bench, profile, tune: see tuning/)."""
+"""The `gpuengine` command: run, inspect, memplan, fetch-models, ops; bench, profile and tune live in their own
+modules beside this one (tools/bench.py, tools/profile.py, tools/tune.py)."""
 
 from __future__ import annotations
 
@@ -11,70 +12,18 @@ from typing import Any
 
 import numpy as np
 
-
-def load_model(spec: str | None) -> tuple[str, bytes]:
-    """A model by path, by zoo name (tiny, mobilenet_v1, ...) or by reference-model name (selfie_segmentation)."""
-    from gpuengine import zoo
-
-    from . import fetch
-
-    if spec is None:
-        spec = zoo.DEFAULT
-    path = Path(spec)
-    if path.is_file():
-        return path.name, path.read_bytes()
-    if spec in zoo.MODELS:
-        return f"{spec} (zoo)", zoo.get(spec)
-    try:
-        p = fetch.model_path(spec)
-    except (KeyError, fetch.ModelsUnavailable) as e:
-        raise SystemExit(f"gpuengine: no model file, zoo model ({', '.join(zoo.MODELS)}) or reference model named "
-                         f"{spec!r}: {e}") from None
-    return p.name, p.read_bytes()
-
-
-def _interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None) -> Any:
-    """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
-    from gpuengine import Interpreter
-
-    it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
-                     optimize=False if args.no_optimize else None,
-                     workgroup_cache=cache or getattr(args, "cache", None))
-    it.allocate_tensors()
-    return it
-
-
-def _feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
-    given = {}
-    for item in inputs:
-        name, _, file = item.partition("=")
-        if not file:
-            raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
-        given[name] = np.load(file)
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for d in it.get_input_details():
-        if d["name"] in given:
-            feeds[d["index"]] = np.asarray(given.pop(d["name"]), d["dtype"])
-        elif np.issubdtype(d["dtype"], np.floating):
-            feeds[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
-        else:
-            feeds[d["index"]] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
-    if given:
-        names = [d["name"] for d in it.get_input_details()]
-        raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")
-    return feeds
+from .common import add_engine_options, feeds, interpreter, load_model
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuengine.testing import relative_error, run_litert
+    from gpuengine.oracle import relative_error, run_litert
 
     name, data = load_model(args.model)
     t0 = time.perf_counter()
-    it = _interpreter(data, args)
+    it = interpreter(data, args)
     compile_ms = (time.perf_counter() - t0) * 1e3
-    feeds = _feeds(it, args.input, args.seed)
-    for t, v in feeds.items():
+    inputs = feeds(it, args.input, args.seed)
+    for t, v in inputs.items():
         it.set_tensor(t, v)
     it.invoke()  # warm-up
     times = []
@@ -85,12 +34,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
     compiled = it.compiled
     print(f"model: {name}")
-    print(f"adapter: {compiled.gpu.name if compiled.gpu else 'none'}")
+    print(f"adapter: {compiled.gpu.name if compiled.gpu else 'none'}"
+          + (f" (target {compiled.target.describe()})" if compiled.target else ""))
     print(f"ops on GPU: {compiled.plan.ops_gpu}/{len(compiled.plan.graph.ops)}, partitions: "
           f"{len(compiled.plan.partitions)}, dispatches: {compiled.dispatches}, compile: {compile_ms:.0f} ms")
     print(f"invoke: median {np.median(times):.2f} ms over {len(times)} runs")
     try:
-        ref = run_litert(data, feeds)
+        ref = run_litert(data, inputs)
     except ImportError:
         ref = None
         print("LiteRT not installed: no comparison (pip install 'gpuengine[litert]')")
@@ -121,7 +71,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     from gpuengine.model.reader import read_model
 
     model = read_model(data)
-    it = _interpreter(data, args)
+    it = interpreter(data, args)
     compiled = it.compiled
     plan = compiled.plan
     graph = plan.graph
@@ -134,8 +84,10 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
                       "ops": [s.op.code for i in d.spec.ops for s in graph.ops[i].opt("prologue") or ()]
                       + [graph.ops[i].code for i in d.spec.ops],
-                      "workgroup": list(d.spec.workgroup), "grid": list(d.groups)}
-                     for p in compiled.gpu_programs for d in p.dispatches]
+                      "workgroup": list(d.spec.workgroup), "grid": list(d.groups),
+                      "invocations": p.launched(k), "macs": p.macs(k),
+                      "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}
+                     for p in compiled.gpu_programs for k, d in enumerate(p.dispatches)]
     return {
         "ops_in_file": len(model.main.ops),
         "ops_total": len(graph.ops),
@@ -145,6 +97,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "unsupported": plan.unsupported,
         "memory_bytes": memory,
         "adapter": compiled.gpu.name if compiled.gpu else None,
+        "target": compiled.target.name if compiled.target else None,
         "dispatch_list": dispatch_list,
         "_interpreter": it,
     }
@@ -163,7 +116,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"model: {name}\nadapter: {report['adapter']}")
+    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']})")
     print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
           f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
     for k, p in enumerate(report["partitions"]):
@@ -171,10 +124,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
     print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items()))
-    print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} ops")
+    print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
-              f"{'x'.join(map(str, d['grid'])):<16} {'+'.join(d['ops']) or d['label']}")
+              f"{'x'.join(map(str, d['grid'])):<16} {d['invocations']:>11} {d['macs']:>11}  "
+              f"{'+'.join(d['ops']) or d['label']}")
     return 0
 
 
@@ -184,7 +138,7 @@ def cmd_memplan(args: argparse.Namespace) -> int:
     records_by_model = {}
     for spec in args.models:
         name, data = load_model(spec)
-        it = _interpreter(data, args)
+        it = interpreter(data, args)
         records = []
         offset = 0
         for p in it.compiled.gpu_programs:  # partitions run one after another: give each its own step range
@@ -234,13 +188,6 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
-    p.add_argument("--memory-strategy", default="best",
-                   help="naive, greedy, mincostflow, greedy_by_size or best (default)")
-    p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuengine", description="Run TensorFlow Lite models on the GPU (WebGPU).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,29 +198,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs", type=int, default=10)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--tolerance", type=float, default=1e-4, help="max relative difference to LiteRT")
-    _common(run)
+    add_engine_options(run)
     run.set_defaults(func=cmd_run)
     ins = sub.add_parser("inspect", help="partitions, dispatches, memory and kernels of a model")
     ins.add_argument("model")
     ins.add_argument("--json", action="store_true")
     ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
-    _common(ins)
+    add_engine_options(ins)
     ins.set_defaults(func=cmd_inspect)
     mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
     mem.add_argument("models", nargs="+")
     mem.add_argument("--strategies", help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,best")
     mem.add_argument("--json", action="store_true")
     mem.add_argument("--plot", metavar="OUT.png")
-    _common(mem)
+    add_engine_options(mem)
     mem.set_defaults(func=cmd_memplan)
     fetch = sub.add_parser("fetch-models", help="download the reference models (mediapipe==0.10.14) into the cache")
     fetch.add_argument("--force", action="store_true")
     fetch.set_defaults(func=cmd_fetch)
     ops = sub.add_parser("ops", help="the ops that run on the GPU (a markdown table, from the kernel registry)")
     ops.set_defaults(func=cmd_ops)
-    from gpuengine.tuning import commands
+    from . import bench, profile, tune
 
-    commands.add_subcommands(sub, _common)
+    for module in (bench, profile, tune):
+        module.add_subcommand(sub)
     return parser
 
 

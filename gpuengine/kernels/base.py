@@ -17,8 +17,9 @@ Template contract (shaders/*.wgsl, filled by codegen.render):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,6 +44,85 @@ class Binding:
     shared: bool = False  # set by the runtime: another binding of this dispatch lives in the same buffer
 
 
+@dataclass(frozen=True)
+class Decomposition:
+    """How a kernel divides its work among invocations; every decomposition a kernel offers is correct on every
+    adapter, only its speed differs (tuning/policy.py picks one per target, `gpuengine tune` per adapter).
+
+    tile:     outputs per invocation, (pixels, rows or columns; output slices): one weight load feeds tile[0]
+              outputs, one input load tile[1].
+    split:    invocations sharing one tile's reduction (1: none). They combine partial results through workgroup
+              memory, or subgroup shuffles when `subgroup` (the adapter's `subgroup` feature).
+    group:    tiles per workgroup, so a workgroup has split * group invocations.
+    """
+
+    tile: tuple[int, int] = (1, 1)
+    split: int = 1
+    group: int = 64
+    subgroup: bool = False
+
+    @property
+    def invocations_per_workgroup(self) -> int:
+        return self.split * self.group
+
+    def describe(self) -> str:
+        text = f"tile {self.tile[0]}x{self.tile[1]}"
+        if self.split > 1:
+            text += f", split {self.split} ({'subgroup' if self.subgroup else 'shared memory'})"
+        return text + f", workgroup {self.invocations_per_workgroup}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup}
+
+    @staticmethod
+    def from_json(data: Any) -> Decomposition | None:
+        """The decomposition a tuning cache stored, or None when the entry is malformed."""
+        try:
+            tile = tuple(int(v) for v in data["tile"])
+            result = Decomposition((tile[0], tile[1]), int(data["split"]), int(data["group"]),
+                                   bool(data["subgroup"]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+        return result if min(*result.tile, result.split, result.group) >= 1 else None
+
+
+@dataclass
+class Variants:
+    """A dispatch offered in several decompositions; the runtime resolves it to one KernelSpec.
+
+    problem:     what the tuning cache keys the choice by: the template family and everything baked into the
+                 kernel except the decomposition.
+    candidates:  the decompositions to choose from, most work per invocation first.
+    invocations: invocations a candidate launches (cheap: no weights are laid out to answer it).
+    make:        the KernelSpec of a candidate.
+    macs:        multiply-accumulates of the dispatch (for ops without them: elements read).
+    """
+
+    problem: str
+    candidates: list[Decomposition]
+    invocations: Callable[[Decomposition], int]
+    make: Callable[[Decomposition], KernelSpec]
+    macs: int
+
+    def resolve(self, decomposition: Decomposition) -> KernelSpec:
+        spec = self.make(decomposition)
+        spec.variants, spec.decomposition, spec.macs = self, decomposition, self.macs
+        return spec
+
+
+@dataclass
+class FusedOp:
+    """One elementwise op fusion.py emitted into a spec's epilogue, kept so a re-decomposed spec gets it too."""
+
+    op: int
+    code: str
+    source: int  # the tensor the producer wrote before (now consumed inside the epilogue)
+    output: int  # the tensor the producer writes instead
+    lines: list[Code]
+    functions: list[Code]
+    bindings: list[Binding]
+
+
 @dataclass
 class KernelSpec:
     """One dispatch: template name, baked parameters, bindings and the logical grid of invocations."""
@@ -57,6 +137,11 @@ class KernelSpec:
     out_channels: int = 0  # channels of the PHWC4 output, for masking padding lanes in the epilogue
     ops: list[int] = field(default_factory=list)  # graph op indices this dispatch implements
     functions: list[Code] = field(default_factory=list)  # extra WGSL functions (fused operand readers)
+    macs: int = 0  # multiply-accumulates (elements read for ops without them); 0: the runtime counts reads
+    dispatch: tuple[int, int, int] | None = None  # workgroup counts, when the kernel lays out its own grid
+    variants: Variants | None = None  # set when this spec is one decomposition of several
+    decomposition: Decomposition | None = None
+    fused: list[FusedOp] = field(default_factory=list)  # epilogue fusions applied to this spec, in order
 
     @property
     def output_tensor(self) -> int | None:
@@ -74,7 +159,7 @@ class Alias:
     source: int
 
 
-Lowering = list  # list[KernelSpec | Alias]
+Lowering = list  # list[KernelSpec | Variants | Alias]
 
 
 class BuildContext(Protocol):
@@ -90,7 +175,7 @@ class Kernel(Protocol):
         """None when the GPU can run this op exactly; otherwise the reason it cannot."""
 
     def build(self, op: Op, graph: Graph) -> Lowering:
-        """Dispatch specs (and aliases) that compute the op's outputs from its inputs."""
+        """Dispatch specs, decomposable dispatches (Variants) and aliases computing the op's outputs."""
 
 
 class EpilogueKernel(Kernel, Protocol):

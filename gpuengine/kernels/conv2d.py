@@ -1,31 +1,38 @@
 """CONV_2D: a general kernel plus two specialized variants, chosen from the op's parameters at build time.
 
 * conv2d:       any kernel size, stride, dilation, padding (and groups, by densifying the weights).
-* conv2d_1x1:   1x1, stride 1, no padding: a plain GEMM over the H*W pixels, tiled 4 pixels x 2 slices; the
-                only variant that loads its input through a prologue (kernels/prologue.py).
+* conv2d_1x1:   1x1, stride 1, no padding: a plain GEMM over the H*W pixels; the only variant that loads its
+                input through a prologue (kernels/prologue.py).
 * conv2d_first: inputs of 1..4 channels (one input slice, typical first layers): every tap unrolled.
 
 Weights [O, KH, KW, I] are re-laid out once at build into 4x4 blocks, one mat4x4 per (out_slice, ky, kx,
 in_slice) with column j = the 4 output channels' weights for input channel 4*in_slice + j, so a tap is
-`acc += w * src` (mat4x4 * vec4). Every invocation computes XT adjacent output columns x ST output slices
-(register tiling: one weight load feeds XT pixels, one input load feeds ST slices).
+`acc += w * src` (mat4x4 * vec4).
+
+Each variant is offered in several decompositions (kernels/tiling.py): an invocation computes a tile of XT
+adjacent outputs x ST output slices (register tiling: one weight load feeds XT outputs, one input load ST
+slices), and `split` invocations may share a tile's input slices and add their partial sums. A big GPU wants
+small tiles and deep splits for the 7x7-pixel, 960-channel convs at the end of a MobileNet (a few hundred
+outputs, each a long reduction); a CPU adapter wants the largest tiles. tuning/policy.py chooses.
 
 Padding is a parameter of ConvGeometry (pad_top / pad_left), not of the op, so a PAD merged into the conv by
 a later pass only changes those two numbers (reads outside the input are zero in every variant).
 
-The helpers at the top (padding, weight blocks, bias vectors, the store function) are shared with the
-depthwise and transpose-conv modules.
+The helpers at the top (padding, weight blocks, bias vectors, tiles) are shared with the depthwise and
+transpose-conv modules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..layout import slices
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from . import tiling
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
 from .prologue import input_reader, prologue_reason
 
@@ -227,10 +234,11 @@ class Conv2DKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         g = geometry(op, graph)
         w = const_f32(graph, op.inputs[1])
+        macs = g.batch * g.oh * g.ow * g.oc * g.kh * g.kw * w.shape[3]
         w = dense_weights(w, g.ic)
         reader = input_reader(op, graph) if op.opt("prologue") else None
-        return [conv_spec(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code,
-                          reader=reader)]
+        return [conv_variants(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code,
+                              macs, reader=reader)]
 
 
 def _is_1x1(g: ConvGeometry) -> bool:
@@ -250,7 +258,71 @@ def dense_weights(w: np.ndarray, ic: int) -> np.ndarray:
     return dense
 
 
-def conv_spec(
+# -- decomposed conv-family dispatches -------------------------------------------------------------------------
+# A tile is XT adjacent outputs (columns of one row, or pixels of the flattened plane for the 1x1 kernel) x ST
+# output slices; its `split` invocations share the input slices (each takes every split-th one) and combine
+# their sums (codegen.lane_reduce). `tile_coords` maps the tile index to (ob, oy, ox0 or p0, os0).
+
+
+def tile_counts(g: ConvGeometry, tile: tuple[int, int], flat: bool) -> tuple[int, int]:
+    """(tiles along x or the flattened plane, tiles in all) for an XT x ST tile."""
+    xt, st = tile
+    nx = -(-(g.oh * g.ow if flat else g.ow) // xt)
+    return nx, nx * (1 if flat else g.oh) * -(-g.so // st) * g.batch
+
+
+def tile_coords(g: ConvGeometry, tile: tuple[int, int], flat: bool) -> Code:
+    """WGSL giving a tile's first output: batch ob, row oy (or flat pixel p0), column ox0, slice os0. Tiles past
+    the end get a clamped batch, so their reads stay in bounds; their stores are dropped."""
+    xt, st = tile
+    nx, _ = tile_counts(g, tile, flat)
+    sg = -(-g.so // st)
+    if flat:
+        code = [f"let p0 = tile % {nx}u * {xt}u;", f"let rest = tile / {nx}u;"]
+    else:
+        code = [f"let ox0 = tile % {nx}u * {xt}u;", f"let oy = tile / {nx}u % {g.oh}u;",
+                f"let rest = tile / {nx * g.oh}u;"]
+    code += [f"let os0 = rest % {sg}u * {st}u;", f"let ob = min(rest / {sg}u, {g.batch - 1}u);"]
+    return lines(code, 2)
+
+
+def accumulators(tile: tuple[int, int]) -> list[str]:
+    return [f"acc_{j}_{t}" for j in range(tile[1]) for t in range(tile[0])]
+
+
+def acc_init(tile: tuple[int, int], bias: str = "bias[os0 + {j}u]") -> Code:
+    """Accumulators start at the bias on the invocation that stores (k == 0), at zero on the others."""
+    return lines([f"var acc_{j}_{t} = select(vec4<f32>(0.0), {bias.format(j=j)}, k == 0u);"
+                  for j in range(tile[1]) for t in range(tile[0])], 2)
+
+
+def conv_family_spec(g: ConvGeometry, shader: str, d: Decomposition, params: dict, bindings: list[Binding],
+                     epilogue: list[Code], label: str, flat: bool = False, **fields: object) -> KernelSpec:
+    """A decomposed conv-family dispatch: tile mapping, split reduction and workgroup layout baked in."""
+    _, tiles = tile_counts(g, d.tile, flat)
+    shared, dispatch = tiling.split_params(d, tiles, accumulators(d.tile))
+    params = {**shared, "TILE": tile_coords(g, d.tile, flat), "XT": d.tile[0], "ST": d.tile[1],
+              "ACC_INIT": acc_init(d.tile), **params}
+    return g.spec(shader, params, bindings, (tiles * d.split, 1, 1), epilogue,
+                  f"{label} [{d.describe()}]", workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
+                  **fields)
+
+
+def conv_family_variants(g: ConvGeometry, family: str, tiles: list[tuple[int, int]], reduction: int, macs: int,
+                         make: Callable[[Decomposition], KernelSpec], flat: bool = False,
+                         code: tuple[str, ...] = ()) -> Variants:
+    """The Variants of a conv-family dispatch over the given tile shapes (splits over `reduction` slices)."""
+    candidates = tiling.decompositions(tiles, reduction, lambda t: tile_counts(g, t, flat)[1])
+    return Variants(
+        problem=tiling.problem_key(family, g.params(), code),
+        candidates=candidates,
+        invocations=lambda d: tiling.launched(tile_counts(g, d.tile, flat)[1], d),
+        make=make,
+        macs=macs,
+    )
+
+
+def conv_variants(
     g: ConvGeometry,
     w: np.ndarray,
     bias: np.ndarray | None,
@@ -258,17 +330,18 @@ def conv_spec(
     dst: int,
     epilogue: list[Code],
     label: str,
+    macs: int,
     reader: tuple[Code, list[Binding], str] | None = None,
-) -> KernelSpec:
-    """Pick the variant for this geometry and bake it. w is dense [O, KH, KW, I]; bias [O] or None; reader:
-    the input's load function when it has a prologue (kernels/prologue.py; 1x1 only)."""
+) -> Variants:
+    """Pick the kernel for this geometry. w is dense [O, KH, KW, I]; bias [O] or None; reader: the input's load
+    function when it has a prologue (kernels/prologue.py; 1x1 only)."""
     if _is_1x1(g):
-        return _conv_1x1(g, w, bias, src, dst, epilogue, label, reader)
+        return _conv_1x1(g, w, bias, src, dst, epilogue, label, macs, reader)
     if reader is not None:
         raise ValueError("an input prologue needs the 1x1 kernel")
     if g.si == 1 and g.kh * g.kw <= 49:
-        return _conv_first(g, w, bias, src, dst, epilogue, label)
-    return _conv_general(g, w, bias, src, dst, epilogue, label)
+        return _conv_first(g, w, bias, src, dst, epilogue, label, macs)
+    return _conv_general(g, w, bias, src, dst, epilogue, label, macs)
 
 
 def column_reads(g: ConvGeometry, xt: int) -> Code:
@@ -278,11 +351,10 @@ def column_reads(g: ConvGeometry, xt: int) -> Code:
                   f"let cx_{t} = u32(clamp(ix_{t}, 0, {g.iw - 1}));" for t in range(xt)], 6)
 
 
-def _tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(XT, ST): adjacent output columns and output slices per invocation."""
-    xt = 1 if g.ow == 1 else (2 if g.ow <= 4 else 4)
-    st = 2 if g.so >= 2 else 1
-    return xt, st
+def _tile_shapes(outputs: int, so: int, xts: tuple[int, ...] = (4, 2, 1), sts: tuple[int, ...] = (2, 1),
+                 ) -> list[tuple[int, int]]:
+    """XT x ST tiles that fit `outputs` outputs along x and `so` output slices (1 always fits)."""
+    return [(xt, st) for xt in xts for st in sts if (xt == 1 or outputs >= xt) and (st == 1 or so >= st)]
 
 
 def _bindings(
@@ -296,113 +368,97 @@ def _bindings(
     ]
 
 
-def _acc_and_store(xt: int, st: int, x0: str = "ox0", y: str = "oy") -> tuple[Code, Code]:
-    init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
-    store = [f"store(acc_{j}_{t}, ob, {y}, {x0} + {t}u, os0 + {j}u);" for j in range(st) for t in range(xt)]
-    return lines(init, 2), lines(store, 2)
+def _stores(tile: tuple[int, int], x0: str = "ox0", y: str = "oy") -> Code:
+    xt, st = tile
+    return lines([f"store(acc_{j}_{t}, ob, {y}, {x0} + {t}u, os0 + {j}u);" for j in range(st) for t in range(xt)],
+                 4)
+
+
+def _so_pad(g: ConvGeometry, st: int) -> int:
+    return -(-g.so // st) * st
 
 
 def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                  label: str) -> KernelSpec:
-    xt, st = _tiles(g)
-    sg = -(-g.so // st)
+                  label: str, macs: int) -> Variants:
     wstride = g.kh * g.kw * g.si  # blocks between consecutive output slices
-    taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
-    taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
-    taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
-    init, store = _acc_and_store(xt, st)
-    params = {
-        "XT": xt,
-        "SG": sg,
-        "ST": st,
-        "ACC_INIT": init,
-        "COLS": column_reads(g, xt),
-        "TAPS": lines(taps, 8),
-        "STORE": store,
-    }
-    grid = (-(-g.ow // xt), g.oh, g.batch * sg)
-    bindings = _bindings(g, w, bias, sg * st, src, dst)
-    return g.spec("conv2d", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} general")
+
+    def make(d: Decomposition) -> KernelSpec:
+        xt, st = d.tile
+        taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
+        taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
+        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+        params = {"COLS": column_reads(g, xt), "TAPS": lines(taps, 8), "STORE": _stores(d.tile),
+                  "SPLIT_PLANE": d.split * g.ih * g.iw}
+        return conv_family_spec(g, "conv2d", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst), epilogue,
+                                f"{label} {g.kh}x{g.kw} general")
+
+    return conv_family_variants(g, "conv2d", _tile_shapes(g.ow, g.so), g.si, macs, make)
 
 
 def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-              label: str, reader: tuple[Code, list[Binding], str] | None = None) -> KernelSpec:
+              label: str, macs: int, reader: tuple[Code, list[Binding], str] | None = None) -> Variants:
     plane = g.oh * g.ow
-    xt = 1 if plane == 1 else (2 if plane <= 4 else 4)
-    st = 2 if g.so >= 2 else 1
-    sg = -(-g.so // st)
-    pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
-    if reader is None:
-        taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
-    else:  # fused elementwise ops evaluated as the input is loaded
-        taps = [f"let s_{t} = load_src(si + p_{t}, ob, sl);" for t in range(xt)]
-    taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
-    taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
-    init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(xt)]
-    store = [
-        f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
-        for j in range(st)
-        for t in range(xt)
-    ]
-    # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
-    params = {
-        "XT": xt,
-        "SG": sg,
-        "ST": st,
-        "ACC_INIT": lines(init, 2),
-        "PIX": lines(pix, 2),
-        "TAPS": lines(taps, 4),
-        "STORE": lines(store, 2),
-    }
-    bindings = _bindings(g, w, bias, sg * st, src, dst)
-    if reader is not None:
-        bindings = [*reader[1], *bindings[1:]]
-    return g.spec("conv2d_1x1", params, bindings, (-(-plane // xt), 1, g.batch * sg), epilogue,
-                  f"{label} 1x1" + (reader[2] if reader else ""), functions=[reader[0]] if reader else [])
+
+    def make(d: Decomposition) -> KernelSpec:
+        xt, st = d.tile
+        pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
+        if reader is None:
+            taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
+        else:  # fused elementwise ops evaluated as the input is loaded
+            taps = [f"let s_{t} = load_src(si + p_{t}, ob, sl);" for t in range(xt)]
+        taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
+        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+        # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
+        store = [f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
+                 for j in range(st) for t in range(xt)]
+        params = {"PIX": lines(pix, 2), "TAPS": lines(taps, 4), "STORE": lines(store, 4),
+                  "SPLIT_PLANE": d.split * plane}
+        bindings = _bindings(g, w, bias, _so_pad(g, st), src, dst)
+        if reader is not None:
+            bindings = [*reader[1], *bindings[1:]]
+        return conv_family_spec(g, "conv2d_1x1", d, params, bindings, epilogue,
+                                f"{label} 1x1" + (reader[2] if reader else ""), flat=True,
+                                functions=[reader[0]] if reader else [])
+
+    return conv_family_variants(g, "conv2d_1x1", _tile_shapes(plane, g.so), g.si, macs, make, flat=True,
+                                code=(reader[0],) if reader else ())
 
 
 def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                label: str) -> KernelSpec:
-    """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators."""
-    xt, _ = _tiles(g)
-    xt = min(xt, 2)
-    st = min(g.so, 4)
-    sg = -(-g.so // st)
-    taps: list[str] = []
-    for ky in range(g.kh):
-        taps.append(
-            f"let iy_{ky} = iy0 + {ky * g.dh}; let oky_{ky} = iy_{ky} >= 0 && iy_{ky} < {g.ih}; "
-            f"let ry_{ky} = base + u32(clamp(iy_{ky}, 0, {g.ih - 1})) * {g.iw}u;"
-        )
-    for t in range(xt):
-        for kx in range(g.kw):
+                label: str, macs: int) -> Variants:
+    """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators (no split: the reduction
+    is at most 49 taps of one slice)."""
+
+    def make(d: Decomposition) -> KernelSpec:
+        xt, st = d.tile
+        taps: list[str] = []
+        for ky in range(g.kh):
             taps.append(
-                f"let ix_{t}_{kx} = ix0 + {t * g.sw + kx * g.dw}; "
-                f"let okx_{t}_{kx} = ix_{t}_{kx} >= 0 && ix_{t}_{kx} < {g.iw}; "
-                f"let cx_{t}_{kx} = u32(clamp(ix_{t}_{kx}, 0, {g.iw - 1}));"
+                f"let iy_{ky} = iy0 + {ky * g.dh}; let oky_{ky} = iy_{ky} >= 0 && iy_{ky} < {g.ih}; "
+                f"let ry_{ky} = base + u32(clamp(iy_{ky}, 0, {g.ih - 1})) * {g.iw}u;"
             )
-    for ky in range(g.kh):
-        for kx in range(g.kw):
-            tap = [
-                f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
-                for t in range(xt)
-            ]
-            for j in range(st):
-                tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
-                tap += [f"acc_{j}_{t} += w_{j} * s_{t};" for t in range(xt)]
-            taps.append("{ " + " ".join(tap) + " }")
-    init, store = _acc_and_store(xt, st)
-    params = {
-        "XT": xt,
-        "SG": sg,
-        "ST": st,
-        "ACC_INIT": init,
-        "TAPS": lines(taps, 2),
-        "STORE": store,
-    }
-    grid = (-(-g.ow // xt), g.oh, g.batch * sg)
-    bindings = _bindings(g, w, bias, sg * st, src, dst)
-    return g.spec("conv2d_first", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} first-layer")
+        for t in range(xt):
+            for kx in range(g.kw):
+                taps.append(
+                    f"let ix_{t}_{kx} = ix0 + {t * g.sw + kx * g.dw}; "
+                    f"let okx_{t}_{kx} = ix_{t}_{kx} >= 0 && ix_{t}_{kx} < {g.iw}; "
+                    f"let cx_{t}_{kx} = u32(clamp(ix_{t}_{kx}, 0, {g.iw - 1}));"
+                )
+        for ky in range(g.kh):
+            for kx in range(g.kw):
+                tap = [
+                    f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
+                    for t in range(xt)
+                ]
+                for j in range(st):
+                    tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
+                    tap += [f"acc_{j}_{t} += w_{j} * s_{t};" for t in range(xt)]
+                taps.append("{ " + " ".join(tap) + " }")
+        params = {"TAPS": lines(taps, 2), "STORE": _stores(d.tile)}
+        return conv_family_spec(g, "conv2d_first", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst),
+                                epilogue, f"{label} {g.kh}x{g.kw} first-layer")
+
+    return conv_family_variants(g, "conv2d_first", _tile_shapes(g.ow, g.so, (2, 1), (4, 2, 1)), 1, macs, make)
 
 
 KERNEL = Conv2DKernel()

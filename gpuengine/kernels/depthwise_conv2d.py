@@ -8,6 +8,8 @@ same input slice; otherwise lanes are gathered (splatted when M % 4 == 0: a slic
 * depthwise:     any kernel, stride, dilation, multiplier; XT adjacent output columns per invocation.
 * depthwise_3x3: 3x3, dilation 1, stride 1 or 2, M == 1: every tap unrolled, each input column of the
                  2-output window loaded once (4 columns for stride 1, 5 for stride 2, instead of 6).
+Both come as decompositions of 2 or 1 output columns per invocation (kernels/tiling.py): a big GPU takes the
+single column when the layer is too small to fill it otherwise.
 """
 
 from __future__ import annotations
@@ -16,9 +18,20 @@ import numpy as np
 
 from ..layout import slices
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, bhwc, const_f32
-from .conv2d import ConvGeometry, bias_values, bias_vec4, check_spatial, column_reads, common_checks, geometry, lines
+from .conv2d import (
+    ConvGeometry,
+    bias_values,
+    bias_vec4,
+    check_spatial,
+    column_reads,
+    common_checks,
+    conv_family_spec,
+    conv_family_variants,
+    geometry,
+    lines,
+)
 
 
 def tap_weights(w: np.ndarray, oc: int) -> np.ndarray:
@@ -70,7 +83,7 @@ class DepthwiseConv2DKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         g = geometry(op, graph)
         return [
-            depthwise_spec(
+            depthwise_variants(
                 g,
                 const_f32(graph, op.inputs[1]),
                 bias_values(graph, op, 2),
@@ -82,7 +95,7 @@ class DepthwiseConv2DKernel:
         ]
 
 
-def depthwise_spec(
+def depthwise_variants(
     g: ConvGeometry,
     w: np.ndarray,
     bias: np.ndarray | None,
@@ -90,8 +103,9 @@ def depthwise_spec(
     dst: int,
     epilogue: list[Code],
     label: str,
-) -> KernelSpec:
-    """Pick the variant for this geometry (pads are parameters, as for CONV_2D)."""
+) -> Variants:
+    """Pick the kernel for this geometry (pads are parameters, as for CONV_2D); tiles of 2 or 1 output columns,
+    never split (a reduction of kh x kw taps)."""
     mult = g.oc // g.ic
     bindings = [
         Binding("src", tensor=src),
@@ -99,48 +113,41 @@ def depthwise_spec(
         Binding("bias", data=bias_vec4(bias, g.oc, g.so)),
         Binding("dst", tensor=dst, writable=True),
     ]
-    xt = 1 if g.ow == 1 else 2
-    grid = (-(-g.ow // xt), g.oh, g.batch * g.so)
-    common = {"XT": xt, "LOAD": load_fn(g, mult)}
-    init = lines([f"var acc_{t} = bias[os];" for t in range(xt)], 2)
-    store = lines([f"store(acc_{t}, ob, oy, ox0 + {t}u, os);" for t in range(xt)], 2)
-    if g.kh == g.kw == 3 and g.dh == g.dw == 1 and g.sh == g.sw and g.sh in (1, 2) and mult == 1:
-        s = g.sh
-        ncols = (xt - 1) * s + 3
-        taps = [f"let w{k} = weights[os * 9u + {k}u];" for k in range(9)]
-        taps += [
-            f"let ix{c} = ix_base + {c}; let okx{c} = ix{c} >= 0 && ix{c} < {g.iw}; "
-            f"let cx{c} = u32(clamp(ix{c}, 0, {g.iw - 1}));"
-            for c in range(ncols)
-        ]
-        for r in range(3):
-            taps.append(
-                f"let iy{r} = iy_base + {r}; let oky{r} = iy{r} >= 0 && iy{r} < {g.ih}; "
-                f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
-            )
+    unrolled = g.kh == g.kw == 3 and g.dh == g.dw == 1 and g.sh == g.sw and g.sh in (1, 2) and mult == 1
+    family = "depthwise_3x3" if unrolled else "depthwise"
+
+    def make(d: Decomposition) -> KernelSpec:
+        xt = d.tile[0]
+        params = {"LOAD": load_fn(g, mult), "STORE": lines([f"store(acc_0_{t}, ob, oy, ox0 + {t}u, os0);"
+                                                            for t in range(xt)], 4)}
+        if unrolled:
+            s = g.sh
+            ncols = (xt - 1) * s + 3
+            taps = [f"let w{k} = weights[os0 * 9u + {k}u];" for k in range(9)]
             taps += [
-                f"let v{r}_{c} = select(vec4<f32>(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
+                f"let ix{c} = ix_base + {c}; let okx{c} = ix{c} >= 0 && ix{c} < {g.iw}; "
+                f"let cx{c} = u32(clamp(ix{c}, 0, {g.iw - 1}));"
                 for c in range(ncols)
             ]
-            taps += [f"acc_{t} += w{r * 3 + kx} * v{r}_{t * s + kx};" for t in range(xt) for kx in range(3)]
-        params = {
-            **common,
-            "ACC_INIT": init,
-            "TAPS": lines(taps, 2),
-            "STORE": store,
-        }
-        return g.spec("depthwise_3x3", params, bindings, grid, epilogue, f"{label} 3x3 s{s}")
-    taps = [
-        f"acc_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os), ok_{t});" for t in range(xt)
-    ]
-    params = {
-        **common,
-        "ACC_INIT": init,
-        "COLS": column_reads(g, xt),
-        "TAPS": lines(taps, 6),
-        "STORE": store,
-    }
-    return g.spec("depthwise", params, bindings, grid, epilogue, f"{label} {g.kh}x{g.kw} general")
+            for r in range(3):
+                taps.append(
+                    f"let iy{r} = iy_base + {r}; let oky{r} = iy{r} >= 0 && iy{r} < {g.ih}; "
+                    f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
+                )
+                taps += [
+                    f"let v{r}_{c} = select(vec4<f32>(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
+                    for c in range(ncols)
+                ]
+                taps += [f"acc_0_{t} += w{r * 3 + kx} * v{r}_{t * s + kx};" for t in range(xt) for kx in range(3)]
+            params["TAPS"] = lines(taps, 2)
+            return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} 3x3 s{s}")
+        taps = [f"acc_0_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os0), ok_{t});"
+                for t in range(xt)]
+        params.update(COLS=column_reads(g, xt), TAPS=lines(taps, 6))
+        return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} {g.kh}x{g.kw} general")
+
+    macs = g.batch * g.oh * g.ow * g.oc * g.kh * g.kw
+    return conv_family_variants(g, family, [(xt, 1) for xt in (2, 1) if xt == 1 or g.ow >= 2], 1, macs, make)
 
 
 KERNEL = DepthwiseConv2DKernel()

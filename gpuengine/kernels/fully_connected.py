@@ -3,14 +3,14 @@
 FULLY_CONNECTED: input flattened to [R, I] as TFLite does (row-major over the logical shape), weights [O, I]
 constant. A row is P = I / C whole input pixels of C channels (C = the input's last dim), so it is read as
 vec4 slices straight from PHWC4; weights are re-laid out once into mat4x4 blocks [out_slice][in_slice][pixel].
-* fully_connected:      R > 1 (or short rows): each invocation computes RT rows x ST output slices.
-* fully_connected_gemv: R == 1 with long rows: one 64-invocation workgroup per output slice splits the row
-                        and reduces in workgroup memory (a classifier head is far too few slices to fill a GPU
-                        at one invocation each).
+A tile is RT rows x ST output slices; `split` invocations may share a tile's SI*P weight blocks (kernels/
+tiling.py): a classifier head (one row, 1280 -> 1000) is far too few tiles to fill a GPU at one invocation
+each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 rows x 2 slices unsplit.
 
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
-operand is transposed at build so the kernel only sees adjacency on runtime tensors.
+operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
+tile; `split` invocations may share its K/4 steps.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import numpy as np
 
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from . import tiling
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
-from .conv2d import bias_vec4, lines
-
-GEMV_WORKGROUP = 64
+from .conv2d import acc_init, accumulators, bias_vec4, lines
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -101,61 +100,42 @@ class FullyConnectedKernel:
         rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
         bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
         bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
-        params = {
-            "SI": si,
-            "P": p,
-            "SO": so,
-            "SRC_INDEX": _src_index(ic, ih * iw),
-            "STORE": _out_store(so, rh, rw, rows),
-        }
-        if rows == 1 and si * p >= GEMV_WORKGROUP:
+        depth = si * p  # weight blocks per output slice: the reduction the split divides
+        fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
+                 "STORE": _out_store(so, rh, rw, rows)}
+
+        def count(tile: tuple[int, int]) -> int:
+            return -(-rows // tile[0]) * -(-so // tile[1])
+
+        def make(d: Decomposition) -> KernelSpec:
+            rt, st = d.tile
+            sg = -(-so // st)
+            taps = [f"let s_{t} = src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)];" for t in range(rt)]
+            taps += [f"let w_{j} = weights[(os0 + {j}u) * {depth}u + q];" for j in range(st)]
+            taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(rt)]
+            store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+            shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             bindings = [
                 Binding("src", tensor=x),
-                Binding("weights", data=fc_blocks(w, ic, so), element="mat4x4<f32>"),
-                Binding("bias", data=bias_vec4(bias, o, so)),
+                Binding("weights", data=fc_blocks(w, ic, sg * st), element="mat4x4<f32>"),
+                Binding("bias", data=bias_vec4(bias, o, sg * st)),
                 Binding("dst", tensor=out, writable=True),
             ]
-            wg = GEMV_WORKGROUP
-            return [
-                KernelSpec(
-                    "fully_connected_gemv",
-                    {**params, "K": si * p},
-                    bindings,
-                    grid=(wg * so, 1, 1),
-                    workgroup=(wg, 1, 1),
-                    epilogue=activation(op),
-                    out_channels=o,
-                    label=f"{op.code} gemv {i}->{o}",
-                )
-            ]
-        rt = 1 if rows == 1 else (2 if rows <= 4 else 4)
-        st = 2 if so >= 2 else 1
-        sg = -(-so // st)
-        init = [f"var acc_{j}_{t} = bias[os0 + {j}u];" for j in range(st) for t in range(rt)]
-        taps = [
-            f"let s_{t} = src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)];" for t in range(rt)
-        ]
-        taps += [f"let w_{j} = weights[wi + {j * si * p}u];" for j in range(st)]
-        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(rt)]
-        store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
-        bindings = [
-            Binding("src", tensor=x),
-            Binding("weights", data=fc_blocks(w, ic, sg * st), element="mat4x4<f32>"),
-            Binding("bias", data=bias_vec4(bias, o, sg * st)),
-            Binding("dst", tensor=out, writable=True),
-        ]
-        params.update(RT=rt, ST=st, ACC_INIT=lines(init, 2), TAPS=lines(taps, 6), STORE_ALL=lines(store, 2))
-        return [
-            KernelSpec(
-                "fully_connected",
-                params,
-                bindings,
-                grid=(-(-rows // rt), sg, 1),
-                epilogue=activation(op),
-                out_channels=o,
-                label=f"{op.code} {rows}x{i}->{o}",
-            )
-        ]
+            params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
+                      "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4), "STORE_ALL": lines(store, 4)}
+            return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
+                              workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
+                              epilogue=activation(op), out_channels=o,
+                              label=f"{op.code} {rows}x{i}->{o} [{d.describe()}]")
+
+        tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
+        return [Variants(
+            problem=tiling.problem_key("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw}),
+            candidates=tiling.decompositions(tiles, depth, count),
+            invocations=lambda d: tiling.launched(count(d.tile), d),
+            make=make,
+            macs=rows * i * o,
+        )]
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------
@@ -224,7 +204,7 @@ def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding,
     return Code(fn), binding, shape, adj
 
 
-def _bmm_build(op: Op, graph: Graph) -> KernelSpec:
+def _bmm_build(op: Op, graph: Graph) -> Variants:
     out = op.outputs[0]
     oshape = tuple(graph.tensors[out].shape)
     fa, ba, ashape, adj_x = _operand(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa")
@@ -259,10 +239,12 @@ def _bmm_build(op: Op, graph: Graph) -> KernelSpec:
         b_expr = f"mat4x4<f32>({cols})"
     ob_, oh_, ow_, _ = to_bhwc(oshape)
     loc = {2: ("m", "0u", "0u"), 3: ("i1", "0u", "m"), 4: ("i0", "i1", "m")}[len(oshape)]
-    params = {
+    fixed = {
         "SO": so,
         "KS": ks,
+        "M": m,
         "B1": b1,
+        "BATCH_LAST": b0 * b1 - 1,
         "OH": oh_,
         "OW": ow_,
         "READERS": Code(fa + fb),
@@ -272,13 +254,22 @@ def _bmm_build(op: Op, graph: Graph) -> KernelSpec:
         "LOC_Y": Code(loc[1]),
         "LOC_X": Code(loc[2]),
     }
-    return KernelSpec(
-        "batch_matmul",
-        params,
-        [ba, bb, Binding("dst", tensor=out, writable=True)],
-        grid=(m, b0 * b1, so),
-        out_channels=n,
-        label=f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}",
+    tiles = m * so * b0 * b1
+    label = f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}"
+
+    def make(d: Decomposition) -> KernelSpec:
+        shared, dispatch = tiling.split_params(d, tiles, ["acc"])
+        return KernelSpec("batch_matmul", {**fixed, **shared}, [ba, bb, Binding("dst", tensor=out, writable=True)],
+                          grid=(tiles * d.split, 1, 1), workgroup=(d.invocations_per_workgroup, 1, 1),
+                          dispatch=dispatch, out_channels=n, label=f"{label} [{d.describe()}]")
+
+    return Variants(
+        problem=tiling.problem_key("batch_matmul", {k: v for k, v in fixed.items() if isinstance(v, int)},
+                                   [a_expr, b_expr, fa, fb]),
+        candidates=tiling.decompositions([(1, 1)], ks, lambda _: tiles),
+        invocations=lambda d: tiling.launched(tiles, d),
+        make=make,
+        macs=b0 * b1 * m * n * k,
     )
 
 

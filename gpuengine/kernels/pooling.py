@@ -13,7 +13,7 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import activation, bhwc, float_tensors
-from .reduce import FLT_MAX, WG_THRESHOLD, reduce_spec
+from .reduce import FLT_MAX, reduce_variants
 
 # op -> (declare the accumulator, fold `v` into it, set `value`): the statements pool.wgsl runs
 _KINDS = {
@@ -98,8 +98,8 @@ class PoolingKernel:
         epilogue = clamp_activation(int(op.opt("fused_activation_function", 0) or 0), op)
         assert not isinstance(epilogue, str), epilogue
         covers_all = oh == ow == 1 and fh - pad_t >= h and fw - pad_l >= w
-        if covers_all and h * w >= WG_THRESHOLD:
-            return [reduce_spec(_GLOBAL[op.code], src, dst, (b, h, w, c), [1, 2], True, epilogue, op.code)]
+        if covers_all:  # global pooling: a reduction, which a big GPU splits over many invocations per output
+            return [reduce_variants(_GLOBAL[op.code], src, dst, (b, h, w, c), [1, 2], True, epilogue, op.code)]
         return [pool_spec(_KINDS[op.code], src, dst, (b, h, w, c), (b, oh, ow, c), (fh, fw), (sh, sw),
                           (pad_t, pad_l), epilogue, op.code)]
 

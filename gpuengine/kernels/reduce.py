@@ -7,8 +7,8 @@ coordinates + the flattened reduced index q to input reads:
   * channel axis kept: output lanes are input lanes, one vec4 read per q;
   * channel axis reduced: q also runs over input slices; each output lane reduces its own vec4 horizontally
     (padding lanes of the last input slice masked with the reduction's identity).
-Small extents run one invocation per output vec4; large ones (global average pooling) one workgroup per
-output vec4 with a shared-memory tree (reduce_wg.wgsl).
+One tile is one output vec4; `split` invocations may share its reduced index space (kernels/tiling.py):
+global average pooling on a big GPU splits each output 32 or more ways, a CPU adapter runs it serially.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import numpy as np
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from . import tiling
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import float_tensors
 from .prologue import input_reader, prologue_reason
 
@@ -35,7 +36,6 @@ _REDUCERS = {
 BHWC_SLOTS = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 _OUT_NAMES = ("ob", "oy", "ox", "oc")
 _IN_NAMES = ("b", "y", "x", "c")
-WG_THRESHOLD = 256  # reduced reads per output vec4 from which one workgroup per output pays off
 
 
 def normalize_axes(axes: np.ndarray, rank: int) -> list[int] | str:
@@ -55,9 +55,9 @@ def reduced_shape(shape: tuple[int, ...], axes: list[int], keep_dims: bool) -> t
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: list[int], keep_dims: bool,
-                epilogue: list[Code] | None = None, label: str = "",
-                reader: tuple[Code, list[Binding], str] | None = None) -> KernelSpec:
+def reduce_variants(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: list[int], keep_dims: bool,
+                    epilogue: list[Code] | None = None, label: str = "",
+                    reader: tuple[Code, list[Binding], str] | None = None) -> Variants:
     """One dispatch reducing tensor `src` (logical in_shape) over `axes` into `dst` (pooling reuses this);
     reader: the input's load function when it has a prologue (kernels/prologue.py)."""
     identity, combine, horizontal = _REDUCERS[kind]
@@ -107,17 +107,27 @@ def reduce_spec(kind: str, src: int, dst: int, in_shape: tuple[int, ...], axes: 
     funcs = (f"fn combine(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{\n  return {combine};\n}}\n\n"
              + head + body)
     finish = f"acc / {literal(float(count))}" if kind == "MEAN" else "acc"
-    params: dict = {"S": s_out, "H": oh, "W": ow, "R": total, "INIT": Code(init), "FUNCS": Code(funcs),
-                    "FINISH": Code(finish)}
+    fixed: dict = {"S": s_out, "H": oh, "W": ow, "R": total, "INIT": Code(init), "FUNCS": Code(funcs),
+                   "FINISH": Code(finish), "OUT_PLANE": oh * ow, "OUT_LAST": ob_ - 1}
     bindings = [*(reader[1] if reader else [Binding("src", tensor=src)]), Binding("dst", tensor=dst, writable=True)]
-    common = dict(epilogue=list(epilogue or []), out_channels=oc, label=(label or kind) + (reader[2] if reader else ""),
-                  functions=[reader[0]] if reader else [])
-    if total >= WG_THRESHOLD:
-        t = 64 if total < 4096 else 256
-        params["T"] = t
-        return KernelSpec("reduce_wg", params, bindings, grid=(ow * t, oh, ob_ * s_out), workgroup=(t, 1, 1),
-                          **common)
-    return KernelSpec("reduce", params, bindings, grid=(ow, oh, ob_ * s_out), **common)
+    tiles = ob_ * s_out * oh * ow
+    name = (label or kind) + (reader[2] if reader else "")
+
+    def make(d: Decomposition) -> KernelSpec:
+        shared, dispatch = tiling.split_params(d, tiles, ["acc"], "combine({a}, {b})")
+        return KernelSpec("reduce", {**fixed, **shared}, bindings, grid=(tiles * d.split, 1, 1),
+                          workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
+                          epilogue=list(epilogue or []), out_channels=oc, label=f"{name} [{d.describe()}]",
+                          functions=[reader[0]] if reader else [])
+
+    return Variants(
+        problem=tiling.problem_key("reduce", {k: v for k, v in fixed.items() if isinstance(v, int)},
+                                   [funcs, finish, reader[0] if reader else ""]),
+        candidates=tiling.decompositions([(1, 1)], total, lambda _: tiles),
+        invocations=lambda d: tiling.launched(tiles, d),
+        make=make,
+        macs=int(np.prod(in_shape, dtype=np.int64)),
+    )
 
 
 class ReduceKernel:
@@ -153,7 +163,7 @@ class ReduceKernel:
         assert not isinstance(axes, str), axes
         keep_dims = bool(op.opt("keep_dims", False))
         reader = input_reader(op, graph) if op.opt("prologue") else None
-        return [reduce_spec(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims, reader=reader)]
+        return [reduce_variants(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims, reader=reader)]
 
 
 KERNEL = ReduceKernel()

@@ -1,22 +1,23 @@
 """SOFTMAX (beta), LOG_SOFTMAX and L2_NORMALIZATION over the last axis, which PHWC4 always stores as channels.
 
-These are per-pixel channel reductions: one invocation per pixel reads its C/4 slices (numerically stable
-max subtraction), so a segmentation head with 2 channels and 65k pixels runs 65k short invocations rather
-than looping over pixels. When the channel count is large (e.g. 1000 classes at 1x1) one workgroup per
-pixel shares the slices and combines max and sum in shared memory (softmax_wg.wgsl).
+These are per-pixel channel reductions: a tile is one pixel and its C/4 slices (numerically stable max
+subtraction), so a segmentation head with 2 channels and 65k pixels runs 65k short invocations rather than
+looping over pixels. When the channel count is large (e.g. 1000 classes at 1x1), `split` invocations share a
+pixel's slices and combine max and sum (kernels/tiling.py; a big GPU splits, a CPU adapter need not).
 """
 
 from __future__ import annotations
 
+from .. import codegen
 from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
-from .base import Binding, Code, KernelSpec, Lowering
+from . import tiling
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import bhwc, float_tensors
 from .reduce import FLT_MAX
 
 L2_EPSILON = 1e-6  # TFLite's l2norm kernel: x / max(sqrt(sum x^2), 1e-6)
-WG_SLICES = 32  # from this many slices per pixel on, one workgroup per pixel
 
 
 def _math(op: Op) -> dict[str, Code | bool]:
@@ -56,16 +57,34 @@ class SoftmaxKernel:
         s = slices(c)
         rem = c % 4
         mask = ", ".join("true" if (rem == 0 or k < rem) else "false" for k in range(4))
-        params: dict = {"S": s, "H": h, "W": w, "LAST_MASK": Code(f"vec4<bool>({mask})"),
-                        "LOWEST": Code(literal(-FLT_MAX)), **_math(op)}
+        math = _math(op)
+        fixed: dict = {"S": s, "H": h, "W": w, "BATCH_LAST": b - 1, "LAST_MASK": Code(f"vec4<bool>({mask})"),
+                       "LOWEST": Code(literal(-FLT_MAX)), **{k: v for k, v in math.items() if k != "NEEDS_MAX"}}
         bindings = [Binding("src", tensor=op.inputs[0]), Binding("dst", tensor=op.outputs[0], writable=True)]
-        if s >= WG_SLICES:
-            t = 64 if s < 512 else 256
-            params["T"] = t
-            params.pop("NEEDS_MAX")
-            return [KernelSpec("softmax_wg", params, bindings, grid=(w * t, h, b), workgroup=(t, 1, 1),
-                               out_channels=c, label=op.code)]
-        return [KernelSpec("softmax", params, bindings, grid=(w, h, b), out_channels=c, label=op.code)]
+        tiles = b * h * w
+
+        def make(d: Decomposition) -> KernelSpec:
+            shared, dispatch = tiling.split_params(d, tiles, ["m"], "max({a}, {b})")
+            max_pass = ""
+            if math["NEEDS_MAX"]:
+                max_pass = (f"for (var s = k; s < {s}u; s += {d.split}u) {{\n"
+                            "    var v = src[base + s * plane];\n"
+                            f"    if (s == {s - 1}u) {{ v = select(vec4<f32>({literal(-FLT_MAX)}), v, last_mask); }}\n"
+                            "    m = max(m, v);\n  }\n  " + shared["REDUCE"])
+            params = {**fixed, **shared, "MAX_PASS": Code(max_pass),
+                      "REDUCE_SUM": codegen.lane_reduce(["acc"], d, first=not math["NEEDS_MAX"])}
+            return KernelSpec("softmax", params, bindings, grid=(tiles * d.split, 1, 1),
+                              workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,
+                              label=f"{op.code} [{d.describe()}]")
+
+        return [Variants(
+            problem=tiling.problem_key("softmax", {"S": s, "H": h, "W": w, "B": b, "C": c},
+                                       [str(v) for v in math.values()]),
+            candidates=tiling.decompositions([(1, 1)], s, lambda _: tiles),
+            invocations=lambda d: tiling.launched(tiles, d),
+            make=make,
+            macs=b * h * w * c,
+        )]
 
 
 KERNEL = SoftmaxKernel()

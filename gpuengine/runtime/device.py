@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AdapterError
+from ..tuning.target import Target, resolve
 
 INSTALL_HINT = (
     "Install a GPU driver with Vulkan, Metal or D3D12 support, or a software WebGPU adapter: on Debian/Ubuntu "
     "`sudo apt-get install mesa-vulkan-drivers` (lavapipe). `gpuengine inspect` then lists the adapter it uses."
 )
-WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16")
+WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
 
@@ -37,6 +38,11 @@ class GpuDevice:
     @property
     def storage_alignment(self) -> int:
         return int(self.limits.get("min-storage-buffer-offset-alignment", 256))
+
+    def target(self, preference: str | None = None) -> Target:
+        """The adapter class kernels decompose their work for: `preference` (or env GPUENGINE_TARGET) when
+        given, else detected from the adapter (tuning/target.py)."""
+        return resolve(preference, self.adapter.info, self.features)
 
     def cache_key(self) -> str:
         """Identifies the adapter for per-device caches (tuning): name, backend and driver."""

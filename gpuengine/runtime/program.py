@@ -1,14 +1,19 @@
 """One GPU partition compiled once: pipelines, buffers per memory plan, bind groups; then a short hot loop.
 
-Everything is built in the constructor (called from allocate_tensors); `run` only writes inputs, records one
-compute pass, submits once and reads back through one persistent staging buffer.
+Everything is built in the constructor (called from allocate_tensors), including the first invoke's command
+buffer. `run` writes the inputs, submits the command buffer recorded in advance, records the next invoke's
+while the GPU works on this one, waits, and reads back through one persistent staging buffer: the host's
+critical path is the upload, one submit and the readback. Recording goes through wgpu-native's C functions
+where the wgpu package exposes them (half the Python cost of its wrapper per dispatch).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,13 +21,16 @@ import numpy as np
 
 from .. import codegen
 from ..errors import UnsupportedOpError
-from ..fusion import lower
-from ..kernels import convert
-from ..kernels.base import Binding, KernelSpec
+from ..fusion import lower, redecompose
+from ..kernels import convert, tiling
+from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
+from ..tuning import policy
+from ..tuning.cache import Tuned
 from ..tuning.defaults import default_workgroup
+from ..tuning.target import Target
 from .device import GpuDevice
 
 
@@ -35,6 +43,7 @@ class EngineOptions:
     memory_strategy: str = "best"
     workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
     optimize: bool = True  # graph transformations and fusion
+    target: str | None = None  # adapter class whose decompositions to use; None: env GPUENGINE_TARGET, else detected
 
 
 @dataclass
@@ -44,6 +53,17 @@ class Dispatch:
     bind_group: Any
     groups: tuple[int, int, int]
     source: str
+
+
+@dataclass
+class Phases:
+    """Seconds the last `run` spent in each phase (profile's host figures)."""
+
+    upload: float = 0.0  # writing the inputs to the GPU
+    submit: float = 0.0  # handing the recorded command buffer to the queue
+    record_next: float = 0.0  # recording the next invoke's command buffer, while the GPU runs this one
+    wait: float = 0.0  # blocked until the GPU is done and the results are mapped
+    readback: float = 0.0  # copying the outputs out of the mapped staging buffer
 
 
 @dataclass
@@ -69,58 +89,147 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any) -> list[Usag
             for t in sorted(first)]
 
 
+def signature(spec: KernelSpec) -> str:
+    """What a tuned workgroup size is keyed by: the template, its baked numbers, fused code and the grid."""
+    params = ",".join(f"{k}={v}" for k, v in sorted(spec.params.items()))
+    fused = hashlib.sha1("\n".join([*spec.epilogue, *spec.functions]).encode()).hexdigest()[:12]
+    return f"{spec.shader}|{params}|{fused}|grid={spec.grid}"
+
+
+class Choices:
+    """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
+    device can run, else the target's default (tuning/policy.py) or the default workgroup size."""
+
+    def __init__(self, target: Target, tuned: Tuned | None = None, max_invocations: int = 256) -> None:
+        self.target, self.tuned, self.max_invocations = target, tuned or Tuned(), max_invocations
+        self.from_cache = 0  # dispatches whose choice came from the tuning cache
+
+    def decide(self, variants: Variants) -> Decomposition:
+        tuned = self.tuned.decompositions.get(variants.problem)
+        if tuned is not None and self.runs(variants, tuned):
+            self.from_cache += 1
+            return tuned
+        return policy.choose(variants, self.target)
+
+    def runs(self, variants: Variants, d: Decomposition) -> bool:
+        """Whether d is one of the kernel's decompositions (any tiles per workgroup) and fits this device."""
+        offered = any((c.tile, c.split, c.subgroup) == (d.tile, d.split, d.subgroup) for c in variants.candidates)
+        return (offered and (not d.subgroup or self.target.subgroups)
+                and d.invocations_per_workgroup <= self.max_invocations
+                and tiling.lane_memory_fits(d, d.tile[0] * d.tile[1] if d.split > 1 else 1))
+
+    def workgroup(self, spec: KernelSpec) -> tuple[int, int, int]:
+        tuned = self.tuned.workgroups.get(signature(spec))
+        self.from_cache += tuned is not None
+        return tuned or default_workgroup(spec.grid, self.max_invocations)
+
+
+def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
+                    choices: Choices) -> tuple[list[KernelSpec], Callable[[int], int], list[bool]]:
+    """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
+    `choices`; the alias-root function; and which dispatches the tuner may change."""
+    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide)
+
+    def root(t: int) -> int:
+        while t in aliases:
+            t = aliases[t]
+        return t
+
+    specs = ([convert.to_phwc4(graph, t) for t in inputs] + specs
+             + [convert.from_phwc4(graph, t, root(t)) for t in outputs])
+    tunable = []
+    for spec in specs:
+        tunable.append(spec.workgroup is None or spec.variants is not None)
+        finish(spec, root, choices)
+    return specs, root, tunable
+
+
+def finish(spec: KernelSpec, root: Callable[[int], int], choices: Choices) -> None:
+    """Tensor bindings read the alias roots; a spec without a workgroup gets the tuned or default one."""
+    for b in spec.bindings:
+        if b.tensor is not None and not b.raw:
+            b.tensor = root(b.tensor)
+    if spec.workgroup is None:
+        spec.workgroup = choices.workgroup(spec)
+
+
+def launched(spec: KernelSpec) -> int:
+    """Invocations a dispatch launches (whole workgroups)."""
+    return int(np.prod(codegen.dispatch_size(spec))) * int(np.prod(spec.workgroup))
+
+
+def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
+    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads."""
+    if spec.macs:
+        return spec.macs
+    return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
+               for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
+
+
 class GpuProgram:
     """A compiled GPU partition. inputs/outputs are graph tensor indices exchanged as numpy BHWC arrays."""
 
     def __init__(self, graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], gpu: GpuDevice,
-                 options: EngineOptions, workgroups: dict[str, tuple[int, int, int]] | None = None) -> None:
+                 options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None) -> None:
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
+        self.target = target or gpu.target(options.target)
         self.inputs, self.outputs = list(inputs), list(outputs)
-        specs, aliases = lower(graph, ops, outputs, fuse=options.optimize, ready_before=set(inputs))
-
-        def root(t: int) -> int:
-            while t in aliases:
-                t = aliases[t]
-            return t
-
-        self.root = root
-        specs = ([convert.to_phwc4(graph, t) for t in self.inputs] + specs
-                 + [convert.from_phwc4(graph, t, root(t)) for t in self.outputs])
-        self.tunable: list[bool] = []
-        self.tuned = 0
-        for spec in specs:
-            for b in spec.bindings:
-                if b.tensor is not None and not b.raw:
-                    b.tensor = root(b.tensor)
-            self.tunable.append(spec.workgroup is None)
-            if spec.workgroup is None:
-                tuned = (workgroups or {}).get(self.signature(spec))
-                self.tuned += tuned is not None
-                spec.workgroup = tuned or default_workgroup(
-                    spec.grid, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
+        self.choices = Choices(self.target, tuned, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
+        specs, self.root, self.tunable = partition_specs(graph, ops, self.inputs, self.outputs, options.optimize,
+                                                         self.choices)
+        self.tuned = self.choices.from_cache
         self.info = CompiledInfo(specs=specs)
-        self.info.records = usage_records(specs, graph, root)
+        self.info.records = usage_records(specs, graph, self.root)
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment)
         self._mark_shared(specs)
         self._validate(specs)
+        self._lock = threading.Lock()
         self._allocate(specs)
+        self.phases = Phases()
+        self._record = self._recorder()
+        self._pending = self._encode()
         self.info.compile_ms = (time.perf_counter() - start) * 1e3
 
-    @staticmethod
-    def signature(spec: KernelSpec) -> str:
-        """What a tuned workgroup size is keyed by: the template, its baked numbers, fused code and the grid."""
-        params = ",".join(f"{k}={v}" for k, v in sorted(spec.params.items()))
-        fused = hashlib.sha1("\n".join([*spec.epilogue, *spec.functions]).encode()).hexdigest()[:12]
-        return f"{spec.shader}|{params}|{fused}|grid={spec.grid}"
+    signature = staticmethod(signature)
 
-    def variant(self, index: int, workgroup: tuple[int, int, int]) -> tuple[Any, Any, int, int, int]:
-        """Dispatch `index` recompiled with another workgroup size, same buffers (for the tuner)."""
+    def variant(self, index: int, workgroup: tuple[int, int, int] | None = None,
+                decomposition: Decomposition | None = None) -> tuple[Any, Any, int, int, int]:
+        """Dispatch `index` recompiled with another workgroup size or decomposition, reading and writing the
+        same tensors (for the tuner). Raises UnsupportedOpError when the device cannot run it."""
+        return self._variant(index, workgroup, decomposition)[1]
+
+    def _variant(self, index: int, workgroup: tuple[int, int, int] | None,
+                 decomposition: Decomposition | None) -> tuple[KernelSpec, tuple[Any, Any, int, int, int]]:
         d = self.dispatches[index]
+        if decomposition is not None:
+            spec = redecompose(d.spec, decomposition)
+            finish(spec, self.root, self.choices)
+            self._mark_shared([spec])
+            self._validate([spec])
+            _, pipeline = self._compiled(spec)
+            return spec, (pipeline, self._bind(spec, pipeline, {}), *codegen.dispatch_size(spec))
         spec = dataclasses.replace(d.spec, workgroup=workgroup)
         self._validate([spec])
         _, pipeline = self._compiled(spec)
-        return (pipeline, d.bind_group, *codegen.dispatch_size(spec))
+        return spec, (pipeline, d.bind_group, *codegen.dispatch_size(spec))
+
+    def replace(self, index: int, decomposition: Decomposition) -> None:
+        """Run dispatch `index` in another decomposition from now on (tests check every one this way)."""
+        spec, hot = self._variant(index, None, decomposition)
+        source, _ = self._compiled(spec)
+        self.dispatches[index] = Dispatch(spec, hot[0], hot[1], hot[2:], source)
+        self._hot[index] = hot
+        self._record = self._recorder()
+        self._pending = None
+
+    def launched(self, index: int) -> int:
+        """Invocations dispatch `index` launches (whole workgroups)."""
+        return launched(self.dispatches[index].spec)
+
+    def macs(self, index: int) -> int:
+        """Multiply-accumulates of dispatch `index`; for kernels without them, the elements it reads."""
+        return dispatch_macs(self.dispatches[index].spec, self.graph)
 
     # -- build ----------------------------------------------------------------------------------------------
     def _validate(self, specs: list[KernelSpec]) -> None:
@@ -187,28 +296,36 @@ class GpuProgram:
         self.dispatches: list[Dispatch] = []
         for spec in specs:
             source, pipeline = self._compiled(spec)
-            entries = []
-            for i, b in enumerate(codegen.bound(spec)):
-                if b.data is not None:
-                    buf = constants.get(id(b.data))
-                    if buf is None:
-                        data = np.ascontiguousarray(b.data)
-                        buf = constants[id(b.data)] = dev.create_buffer_with_data(
-                            data=data.tobytes() if data.nbytes else b"\0" * 16, usage=usage)
-                    resource = {"buffer": buf, "offset": 0, "size": buf.size}
-                elif b.scratch_bytes:
-                    buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
-                    resource = {"buffer": buf, "offset": 0, "size": buf.size}
-                elif b.raw:
-                    buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
-                    resource = {"buffer": buf, "offset": 0, "size": buf.size}
-                else:
-                    obj, off = plan.placement[b.tensor]
-                    resource = {"buffer": self.objects[obj], "offset": off, "size": self._binding_bytes(b)}
-                entries.append({"binding": i, "resource": resource})
-            bind_group = dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+            bind_group = self._bind(spec, pipeline, constants)
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
+
+    def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any]) -> Any:
+        """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each."""
+        import wgpu
+
+        dev = self.gpu.device
+        usage = wgpu.BufferUsage.STORAGE
+        entries = []
+        for i, b in enumerate(codegen.bound(spec)):
+            if b.data is not None:
+                buf = constants.get(id(b.data))
+                if buf is None:
+                    data = np.ascontiguousarray(b.data)
+                    buf = constants[id(b.data)] = dev.create_buffer_with_data(
+                        data=data.tobytes() if data.nbytes else b"\0" * 16, usage=usage)
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.scratch_bytes:
+                buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.raw:
+                buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            else:
+                obj, off = self.info.plan.placement[b.tensor]
+                resource = {"buffer": self.objects[obj], "offset": off, "size": self._binding_bytes(b)}
+            entries.append({"binding": i, "resource": resource})
+        return dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
 
     def _raw_bytes(self, t: int) -> int:
         return max(16, -(-int(np.prod(self.graph.tensors[t].shape, dtype=np.int64)) * 4 // 16) * 16)
@@ -240,22 +357,65 @@ class GpuProgram:
                                f"{source}") from e
 
     # -- hot loop -------------------------------------------------------------------------------------------
-    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        dev = self.gpu.device
-        queue = dev.queue
-        for t, buf in self.raw_in.items():
-            queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
-        encoder = dev.create_command_encoder()
+    def _recorder(self) -> Any:
+        """A function recording every dispatch into a compute pass: through wgpu-native's C functions when the
+        wgpu package exposes them (about half the cost of its Python wrapper), else through the wrapper."""
+        try:
+            from wgpu.backends.wgpu_native._api import ffi, lib
+
+            set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+            set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+            dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+            raw = [(p._internal, g._internal, x, y, z) for p, g, x, y, z in self._hot]  # noqa: SLF001
+            null = ffi.NULL
+        except (ImportError, AttributeError):  # another wgpu backend or version: the public API
+            def record(compute: Any) -> None:
+                for pipeline, bind_group, x, y, z in self._hot:
+                    compute.set_pipeline(pipeline)
+                    compute.set_bind_group(0, bind_group)
+                    compute.dispatch_workgroups(x, y, z)
+
+            return record
+
+        def record_raw(compute: Any) -> None:
+            handle = compute._internal  # noqa: SLF001
+            for pipeline, bind_group, x, y, z in raw:
+                set_pipeline(handle, pipeline)
+                set_bind_group(handle, 0, bind_group, 0, null)
+                dispatch(handle, x, y, z)
+
+        return record_raw
+
+    def _encode(self) -> Any:
+        """One invoke's command buffer: the compute pass, then the copies of the outputs to the staging buffer."""
+        encoder = self.gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        for pipeline, bind_group, x, y, z in self._hot:
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, bind_group)
-            compute.dispatch_workgroups(x, y, z)
+        self._record(compute)
         compute.end()
         for t, buf in self.raw_out.items():
             encoder.copy_buffer_to_buffer(buf, 0, self.staging, self.out_offsets[t], buf.size)
-        queue.submit([encoder.finish()])
-        self.staging.map_async("READ_NOSYNC").sync_wait()
+        return encoder.finish()
+
+    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        with self._lock:  # one staging buffer: concurrent invokes of one program take turns
+            return self._run(feeds)
+
+    def _run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        clock = time.perf_counter
+        queue = self.gpu.device.queue
+        t0 = clock()
+        for t, buf in self.raw_in.items():
+            queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
+        t1 = clock()
+        command, self._pending = self._pending or self._encode(), None
+        queue.submit([command])
+        t2 = clock()
+        try:
+            self._pending = self._encode()  # the next invoke's, recorded while the GPU runs this one
+        finally:
+            t3 = clock()
+            self.staging.map_async("READ_NOSYNC").sync_wait()
+        t4 = clock()
         try:
             data = np.frombuffer(self.staging.read_mapped(copy=False), np.float32)
             results = {}
@@ -266,4 +426,6 @@ class GpuProgram:
                 results[t] = data[start:start + n].reshape(shape).copy()
         finally:
             self.staging.unmap()
+        self.phases = Phases(upload=t1 - t0, submit=t2 - t1, record_next=t3 - t2, wait=t4 - t3,
+                             readback=clock() - t4)
         return results

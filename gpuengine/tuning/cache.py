@@ -1,8 +1,11 @@
-"""Per-adapter JSON cache of tuned workgroup sizes, keyed by adapter identity and kernel signature.
+"""Per-adapter JSON cache of tuned decompositions and workgroup sizes, keyed by adapter and kernel.
 
-Default location ~/.cache/gpuengine/tuning.json; GPUENGINE_TUNE_CACHE overrides it. Format:
-{"format": 1, "devices": {<adapter key>: {"adapter": <name>, "kernels": {<signature>: {"workgroup": [x, y, z],
- "default_ns": float, "tuned_ns": float}}}}}
+Default location ~/.cache/gpuengine/tuning.json; GPUENGINE_TUNE_CACHE overrides it. Format 2:
+{"format": 2, "devices": {<adapter key>: {"adapter": <name>, "kernels": {<key>: <entry>}}}}, where <key> is a
+decomposable dispatch's problem (kernels/tiling.py) with entry {"decomposition": {"tile": [a, b], "split": k,
+"group": g, "subgroup": bool}, "default_ns": float, "tuned_ns": float}, or another dispatch's signature
+(GpuProgram.signature) with entry {"workgroup": [x, y, z], "default_ns": ..., "tuned_ns": ...}. Caches of an
+older format are ignored (their keys no longer describe today's kernels) and replaced on the next save.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+from ..kernels.base import Decomposition
+
+FORMAT = 2
+Workgroup = tuple[int, int, int]
 
 
 def default_path() -> Path:
@@ -21,11 +28,19 @@ def default_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "gpuengine" / "tuning.json"
 
 
+@dataclass
+class Tuned:
+    """What the cache holds for one adapter, as GpuProgram takes it."""
+
+    decompositions: dict[str, Decomposition] = field(default_factory=dict)
+    workgroups: dict[str, Workgroup] = field(default_factory=dict)
+
+
 class TuningCache:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = Path(path) if path else default_path()
         self.data: dict[str, Any] = {"format": FORMAT, "devices": {}}
-        if self.path.exists():
+        if self.path.is_file():
             try:
                 loaded = json.loads(self.path.read_text())
             except (OSError, ValueError):
@@ -33,21 +48,30 @@ class TuningCache:
             if isinstance(loaded, dict) and loaded.get("format") == FORMAT and isinstance(loaded.get("devices"), dict):
                 self.data = loaded
 
-    def workgroups(self, device_key: str) -> dict[str, tuple[int, int, int]]:
-        """signature -> tuned workgroup for one adapter (what GpuProgram takes)."""
-        kernels = self.data["devices"].get(device_key, {}).get("kernels", {})
-        out = {}
-        for sig, entry in kernels.items():
-            wg = entry.get("workgroup") if isinstance(entry, dict) else None
+    def tuned(self, device_key: str) -> Tuned:
+        """The valid entries for one adapter (malformed ones are skipped)."""
+        device = self.data["devices"].get(device_key, {})
+        kernels = device.get("kernels", {}) if isinstance(device, dict) else {}
+        out = Tuned()
+        for key, entry in kernels.items() if isinstance(kernels, dict) else ():
+            if not isinstance(entry, dict):
+                continue
+            if "decomposition" in entry:
+                d = Decomposition.from_json(entry["decomposition"])
+                if d is not None:
+                    out.decompositions[key] = d
+                continue
+            wg = entry.get("workgroup")
             if isinstance(wg, list) and len(wg) == 3 and all(isinstance(v, int) and v > 0 for v in wg):
-                out[sig] = (wg[0], wg[1], wg[2])
+                out.workgroups[key] = (wg[0], wg[1], wg[2])
         return out
 
-    def record(self, device_key: str, adapter: str, signature: str, workgroup: tuple[int, int, int],
+    def record(self, device_key: str, adapter: str, key: str, choice: Decomposition | Workgroup,
                default_ns: float, tuned_ns: float) -> None:
         device = self.data["devices"].setdefault(device_key, {"adapter": adapter, "kernels": {}})
-        device["kernels"][signature] = {"workgroup": list(workgroup), "default_ns": float(default_ns),
-                                        "tuned_ns": float(tuned_ns)}
+        entry: dict[str, Any] = ({"decomposition": choice.to_json()} if isinstance(choice, Decomposition)
+                                 else {"workgroup": list(choice)})
+        device["kernels"][key] = {**entry, "default_ns": float(default_ns), "tuned_ns": float(tuned_ns)}
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,30 @@
-"""Workgroup-size search for one kernel, independent of the GPU: it only calls `measure(workgroup) -> ns`.
+"""Search for the fastest choice of one kernel, independent of the GPU: it only calls `measure(choice) -> ns`.
 
-Start from the default; sweep a coarse grid (the paper's 2/4/8 per axis, widened to 1..256 for desktop
-GPUs, within the device limits and the kernel's grid); then coordinate descent (halve/double one axis at a
-time) from the best so far; every point is the median of repeated measurements; stop at the budget.
+Two kinds of choice: a decomposition (tile, split, tiles per workgroup, reduction mode) for kernels that offer
+several (kernels/tiling.py), and a workgroup size for the others. Both searches start from the default, try
+the candidates nearest to it first, then descend coordinate-wise through neighbours of the best so far; every
+point is the median of repeated measurements; they stop at the budget and keep the default unless another
+choice is clearly (3 %) faster.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
+from ..kernels.base import Decomposition, Variants
+from ..kernels.tiling import MAX_WORKGROUP, lane_memory_fits
+
+Choice = TypeVar("Choice", bound=Hashable)
 Workgroup = tuple[int, int, int]
 AXIS_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 COARSE_VALUES = (1, 2, 4, 8, 16, 64, 256)
+MARGIN = 0.97  # a choice must beat the default by 3 % to replace it (measurement noise)
 
 
 @dataclass
@@ -25,18 +34,57 @@ class Limits:
 
 
 @dataclass
-class SearchResult:
-    best: Workgroup
+class SearchResult(Generic[Choice]):
+    best: Choice
     best_ns: float
-    default: Workgroup
+    default: Choice
     default_ns: float
-    evaluated: dict[Workgroup, float] = field(default_factory=dict)
+    evaluated: dict[Choice, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         return self.default_ns / self.best_ns if self.best_ns > 0 else 1.0
 
 
+def search(measure: Callable[[Choice], float], default: Choice, candidates: list[Choice],
+           neighbours: Callable[[Choice], list[Choice]], budget_s: float, repeats: int = 3,
+           clock: Callable[[], float] = time.monotonic) -> SearchResult[Choice]:
+    """Default, then `candidates` in order, then coordinate descent from the best; within the budget. A choice
+    whose measurement raises (the device cannot run it) is skipped."""
+    deadline = clock() + budget_s
+    evaluated: dict[Choice, float] = {}
+
+    def score(choice: Choice) -> float:
+        if choice not in evaluated:
+            try:
+                evaluated[choice] = statistics.median(measure(choice) for _ in range(max(1, repeats)))
+            except Exception:  # noqa: BLE001 - e.g. a workgroup over this device's limits: not a candidate
+                evaluated[choice] = math.inf
+        return evaluated[choice]
+
+    default_ns = score(default)
+    best, best_ns = default, default_ns
+    for choice in candidates:
+        if clock() >= deadline:
+            break
+        ns = score(choice)
+        if ns < best_ns:
+            best, best_ns = choice, ns
+    improved = True
+    while improved and clock() < deadline:
+        improved = False
+        for choice in neighbours(best):
+            if clock() >= deadline:
+                break
+            ns = score(choice)
+            if ns < best_ns:
+                best, best_ns, improved = choice, ns, True
+    if best != default and best_ns > default_ns * MARGIN:  # within noise: keep the default
+        best, best_ns = default, default_ns
+    return SearchResult(best, best_ns, default, default_ns, evaluated)
+
+
+# -- workgroup sizes ------------------------------------------------------------------------------------------
 def valid(wg: Workgroup, grid: tuple[int, int, int], limits: Limits) -> bool:
     if wg[0] * wg[1] * wg[2] > limits.max_invocations or any(w > m for w, m in zip(wg, limits.max_size)):
         return False
@@ -65,32 +113,38 @@ def neighbours(wg: Workgroup, grid: tuple[int, int, int], limits: Limits) -> lis
 
 def tune_workgroup(measure: Callable[[Workgroup], float], default: Workgroup, grid: tuple[int, int, int],
                    limits: Limits, budget_s: float, repeats: int = 3,
-                   clock: Callable[[], float] = time.monotonic) -> SearchResult:
-    deadline = clock() + budget_s
-    evaluated: dict[Workgroup, float] = {}
+                   clock: Callable[[], float] = time.monotonic) -> SearchResult[Workgroup]:
+    return search(measure, default, coarse_grid(grid, limits), lambda wg: neighbours(wg, grid, limits), budget_s,
+                  repeats, clock)
 
-    def score(wg: Workgroup) -> float:
-        if wg not in evaluated:
-            evaluated[wg] = statistics.median(measure(wg) for _ in range(max(1, repeats)))
-        return evaluated[wg]
 
-    default_ns = score(default)
-    best, best_ns = default, default_ns
-    for wg in coarse_grid(grid, limits):
-        if clock() >= deadline:
-            break
-        ns = score(wg)
-        if ns < best_ns:
-            best, best_ns = wg, ns
-    improved = True
-    while improved and clock() < deadline:
-        improved = False
-        for wg in neighbours(best, grid, limits):
-            if clock() >= deadline:
-                break
-            ns = score(wg)
-            if ns < best_ns:
-                best, best_ns, improved = wg, ns, True
-    if best != default and best_ns > default_ns * 0.97:  # within noise: keep the default
-        best, best_ns = default, default_ns
-    return SearchResult(best, best_ns, default, default_ns, evaluated)
+# -- decompositions -------------------------------------------------------------------------------------------
+def decomposition_space(variants: Variants, default: Decomposition, subgroups: bool,
+                        max_invocations: int = MAX_WORKGROUP) -> tuple[list[Decomposition],
+                                                                       Callable[[Decomposition], list[Decomposition]]]:
+    """The candidates a kernel offers on this device, nearest to the default first (in invocations launched),
+    and the neighbours of a choice: tiles per workgroup halved or doubled, split halved or doubled."""
+    offered = [d for d in variants.candidates if d.split == 1 or d.subgroup == subgroups]
+    keys = {(d.tile, d.split, d.subgroup) for d in offered}
+    lanes = max(1, variants.invocations(default))
+    ordered = sorted(offered, key=lambda d: abs(math.log2(max(1, variants.invocations(d)) / lanes)))
+
+    def fits(d: Decomposition) -> bool:
+        return (d.invocations_per_workgroup <= max_invocations
+                and lane_memory_fits(d, d.tile[0] * d.tile[1] if d.split > 1 else 1))
+
+    def around(d: Decomposition) -> list[Decomposition]:
+        out = []
+        for group in (d.group * 2, d.group // 2):
+            cand = Decomposition(d.tile, d.split, group, d.subgroup)
+            if group >= 1 and fits(cand):
+                out.append(cand)
+        for split in (d.split * 2, d.split // 2):
+            mode = d.subgroup if split > 1 else False
+            if (d.tile, split, mode) in keys:
+                cand = Decomposition(d.tile, split, max(1, d.invocations_per_workgroup // split), mode)
+                if fits(cand):
+                    out.append(cand)
+        return out
+
+    return [d for d in ordered if fits(d)], around

@@ -1,7 +1,8 @@
 """Time a model on LiteRT (CPU/XNNPACK or its GPU accelerator) in a separate process.
 
-Run as `python -m gpuengine.tuning.litert_runner IN.npz OUT.npz MODEL {cpu,gpu} RUNS WARMUP`; prints one JSON
-line of timings. A separate process because a failing accelerator may abort its host process.
+Run as `python -m gpuengine.tools.litert_runner IN.npz OUT.npz MODEL {cpu,gpu} RUNS WARMUP`; prints one JSON
+line of timings. A separate process because a failing accelerator may abort its host process. `time_invokes`
+is the one timing loop `bench` uses for gpuengine and LiteRT alike.
 """
 
 from __future__ import annotations

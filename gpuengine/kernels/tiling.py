@@ -1,0 +1,84 @@
+"""Decompositions a kernel offers: output tiles per invocation, reduction splits, tiles per workgroup.
+
+A kernel that takes a Decomposition (conv, depthwise, fully connected, batch matmul, reductions, softmax) maps
+a 1-D tile index to its outputs (codegen.lane_placeholders) and lists what it can do here; tuning/policy.py
+chooses per target and shape, `gpuengine tune` per adapter. Every candidate is valid within WebGPU's default
+limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it runs on any adapter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+
+from .. import codegen
+from .base import Code, Decomposition
+
+WORKGROUP = 64  # default invocations per workgroup: two 32-wide subgroups, one 64-wide wavefront
+MAX_WORKGROUP = 256  # WebGPU's default maxComputeInvocationsPerWorkgroup
+LANE_MEMORY_VEC4 = 1024  # 16 KiB of vec4<f32>: WebGPU's default maxComputeWorkgroupStorageSize
+MIN_STEPS = 2  # a split leaves each invocation at least this many steps of the reduction
+
+
+def default_group(split: int, tiles: int | None = None) -> int:
+    """Tiles per workgroup for a WORKGROUP-invocation workgroup (fewer when there are fewer tiles)."""
+    group = max(1, WORKGROUP // split)
+    if tiles is not None:
+        cover = 1
+        while cover < tiles and cover < group:
+            cover *= 2
+        group = cover
+    return group
+
+
+def lane_memory_fits(d: Decomposition, accumulators: int) -> bool:
+    """Whether the split's workgroup array (codegen.lane_placeholders) stays within the default limit."""
+    if d.split == 1:
+        return True
+    per = d.invocations_per_workgroup // (4 if d.subgroup else 1)
+    return per * accumulators <= LANE_MEMORY_VEC4
+
+
+def decompositions(tiles: Iterable[tuple[int, int]], reduction: int, count: Callable[[tuple[int, int]], int],
+                   accumulators: Callable[[tuple[int, int]], int] | None = None,
+                   max_split: int = MAX_WORKGROUP) -> list[Decomposition]:
+    """Every tile shape x split (powers of two up to reduction / MIN_STEPS) x reduction mode, most work per
+    invocation first. count(tile): how many tiles cover the output; accumulators(tile): vec4s an invocation
+    reduces at the end (default: the tile's area)."""
+    result = []
+    for tile in tiles:
+        n = count(tile)
+        acc = accumulators(tile) if accumulators else tile[0] * tile[1]
+        split = 1
+        while split <= max_split and (split == 1 or split * MIN_STEPS <= reduction):
+            for subgroup in ((False,) if split == 1 else (False, True)):
+                d = Decomposition(tile, split, default_group(split, n), subgroup)
+                if lane_memory_fits(d, acc):
+                    result.append(d)
+            split *= 2
+    return sorted(result, key=lambda d: (d.split, -d.tile[0] * d.tile[1], d.subgroup))
+
+
+def launched(tiles: int, d: Decomposition) -> int:
+    """Invocations a dispatch of `tiles` tiles launches under d (whole workgroups)."""
+    (x, y, z), _ = codegen.tile_dispatch(tiles, d)
+    return x * y * z * d.invocations_per_workgroup
+
+
+def problem_key(family: str, numbers: dict[str, object], code: Iterable[str] = ()) -> str:
+    """The tuning-cache key of a decomposable dispatch: its template family, the numbers it bakes and a digest
+    of generated code (prologue readers) that changes its cost."""
+    text = ",".join(f"{k}={v}" for k, v in sorted(numbers.items()))
+    digest = hashlib.sha1("\n".join(code).encode()).hexdigest()[:10]
+    return f"{family}|{text}|{digest}"
+
+
+def split_params(d: Decomposition, tiles: int, accumulators: list[str], combine: str = "{a} + {b}",
+                 ) -> tuple[dict[str, int | Code], tuple[int, int, int]]:
+    """The placeholders every decomposed template shares (lanes, the reduction of `accumulators`, SPLIT and
+    TILES) and the dispatch's workgroup counts."""
+    dispatch, nx = codegen.tile_dispatch(tiles, d)
+    params: dict[str, int | Code] = {**codegen.lane_placeholders(d, len(accumulators), nx),
+                                     "REDUCE": codegen.lane_reduce(accumulators, d, combine),
+                                     "SPLIT": d.split, "TILES": tiles}
+    return params, dispatch

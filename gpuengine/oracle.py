@@ -1,0 +1,54 @@
+"""LiteRT as the oracle: run a model on LiteRT's CPU runtime, seed inputs, and measure how far two outputs differ.
+
+Used by the command line (`run`, `bench`, `tune`) and by the tests. The rule everywhere: relative difference =
+max |got - ref| / max(1, max |ref|), per output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model.reader import read_model
+
+
+def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict[int, np.ndarray]:
+    """Seeded inputs for every model input: uniform in [low, high) for floats, 0..3 for integers."""
+    graph = read_model(model).main
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for t in graph.inputs:
+        tensor = graph.tensors[t]
+        if np.issubdtype(tensor.dtype, np.floating):
+            feeds[t] = rng.uniform(low, high, tensor.shape).astype(tensor.dtype)
+        else:
+            feeds[t] = rng.integers(0, 4, tensor.shape).astype(tensor.dtype)
+    return feeds
+
+
+def run_litert(model: bytes, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Every output of one LiteRT (CPU) invoke; ImportError without ai-edge-litert."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    it = LiteRT(model_content=model)
+    it.allocate_tensors()
+    for t, v in feeds.items():
+        it.set_tensor(t, v)
+    it.invoke()
+    return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+
+
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| / max(1, max |ref|); inf when shapes differ or NaN appears only on one side."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    if not np.array_equal(np.isnan(got), np.isnan(ref)):
+        return float("inf")
+    mask = ~np.isnan(ref)
+    if not mask.any():
+        return 0.0
+    with np.errstate(invalid="ignore"):  # inf - inf: equal infinities are handled just below
+        diff = np.abs(got[mask] - ref[mask])
+    diff[np.isinf(got[mask]) & (got[mask] == ref[mask])] = 0.0
+    scale = max(1.0, float(np.max(np.abs(ref[mask][np.isfinite(ref[mask])]), initial=0.0)))
+    return float(np.max(diff, initial=0.0) / scale)

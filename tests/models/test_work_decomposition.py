@@ -1,0 +1,49 @@
+"""The work-decomposition rule for big GPUs, checked without one: with `--target discrete`, every dispatch of
+every reference and zoo model that does at least 1,000,000 multiply-accumulates (elements read, for ops
+without them) launches enough invocations that none does more than 16,384 of them.
+
+This is a proxy: a kernel that leaves a 132-multiprocessor GPU idle fails it (MobileNet v2's 7x7 1x1 convs
+with 960 input channels did ~23,000 MACs per invocation before they were split). The decompositions are the
+ones a GPU program builds (runtime/program.py partition_specs), planned without compiling anything.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_mediapipe import REFERENCE_MODELS, reference_model  # same folder: on sys.path under pytest
+
+from gpuengine import zoo
+from gpuengine.engine import planned_dispatches
+from gpuengine.model.reader import read_model
+from gpuengine.runtime.program import EngineOptions, dispatch_macs, launched
+from gpuengine.tuning.target import named
+
+BIG = 1_000_000
+PER_INVOCATION = 16_384
+
+
+def _model(name: str) -> bytes:
+    return zoo.get(name) if name in zoo.MODELS else reference_model(name)
+
+
+def _offenders(data: bytes, target: str, optimize: bool = True) -> list[str]:
+    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(optimize=optimize), named(target))
+    out = []
+    for specs in partitions:
+        for spec in specs:
+            macs, lanes = dispatch_macs(spec, plan.graph), launched(spec)
+            if macs >= BIG and macs > PER_INVOCATION * lanes:
+                out.append(f"{spec.label}: {macs} MACs over {lanes} invocations ({macs // lanes} each)")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS) + REFERENCE_MODELS)
+@pytest.mark.parametrize("optimize", [True, False])
+def test_big_dispatches_fill_a_discrete_gpu(name, optimize):
+    assert _offenders(_model(name), "discrete", optimize) == []
+
+
+def test_the_rule_can_fail():
+    """The CPU target keeps large tiles and no splits: MobileNet v2's late 1x1 convs break the rule there."""
+    offenders = _offenders(zoo.get("mobilenet_v2"), "cpu")
+    assert len(offenders) >= 3 and all("CONV_2D 1x1" in o for o in offenders)

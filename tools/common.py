@@ -1,0 +1,101 @@
+"""What every `gpuengine` subcommand shares: finding a model, the engine options, seeded inputs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def load_model(spec: str | None) -> tuple[str, bytes]:
+    """A model by path, by zoo name (tiny, mobilenet_v1, ...) or by reference-model name (selfie_segmentation)."""
+    from gpuengine import zoo
+
+    from . import fetch
+
+    if spec is None:
+        spec = zoo.DEFAULT
+    path = Path(spec)
+    if path.is_file():
+        return path.name, path.read_bytes()
+    if spec in zoo.MODELS:
+        return f"{spec} (zoo)", zoo.get(spec)
+    try:
+        p = fetch.model_path(spec)
+    except (KeyError, fetch.ModelsUnavailable) as e:
+        raise SystemExit(f"gpuengine: no model file, zoo model ({', '.join(zoo.MODELS)}) or reference model named "
+                         f"{spec!r}: {e}") from None
+    return p.name, p.read_bytes()
+
+
+def models(args: argparse.Namespace) -> list[tuple[str, bytes]]:
+    """The models a command names (`models`, one or several; default: the zoo's default model)."""
+    specs = args.models if isinstance(args.models, list) else [args.models]
+    return [load_model(m) for m in (specs or [None])]
+
+
+def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None) -> Any:
+    """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
+    from gpuengine import Interpreter
+
+    try:
+        it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
+                         optimize=False if args.no_optimize else None, target=args.target,
+                         workgroup_cache=cache or getattr(args, "cache", None))
+    except ValueError as e:  # a bad option value: say so, as argparse would
+        raise SystemExit(f"gpuengine: {e}") from None
+    it.allocate_tensors()
+    return it
+
+
+def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
+    """Inputs from `name=file.npy` arguments, seeded random values for the others."""
+    given = {}
+    for item in inputs:
+        name, _, file = item.partition("=")
+        if not file:
+            raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
+        given[name] = np.load(file)
+    rng = np.random.default_rng(seed)
+    result = {}
+    for d in it.get_input_details():
+        if d["name"] in given:
+            result[d["index"]] = np.asarray(given.pop(d["name"]), d["dtype"])
+        elif np.issubdtype(d["dtype"], np.floating):
+            result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
+        else:
+            result[d["index"]] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
+    if given:
+        names = [d["name"] for d in it.get_input_details()]
+        raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")
+    return result
+
+
+def primed(data: bytes, args: argparse.Namespace, cache: str | None = None) -> Any:
+    """An interpreter that has run once on seeded values for every input (its buffers hold real data)."""
+    it = interpreter(data, args, cache)
+    for t, v in feeds(it, [], seed=0).items():
+        it.set_tensor(t, v)
+    it.invoke()
+    return it
+
+
+def gpu_span_ms(it: Any, runs: int = 20, warmup_s: float | None = None) -> float:
+    """GPU milliseconds of one invoke, the way `bench` reports it: the span of each GPU program's pass after a
+    warm-up (runtime/timing.py), summed over the model's GPU programs."""
+    from gpuengine.runtime.timing import WARMUP_S, DispatchTimer
+
+    warm = WARMUP_S if warmup_s is None else warmup_s
+    return sum(DispatchTimer(p).span(runs=runs, warmup_s=warm) for p in it.compiled.gpu_programs) / 1e6
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
+    p.add_argument("--target", default=None,
+                   help="adapter class to decompose kernels for: auto (default: detected; env GPUENGINE_TARGET), "
+                        "discrete, integrated or cpu")
+    p.add_argument("--memory-strategy", default="best",
+                   help="naive, greedy, mincostflow, greedy_by_size or best (default)")
+    p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")

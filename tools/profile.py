@@ -1,0 +1,105 @@
+"""`gpuengine profile`: GPU time per dispatch, and where the host spends an invoke.
+
+Host figures, medians over --runs invokes of `Interpreter.invoke()`:
+* host_critical_ms: time inside invoke() that is neither the input upload, the output readback nor the span
+  from submit until the results are mapped (the host waiting for the GPU). What remains is the host work an
+  invoke cannot hide: handing the command buffer to the queue and the engine's own bookkeeping.
+* host_overlapped_ms: recording the next invoke's command buffer, done while the GPU runs this one; it costs
+  nothing as long as it is shorter than the GPU's work (gpu_span_ms), else the excess lengthens the wait.
+* host_encode_ms: recording one invoke's command buffer (the same work, timed alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from .common import add_engine_options, feeds, interpreter, models
+from .litert_runner import time_invokes
+
+
+def host_figures(it: Any, runs: int) -> dict[str, float]:
+    """Median milliseconds per invoke of each host phase (see the module docstring)."""
+    progs = it.compiled.gpu_programs
+    rows = []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        it.invoke()
+        total = time.perf_counter() - start
+        phases = [p.phases for p in progs]
+        upload = sum(p.upload for p in phases)
+        readback = sum(p.readback for p in phases)
+        overlapped = sum(p.record_next for p in phases)
+        wait = sum(p.wait for p in phases)
+        submit = sum(p.submit for p in phases)
+        rows.append((total, total - upload - readback - overlapped - wait, upload, readback, overlapped, wait, submit))
+    med = np.median(np.array(rows), axis=0) * 1e3
+    start = time.perf_counter()
+    for _ in range(max(1, runs)):
+        for p in progs:
+            p._encode()  # noqa: SLF001 - timing the recording alone
+    encode = (time.perf_counter() - start) * 1e3 / max(1, runs)
+    keys = ("invoke_ms", "host_critical_ms", "upload_ms", "readback_ms", "host_overlapped_ms", "gpu_wait_ms",
+            "submit_ms")
+    return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode}
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuengine.runtime.timing import DispatchTimer
+
+    name, data = models(args)[0]
+    it = interpreter(data, args)
+    inputs = feeds(it, [], seed=0)
+    e2e, _ = time_invokes(it, inputs, args.runs, 3)
+    graph = it.compiled.graph
+    rows, total_ns, span_ns, method = [], 0.0, 0.0, ""
+    for prog in it.compiled.gpu_programs:
+        timer = DispatchTimer(prog)
+        timing = timer.measure(runs=args.runs)
+        method = timing.method
+        total_ns += sum(timing.per_dispatch_ns)
+        span_ns += timer.span(runs=args.runs)
+        for k, (d, ns) in enumerate(zip(prog.dispatches, timing.per_dispatch_ns)):
+            rows.append({"kernel": d.spec.shader, "ops": [graph.ops[i].code for i in d.spec.ops] or [d.spec.label],
+                         "workgroup": list(d.spec.workgroup), "grid": list(d.groups), "gpu_ns": ns,
+                         "invocations": prog.launched(k), "macs": prog.macs(k),
+                         "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None})
+    for r in rows:
+        r["share"] = r["gpu_ns"] / total_ns if total_ns else 0.0
+    host = host_figures(it, args.runs)
+    compiled = it.compiled
+    report = {"model": name, "adapter": compiled.gpu.name if compiled.gpu else None,
+              "target": compiled.target.name if compiled.target else None, "method": method,
+              "dispatches": rows, "gpu_total_ms": total_ns / 1e6, "gpu_span_ms": span_ns / 1e6,
+              **host, "end_to_end_ms": e2e["median_ms"]}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}; timing: {method})")
+    print(f"{'#':>4} {'kernel':<22} {'ops':<30} {'workgroup':<10} {'grid':<12} {'invocations':>11} {'gpu us':>9} "
+          f"{'share':>6}")
+    for k, r in enumerate(rows):
+        print(f"{k:>4} {r['kernel']:<22} {'+'.join(r['ops'])[:30]:<30} {'x'.join(map(str, r['workgroup'])):<10} "
+              f"{'x'.join(map(str, r['grid'])):<12} {r['invocations']:>11} {r['gpu_ns'] / 1e3:9.1f} {r['share']:6.1%}")
+    print(f"GPU time: sum of dispatches {report['gpu_total_ms']:.3f} ms (timestamps between dispatches add their own "
+          f"cost), span of one pass {report['gpu_span_ms']:.3f} ms")
+    print(f"host per invoke: critical {report['host_critical_ms']:.3f} ms (submit {report['submit_ms']:.3f}), "
+          f"upload {report['upload_ms']:.3f}, readback {report['readback_ms']:.3f}, waiting for the GPU "
+          f"{report['gpu_wait_ms']:.3f}, recording the next invoke meanwhile {report['host_overlapped_ms']:.3f} ms")
+    print(f"recording one invoke alone: {report['host_encode_ms']:.3f} ms; end to end: "
+          f"{report['end_to_end_ms']:.3f} ms per invoke")
+    return 0
+
+
+def add_subcommand(sub: Any) -> None:
+    prof = sub.add_parser("profile", help="GPU time per dispatch (timestamp queries) and host time per invoke")
+    prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
+    prof.add_argument("--runs", type=int, default=10)
+    prof.add_argument("--json", action="store_true")
+    prof.add_argument("--cache", help="tuning cache to run with")
+    add_engine_options(prof)
+    prof.set_defaults(func=run)
