@@ -119,8 +119,12 @@ def render(spec: KernelSpec) -> str:
     )
     try:
         text = load_template(spec.shader).substitute(params)
-        # Fused readers and helpers, each once (a helper may already be in the producer's own text).
-        return text + "".join(f"\n{f}" for f in dict.fromkeys(spec.functions) if f not in text)
+        # Fused readers and helpers, each once (a helper may already be in the producer's own text, or inside
+        # a prologue reader appended before it).
+        for f in dict.fromkeys(spec.functions):
+            if f not in text:
+                text += f"\n{f}"
+        return text
     except KeyError as e:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from .codegen import has_epilogue
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
+from .kernels.prologue import model_ops
 from .layout import to_bhwc
 from .model.ir import Graph, Op
 
@@ -88,7 +89,8 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
             # Another operand is written later: run the producer after it. Safe, since its output is read
             # by this op alone and its inputs stay live until it runs (lifetimes come from the final order).
             _move_to_end(specs, writer, writer[t])
-        apply_fused(spec, FusedOp(op_i, op.code, t, out, epilogue.lines, epilogue.functions, epilogue.bindings))
+        code = "+".join(model_ops(op))
+        apply_fused(spec, FusedOp(op_i, code, t, out, epilogue.lines, epilogue.functions, epilogue.bindings))
         writer[out] = writer.pop(t)
         return True
     return False

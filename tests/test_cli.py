@@ -46,6 +46,27 @@ def test_inspect_json_schema(capsys, tmp_path):
     assert len(list(tmp_path.glob("*.wgsl"))) == report["dispatches"]
 
 
+def test_inspect_reports_target_invocations_and_macs(capsys):
+    """--target decides the decompositions; every dispatch reports what it launches and does, the same numbers
+    the planner gives without a GPU (tests/models/test_work_decomposition.py relies on that)."""
+    from gpuengine import zoo
+    from gpuengine.engine import planned_dispatches
+    from gpuengine.model.reader import read_model
+    from gpuengine.runtime.program import EngineOptions, dispatch_macs, launched
+    from gpuengine.tuning.target import named
+
+    report = run_json(capsys, ["inspect", "tiny", "--json", "--target", "discrete", "--cache", "/nonexistent/c"])
+    assert report["target"] == "discrete"
+    plan, (specs,) = planned_dispatches(read_model(zoo.get("tiny")).main, EngineOptions(), named("discrete"))
+    assert [(d["invocations"], d["macs"]) for d in report["dispatch_list"]] == \
+        [(launched(s), dispatch_macs(s, plan.graph)) for s in specs]
+    conv = next(d for d in report["dispatch_list"] if d["ops"][:1] == ["CONV_2D"])
+    assert conv["macs"] > 0 and set(conv["decomposition"]) == {"tile", "split", "group", "subgroup"}
+    assert run_json(capsys, ["inspect", "tiny", "--json", "--target", "cpu"])["target"] == "cpu"
+    with pytest.raises(SystemExit, match="target 'tpu' is not one of"):
+        main(["inspect", "tiny", "--target", "tpu"])
+
+
 def test_inspect_lists_ops_folded_into_input_loads(capsys, tmp_path):
     """MEAN(ADD(x, hard_swish(x))): no producer can host the ADD, so the MEAN evaluates it while loading."""
     from gpuengine.model.builder import ModelBuilder
@@ -92,12 +113,22 @@ def test_profile_times_add_up(capsys):
     assert total == pytest.approx(report["gpu_total_ms"], rel=1e-9)
     # Per-dispatch medians against the separately measured span of the whole sequence.
     assert abs(report["gpu_total_ms"] - report["gpu_span_ms"]) <= 0.1 * report["gpu_span_ms"]
+    # The host's share of an invoke: the parts add up to the invoke (medians of each part, so roughly).
+    parts = ("host_critical_ms", "upload_ms", "readback_ms", "host_overlapped_ms", "gpu_wait_ms")
+    assert all(report[k] >= 0 for k in parts) and report["submit_ms"] <= report["host_critical_ms"]
+    assert sum(report[k] for k in parts) == pytest.approx(report["invoke_ms"], rel=0.1)
+    assert report["host_encode_ms"] > 0 and report["target"] in ("discrete", "integrated", "cpu")
+    assert all(d["invocations"] >= 1 for d in report["dispatches"])
 
 
 def test_tune_writes_cache_and_bench_picks_it_up(capsys, tmp_path):
     cache = tmp_path / "tune.json"
     report = run_json(capsys, ["tune", "tiny", "--budget", "3", "--cache", str(cache), "--json"])
     assert cache.exists() and report["kernels_tuned"] >= 1
+    (model,) = report["models"].values()
+    assert model["verification"] == "ok" and model["max_rel_diff"] <= 1e-4
+    assert model["gpu_ms_default"] > 0 and model["gpu_ms_tuned"] > 0 and model["e2e_ms_tuned"] > 0
+    assert any(isinstance(k["tuned"], dict) for k in report["kernels"])  # decompositions were searched
     bench = run_json(capsys, ["bench", "tiny", "--runs", "2", "--warmup", "1", "--compare", "", "--json",
                               "--cache", str(cache)])
     assert bench["tuned"] is True

@@ -55,3 +55,18 @@ def test_prelu_alphas_and_conv_bias_are_shader_literals():
     conv = next(d for d in prog.dispatches if d.spec.shader.startswith("conv2d"))
     assert "var<private> bias" in conv.source and "var<private> in_f" in conv.source  # bias and fused alphas
     assert all(b.name not in ("bias",) for b in bound(conv.spec))
+
+
+def test_a_helper_shared_by_prologue_and_epilogue_is_defined_once():
+    """TANH folded into a 1x1 conv's loads and TANH fused into its epilogue both call tanh4: one definition."""
+    rng = np.random.default_rng(1)
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 6))
+    t = mb.op("TANH", [x], (1, 4, 4, 6))
+    y = mb.op("CONV_2D", [t, mb.const("w", rng.standard_normal((5, 1, 1, 6)).astype(np.float32)),
+                          mb.const("b", rng.standard_normal(5).astype(np.float32))], (1, 4, 4, 5),
+              {"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    mb.output(mb.op("TANH", [y], (1, 4, 4, 5)))
+    it = assert_matches_litert(mb.build())
+    conv = next(d for d in it.compiled.gpu_programs[0].dispatches if d.spec.shader == "conv2d_1x1")
+    assert conv.source.count("fn tanh4(") == 1 and "load_src" in conv.source

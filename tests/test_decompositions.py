@@ -176,20 +176,42 @@ def test_interpreter_target_option(tmp_path):
     assert "target: discrete (chosen" in it.describe()
 
 
-def _synthetic(lanes: dict[Decomposition, int]) -> Variants:
-    return Variants("p", list(lanes), lambda d: lanes[d], lambda d: None, 0)  # type: ignore[arg-type, return-value]
+def _synthetic(costs: dict[Decomposition, tuple[int, float]]) -> Variants:
+    """Variants whose candidates have the given (active invocations, work per invocation)."""
+    return Variants("p", list(costs), lambda d: costs[d][0], lambda d: costs[d][0], lambda d: costs[d][1],
+                    lambda d: None, 0)  # type: ignore[arg-type, return-value]
 
 
-def test_policy_fills_the_target_with_the_largest_tiles():
-    big, mid, small = (Decomposition((4, 2), 1), Decomposition((2, 1), 1), Decomposition((1, 1), 1))
+def test_policy_estimates_latency_below_the_fill_and_total_work_above():
+    big, mid = Decomposition((4, 2), 1), Decomposition((2, 1), 1)
     split, split_sg = Decomposition((1, 1), 16, 4, False), Decomposition((1, 1), 16, 4, True)
-    v = _synthetic({big: 1_000, mid: 40_000, small: 80_000, split: 640_000, split_sg: 640_000})
-    assert policy.choose(v, named("discrete")) == mid  # the fewest invocations that reach 32768
-    assert policy.choose(v, named("cpu")) == big
+    v = _synthetic({big: (1_000, 10_000.0), mid: (4_000, 2_600.0), split: (64_000, 800.0),
+                    split_sg: (64_000, 800.0)})
+    # discrete (fill 32768): 10000, 2600 and 800 x 64000 / 32768 = 1563 -> the split
+    assert policy.choose(v, named("discrete", subgroups=True)) == split_sg
+    assert policy.choose(v, named("discrete", subgroups=False)) == split
+    # integrated (4096): the split's total work, 12500, now exceeds the unsplit tile's latency, 2600
     assert policy.choose(v, named("integrated")) == mid
-    tiny = _synthetic({big: 8, small: 64, split: 1_024, split_sg: 1_024})
-    assert policy.choose(tiny, named("discrete", subgroups=True)) == split_sg  # nothing fills it: most lanes
-    assert policy.choose(tiny, named("discrete", subgroups=False)) == split
+    # cpu (64): total work only, 156k for the big tile against 162k and 800k
+    assert policy.choose(v, named("cpu")) == big
+    assert policy.estimated_time(v, split, named("discrete")) == pytest.approx(800.0 * 64_000 / 32_768)
+
+
+def test_policy_on_mobilenet_v2_late_1x1_conv():
+    """7x7 pixels, 960 -> 160 channels (the conv that took ~128 us on an H100 unsplit): split on discrete,
+    large unsplit tiles on cpu."""
+    from gpuengine import zoo
+    from gpuengine.engine import planned_dispatches
+    from gpuengine.model.reader import read_model
+    from gpuengine.runtime.program import EngineOptions
+
+    def conv(target: str) -> Decomposition:
+        plan, (specs,) = planned_dispatches(read_model(zoo.get("mobilenet_v2")).main, EngineOptions(), named(target))
+        return next(s.decomposition for s in specs
+                    if s.shader == "conv2d_1x1" and s.params["SI"] == 240 and s.params["SO"] == 40)
+
+    assert conv("discrete").split >= 16 and conv("discrete").subgroup
+    assert conv("cpu") == Decomposition((4, 2), 1, 64, False)
 
 
 def test_candidates_stay_within_default_limits():
@@ -200,8 +222,8 @@ def test_candidates_stay_within_default_limits():
 
 
 def test_search_over_decompositions_finds_the_cheapest():
-    v = _synthetic({Decomposition((2, 2), 1, 64): 100, Decomposition((1, 1), 8, 8, True): 800,
-                    Decomposition((1, 1), 16, 4, True): 1600, Decomposition((1, 1), 32, 2, True): 3200})
+    v = _synthetic({Decomposition((2, 2), 1, 64): (100, 1.0), Decomposition((1, 1), 8, 8, True): (800, 1.0),
+                    Decomposition((1, 1), 16, 4, True): (1600, 1.0), Decomposition((1, 1), 32, 2, True): (3200, 1.0)})
     best = Decomposition((1, 1), 16, 8, True)  # a doubled workgroup of a listed split: found by descent
 
     def cost(d: Decomposition) -> float:

@@ -96,6 +96,5 @@ def add_subcommand(sub: Any) -> None:
     bench.add_argument("--warmup", type=int, default=10)
     bench.add_argument("--compare", default="cpu,litert-gpu", help="comma list of cpu, litert-gpu ('' for none)")
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--cache", help="tuning cache (default: $GPUENGINE_TUNE_CACHE or ~/.cache/gpuengine)")
     add_engine_options(bench)
     bench.set_defaults(func=run)

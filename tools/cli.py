@@ -66,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
+    from gpuengine.kernels.prologue import model_ops
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
     from gpuengine.model.reader import read_model
@@ -82,8 +83,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
                                for p in compiled.gpu_programs)
     # ops in evaluation order: those folded into a kernel's input loads (kernels/prologue.py) come first
     dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
-                      "ops": [s.op.code for i in d.spec.ops for s in graph.ops[i].opt("prologue") or ()]
-                      + [graph.ops[i].code for i in d.spec.ops],
+                      "ops": [code for i in d.spec.ops for code in model_ops(graph.ops[i])],
                       "workgroup": list(d.spec.workgroup), "grid": list(d.groups),
                       "invocations": p.launched(k), "macs": p.macs(k),
                       "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}

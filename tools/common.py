@@ -99,3 +99,5 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-strategy", default="best",
                    help="naive, greedy, mincostflow, greedy_by_size or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
+    p.add_argument("--cache", help="tuning cache to read (tune: and write); default $GPUENGINE_TUNE_CACHE or "
+                                   "~/.cache/gpuengine/tuning.json")

@@ -49,6 +49,7 @@ def host_figures(it: Any, runs: int) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuengine.kernels.prologue import model_ops
     from gpuengine.runtime.timing import DispatchTimer
 
     name, data = models(args)[0]
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         total_ns += sum(timing.per_dispatch_ns)
         span_ns += timer.span(runs=args.runs)
         for k, (d, ns) in enumerate(zip(prog.dispatches, timing.per_dispatch_ns)):
-            rows.append({"kernel": d.spec.shader, "ops": [graph.ops[i].code for i in d.spec.ops] or [d.spec.label],
+            ops = [code for i in d.spec.ops for code in model_ops(graph.ops[i])]
+            rows.append({"kernel": d.spec.shader, "ops": ops or [d.spec.label],
                          "workgroup": list(d.spec.workgroup), "grid": list(d.groups), "gpu_ns": ns,
                          "invocations": prog.launched(k), "macs": prog.macs(k),
                          "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None})
@@ -100,6 +102,5 @@ def add_subcommand(sub: Any) -> None:
     prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
     prof.add_argument("--runs", type=int, default=10)
     prof.add_argument("--json", action="store_true")
-    prof.add_argument("--cache", help="tuning cache to run with")
     add_engine_options(prof)
     prof.set_defaults(func=run)

@@ -178,7 +178,6 @@ def add_subcommand(sub: Any) -> None:
                                        "tuning cache")
     tune.add_argument("models", nargs="*", help="models (default: the zoo's mobilenet_v2)")
     tune.add_argument("--budget", type=float, default=60.0, help="seconds of search in all")
-    tune.add_argument("--cache", help="cache path (default: $GPUENGINE_TUNE_CACHE or ~/.cache/gpuengine/tuning.json)")
     tune.add_argument("--json", action="store_true")
     add_engine_options(tune)
     tune.set_defaults(func=run)

@@ -93,7 +93,10 @@ class Variants:
     problem:     what the tuning cache keys the choice by: the template family and everything baked into the
                  kernel except the decomposition.
     candidates:  the decompositions to choose from, most work per invocation first.
-    invocations: invocations a candidate launches (cheap: no weights are laid out to answer it).
+    invocations: invocations a candidate launches, in whole workgroups (cheap: no weights are laid out).
+    active:      of those, the ones that have a tile to work on.
+    work:        estimated cost of one active invocation, in units of one scalar multiply-add
+                 (kernels/tiling.py), for the policy's estimate of its time.
     make:        the KernelSpec of a candidate.
     macs:        multiply-accumulates of the dispatch (for ops without them: elements read).
     """
@@ -101,6 +104,8 @@ class Variants:
     problem: str
     candidates: list[Decomposition]
     invocations: Callable[[Decomposition], int]
+    active: Callable[[Decomposition], int]
+    work: Callable[[Decomposition], float]
     make: Callable[[Decomposition], KernelSpec]
     macs: int
 

@@ -309,17 +309,12 @@ def conv_family_spec(g: ConvGeometry, shader: str, d: Decomposition, params: dic
 
 
 def conv_family_variants(g: ConvGeometry, family: str, tiles: list[tuple[int, int]], reduction: int, macs: int,
-                         make: Callable[[Decomposition], KernelSpec], flat: bool = False,
-                         code: tuple[str, ...] = ()) -> Variants:
-    """The Variants of a conv-family dispatch over the given tile shapes (splits over `reduction` slices)."""
-    candidates = tiling.decompositions(tiles, reduction, lambda t: tile_counts(g, t, flat)[1])
-    return Variants(
-        problem=tiling.problem_key(family, g.params(), code),
-        candidates=candidates,
-        invocations=lambda d: tiling.launched(tile_counts(g, d.tile, flat)[1], d),
-        make=make,
-        macs=macs,
-    )
+                         make: Callable[[Decomposition], KernelSpec], flat: bool = False, code: tuple[str, ...] = (),
+                         step_cost: Callable[[tuple[int, int]], float] = tiling.mat_step) -> Variants:
+    """The Variants of a conv-family dispatch over the given tile shapes: splits over `reduction` input slices,
+    each step (one slice of one tap) costing step_cost(tile)."""
+    return tiling.variants(family, g.params(), tiles, reduction, lambda t: tile_counts(g, t, flat)[1], step_cost,
+                           make, macs, code, repeats=g.kh * g.kw)
 
 
 def conv_variants(

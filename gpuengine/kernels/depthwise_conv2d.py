@@ -18,6 +18,7 @@ import numpy as np
 
 from ..layout import slices
 from ..model.ir import Graph, Op
+from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, bhwc, const_f32
 from .conv2d import (
@@ -147,7 +148,8 @@ def depthwise_variants(
         return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} {g.kh}x{g.kw} general")
 
     macs = g.batch * g.oh * g.ow * g.oc * g.kh * g.kw
-    return conv_family_variants(g, family, [(xt, 1) for xt in (2, 1) if xt == 1 or g.ow >= 2], 1, macs, make)
+    return conv_family_variants(g, family, [(xt, 1) for xt in (2, 1) if xt == 1 or g.ow >= 2], 1, macs, make,
+                                step_cost=lambda t: t[0] * tiling.LOAD + tiling.LOAD + t[0] * 4)
 
 
 KERNEL = DepthwiseConv2DKernel()

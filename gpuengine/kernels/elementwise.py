@@ -3,6 +3,10 @@
 Each op is one WGSL expression over `a` (and `b`); the template reads operands through generated functions
 so broadcasting and constant operands cost nothing at run time. `elementwise_spec` is shared with the
 comparison/select kernels (kernels/select.py), which are elementwise too.
+
+ELEMENTWISE_TREE is internal (passes/fuse_elementwise_tree.py): a whole tree of these ops over one run-time
+tensor x (input 0) and constant leaves, kept as Steps (kernels/prologue.py) in its option `tree`. It runs in the
+epilogue of x's producer, or else as one dispatch.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, operand
+from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
 
-_ERF = ("fn erf4(x: vec4<f32>) -> vec4<f32> {\n"  # Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
-        "  let t = 1.0 / (1.0 + 0.3275911 * abs(x));\n"
+# Abramowitz & Stegun 7.1.26, |error| < 1.5e-7. |x| is capped at 10 (erf is exactly +-1 in f32 from ~3.9 on), so
+# the divisor stays in [1, 4.3]: GPUs divide accurately only by |d| < 2^126 and an infinite x would give inf / inf.
+_ERF = ("fn erf4(x: vec4<f32>) -> vec4<f32> {\n"
+        "  let z = min(abs(x), vec4<f32>(10.0));\n"
+        "  let t = 1.0 / (1.0 + 0.3275911 * z);\n"
         "  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t"
-        " + 0.254829592) * t * exp(-x * x);\n"
+        " + 0.254829592) * t * exp(-z * z);\n"
         "  return sign(x) * y;\n}\n")
 # exp form: WGSL's tanh may return NaN for large |x| (it is sinh/cosh on some drivers); exp(-2|x|) -> 0.
 _TANH = ("fn tanh4(x: vec4<f32>) -> vec4<f32> {\n  let e = exp(-2.0 * abs(x));\n"
@@ -38,12 +46,19 @@ _POW = ("fn pow4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {\n"
 _TURNS = ("fn turns4(x: vec4<f32>) -> vec4<f32> {\n  let k = round(x * 0.15915494309189535);\n"
           "  return (x - k * 6.28125) - k * 0.0019353071795864769;\n}\n")
 _HELPERS = {"erf4(": _ERF, "tanh4(": _TANH, "pow4(": _POW, "turns4(": _TURNS}
+# No intermediate may overflow where the result does not (found on an NVIDIA H100 with inputs +-1e30, 3e38):
+# 1 / (1 + exp(-a)) divides by inf for a << 0, which a GPU's fast division may turn into NaN, so LOGISTIC takes
+# e = exp(-|a|) in (0, 1] and divides e (a < 0) or 1 by 1 + e in [1, 2]; HARD_SWISH scales the clamp to [0, 1]
+# before multiplying by a (a * 6 overflows for a > 5.7e37, where LiteRT's result is a). Both stay expressions
+# (no helper function), so they inline into epilogues and prologues like the rest.
+_LOGISTIC = "select(exp(-abs(a)), vec4<f32>(1.0), a >= vec4<f32>(0.0)) / (1.0 + exp(-abs(a)))"
+_HARD_SWISH = "a * (clamp(a + 3.0, vec4<f32>(0.0), vec4<f32>(6.0)) * (1.0 / 6.0))"
 
 UNARY = {
     "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(turns4(a))", "EXP": "exp(a)", "FLOOR": "floor(a)",
     "ELU": "select(exp(a) - 1.0, a, a > vec4<f32>(0.0))",
-    "HARD_SWISH": "a * clamp(a + 3.0, vec4<f32>(0.0), vec4<f32>(6.0)) * (1.0 / 6.0)",
-    "LOG": "log(a)", "LOGISTIC": "1.0 / (1.0 + exp(-a))", "NEG": "-a",
+    "HARD_SWISH": _HARD_SWISH,
+    "LOG": "log(a)", "LOGISTIC": _LOGISTIC, "NEG": "-a",
     "RELU": "max(a, vec4<f32>(0.0))", "RELU6": "clamp(a, vec4<f32>(0.0), vec4<f32>(6.0))",
     "RELU_N1_TO_1": "clamp(a, vec4<f32>(-1.0), vec4<f32>(1.0))",
     "RELU_0_TO_1": "clamp(a, vec4<f32>(0.0), vec4<f32>(1.0))",
@@ -61,8 +76,10 @@ BINARY = {
     "PRELU": "select(a * b, a, a >= vec4<f32>(0.0))",
 }
 _GELU_EXACT = "0.5 * a * (1.0 + erf4(a * 0.7071067811865476))"
+# a * a * a overflows for |a| > 1e12, harmlessly: tanh4(+-inf) is exactly +-1 and 0.5 * a stays finite.
 _GELU_TANH = "0.5 * a * (1.0 + tanh4(0.7978845608028654 * (a + 0.044715 * a * a * a)))"
 _FUSED = ("ADD", "SUB", "MUL", "DIV")  # the ops whose options carry a fused activation
+TREE = "ELEMENTWISE_TREE"  # its Steps are in option TREE_OPTION; leaf 0 is x, the others follow from input 1 on
 
 
 def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[int, ...]]], expr: str,
@@ -90,9 +107,12 @@ def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[
 
 
 class ElementwiseKernel:
-    ops = tuple(UNARY) + tuple(BINARY)
+    ops = (*UNARY, *BINARY, TREE)
+    internal_ops = (TREE,)  # made by a pass, never read from a model
 
     def supports(self, op: Op, graph: Graph) -> str | None:
+        if op.code == TREE:
+            return _tree_reason(op, graph)
         arity = 1 if op.code in UNARY else 2
         if len(op.inputs) != arity or len(op.outputs) != 1 or min(op.inputs) < 0:
             return f"expects {arity} input(s) and 1 output"
@@ -136,10 +156,15 @@ class ElementwiseKernel:
 
     def as_expression(self, op: Op) -> tuple[list[Code], list[Code]] | None:
         """The op evaluated inline by the kernel reading its output (kernels/prologue.py)."""
-        return None if op.opt("zero_extend") else self._statements(op)
+        return None if op.opt("zero_extend") or op.code == TREE else self._statements(op)
 
     def as_epilogue(self, op: Op, graph: Graph, position: int, prefix: str) -> Epilogue | None:
         """The op applied to the producer's `value` (input `position`); other operands read directly."""
+        if op.code == TREE:
+            if position != 0:
+                return None
+            fn, helpers, bindings = tree_function(op, graph, f"{prefix}tree", TREE_OPTION)
+            return Epilogue([Code(f"value = {prefix}tree(value, oi, ob, os);")], [*helpers, fn], bindings)
         out_shape = graph.tensors[op.outputs[0]].shape
         statements, functions = self._statements(op)
         lines, bindings = [], []
@@ -155,10 +180,37 @@ class ElementwiseKernel:
         return Epilogue([Code("{ " + " ".join(lines + statements) + " }")], functions, bindings)
 
     def build(self, op: Op, graph: Graph) -> Lowering:
+        if op.code == TREE:
+            return [_tree_spec(op, graph)]
         expr = self._expr(op)
         operands = [(name, t, graph.tensors[t].shape) for name, t in zip("ab", op.inputs)]
         epilogue = activation(op) if op.code in _FUSED else []
         return [elementwise_spec(op, graph, operands, expr, epilogue)]
+
+
+def _tree_reason(op: Op, graph: Graph) -> str | None:
+    if len(op.outputs) != 1 or not op.inputs or min(op.inputs) < 0:
+        return f"{TREE} expects x and its leaves as inputs and 1 output"
+    reason = float_tensors(op, graph) or prologue_reason(op, graph, 1, TREE_OPTION)
+    if reason:
+        return reason
+    if graph.tensors[op.outputs[0]].shape != graph.tensors[op.inputs[0]].shape:
+        return f"{TREE} output shape differs from its input 0"
+    return None
+
+
+def _tree_spec(op: Op, graph: Graph) -> KernelSpec:
+    """The tree as one dispatch (x has no producer that takes it as an epilogue): load x through the tree."""
+    out_t = op.outputs[0]
+    b, h, w, c = bhwc(graph, out_t)
+    reader, bindings, _ = input_reader(op, graph, "src", TREE_OPTION)
+    label = f"{TREE}(" + "+".join(step.op.code for step in op.opt(TREE_OPTION)) + ")"
+    return KernelSpec(
+        "elementwise",
+        {"S": slices(c), "H": h, "W": w, "READERS": reader, "BODY": Code("var value = load_src(oi, ob, os);")},
+        [*bindings, Binding("dst", tensor=out_t, writable=True)],
+        grid=(w, h, b * slices(c)), out_channels=c, label=label,
+    )
 
 
 def _zero_extended(op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

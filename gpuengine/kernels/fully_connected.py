@@ -129,13 +129,8 @@ class FullyConnectedKernel:
                               label=f"{op.code} {rows}x{i}->{o} [{d.describe()}]")
 
         tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
-        return [Variants(
-            problem=tiling.problem_key("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw}),
-            candidates=tiling.decompositions(tiles, depth, count),
-            invocations=lambda d: tiling.launched(count(d.tile), d),
-            make=make,
-            macs=rows * i * o,
-        )]
+        return [tiling.variants("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw},
+                                tiles, depth, count, tiling.mat_step, make, rows * i * o)]
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------
@@ -263,14 +258,9 @@ def _bmm_build(op: Op, graph: Graph) -> Variants:
                           grid=(tiles * d.split, 1, 1), workgroup=(d.invocations_per_workgroup, 1, 1),
                           dispatch=dispatch, out_channels=n, label=f"{label} [{d.describe()}]")
 
-    return Variants(
-        problem=tiling.problem_key("batch_matmul", {k: v for k, v in fixed.items() if isinstance(v, int)},
-                                   [a_expr, b_expr, fa, fb]),
-        candidates=tiling.decompositions([(1, 1)], ks, lambda _: tiles),
-        invocations=lambda d: tiling.launched(tiles, d),
-        make=make,
-        macs=b0 * b1 * m * n * k,
-    )
+    numbers = {k: v for k, v in fixed.items() if isinstance(v, int)}
+    return tiling.variants("batch_matmul", numbers, [(1, 1)], ks, lambda _: tiles, lambda _: tiling.mat_step((4, 1)),
+                           make, b0 * b1 * m * n * k, [a_expr, b_expr, fa, fb])
 
 
 KERNEL = FullyConnectedKernel()

@@ -120,14 +120,10 @@ def reduce_variants(kind: str, src: int, dst: int, in_shape: tuple[int, ...], ax
                           epilogue=list(epilogue or []), out_channels=oc, label=f"{name} [{d.describe()}]",
                           functions=[reader[0]] if reader else [])
 
-    return Variants(
-        problem=tiling.problem_key("reduce", {k: v for k, v in fixed.items() if isinstance(v, int)},
-                                   [funcs, finish, reader[0] if reader else ""]),
-        candidates=tiling.decompositions([(1, 1)], total, lambda _: tiles),
-        invocations=lambda d: tiling.launched(tiles, d),
-        make=make,
-        macs=int(np.prod(in_shape, dtype=np.int64)),
-    )
+    numbers = {k: v for k, v in fixed.items() if isinstance(v, int)}
+    step = tiling.LOAD + (16 if channel_reduced else 4) + (12 if reader else 0)  # a read, combines, a prologue
+    return tiling.variants("reduce", numbers, [(1, 1)], total, lambda _: tiles, lambda _: step, make,
+                           int(np.prod(in_shape, dtype=np.int64)), [funcs, finish, reader[0] if reader else ""])
 
 
 class ReduceKernel:

@@ -50,7 +50,9 @@ def _table() -> dict[str, Kernel]:
 
 
 def supported_ops() -> list[str]:
-    return sorted(_table())
+    """The op codes a model may contain that run on the GPU (not the internal ones passes create)."""
+    internal = {code for kernel in _table().values() for code in getattr(kernel, "internal_ops", ())}
+    return sorted(set(_table()) - internal)
 
 
 def kernel_for_code(code: str) -> Kernel:

@@ -13,7 +13,7 @@ from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
 from . import tiling
-from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering
 from .common import bhwc, float_tensors
 from .reduce import FLT_MAX
 
@@ -77,14 +77,10 @@ class SoftmaxKernel:
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,
                               label=f"{op.code} [{d.describe()}]")
 
-        return [Variants(
-            problem=tiling.problem_key("softmax", {"S": s, "H": h, "W": w, "B": b, "C": c},
-                                       [str(v) for v in math.values()]),
-            candidates=tiling.decompositions([(1, 1)], s, lambda _: tiles),
-            invocations=lambda d: tiling.launched(tiles, d),
-            make=make,
-            macs=b * h * w * c,
-        )]
+        passes = 3 if math["NEEDS_MAX"] else 2  # each reads a slice; exp or a square, a sum, a division
+        return [tiling.variants("softmax", {"S": s, "H": h, "W": w, "B": b, "C": c}, [(1, 1)], s, lambda _: tiles,
+                                lambda _: passes * (tiling.LOAD + 16), make, b * h * w * c,
+                                [str(v) for v in math.values()])]
 
 
 KERNEL = SoftmaxKernel()

@@ -9,15 +9,24 @@ limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it run
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable
 
 from .. import codegen
-from .base import Code, Decomposition
+from .base import Code, Decomposition, KernelSpec, Variants
 
 WORKGROUP = 64  # default invocations per workgroup: two 32-wide subgroups, one 64-wide wavefront
 MAX_WORKGROUP = 256  # WebGPU's default maxComputeInvocationsPerWorkgroup
 LANE_MEMORY_VEC4 = 1024  # 16 KiB of vec4<f32>: WebGPU's default maxComputeWorkgroupStorageSize
 MIN_STEPS = 2  # a split leaves each invocation at least this many steps of the reduction
+# Cost units for the policy's estimate (tuning/policy.py), in scalar multiply-adds of one invocation: a vec4 read
+# from memory costs several, combining a split costs shuffles (subgroups) or workgroup-memory round trips and
+# barriers, and every invocation pays some index arithmetic and its stores. Rough on purpose: they only rank
+# decompositions of one dispatch against each other, and `gpuengine tune` measures the real thing.
+LOAD = 8.0
+SHUFFLE = 8.0  # per vec4 and level of a subgroup butterfly
+SHARED_LEVEL = 30.0  # per level of a workgroup-memory tree: barrier and bookkeeping, plus 2 loads per vec4
+OVERHEAD = 40.0
 
 
 def default_group(split: int, tiles: int | None = None) -> int:
@@ -57,6 +66,38 @@ def decompositions(tiles: Iterable[tuple[int, int]], reduction: int, count: Call
                     result.append(d)
             split *= 2
     return sorted(result, key=lambda d: (d.split, -d.tile[0] * d.tile[1], d.subgroup))
+
+
+def reduction_cost(d: Decomposition, accumulators: int) -> float:
+    """Combining `accumulators` vec4s over a split of d.split invocations."""
+    if d.split == 1:
+        return 0.0
+    levels = math.log2(d.split)
+    if d.subgroup:
+        return levels * accumulators * SHUFFLE
+    return (levels + 2) * (SHARED_LEVEL + 2 * LOAD * accumulators)
+
+
+def mat_step(tile: tuple[int, int]) -> float:
+    """One step of a tiled mat4x4 reduction: tile[0] input vec4s, tile[1] weight blocks, their products."""
+    return tile[0] * LOAD + tile[1] * 4 * LOAD + tile[0] * tile[1] * 16
+
+
+def variants(family: str, numbers: dict[str, object], tiles: list[tuple[int, int]], reduction: int,
+             count: Callable[[tuple[int, int]], int], step_cost: Callable[[tuple[int, int]], float],
+             make: Callable[[Decomposition], KernelSpec], macs: int, code: Iterable[str] = (),
+             repeats: int = 1) -> Variants:
+    """The Variants of a dispatch whose tiles of the given shapes each reduce over `reduction` steps (done
+    `repeats` times, e.g. once per kernel tap) costing step_cost(tile) each; count(tile): tiles in all."""
+
+    def work(d: Decomposition) -> float:
+        steps = repeats * math.ceil(reduction / d.split)
+        return steps * step_cost(d.tile) + reduction_cost(d, d.tile[0] * d.tile[1]) + OVERHEAD
+
+    return Variants(problem=problem_key(family, numbers, code),
+                    candidates=decompositions(tiles, reduction, count),
+                    invocations=lambda d: launched(count(d.tile), d), active=lambda d: count(d.tile) * d.split,
+                    work=work, make=make, macs=macs)
 
 
 def launched(tiles: int, d: Decomposition) -> int:

@@ -5,8 +5,13 @@ Order (why): fold constants first (weights become plain float32, shape chains va
 dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold scales into convs
 (changes weights, must precede the padding merge that changes the conv's options); merge spatial PAD into
 convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD into
-the residual ADD that reads it; global average pool -> MEAN; last, elementwise trees that no producer can
-host as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean, which makes such readers).
+the residual ADD that reads it; global average pool -> MEAN; then elementwise trees that no producer can
+host as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean, which makes such readers);
+last, trees over one tensor x (swish, hard-swish, GELU written as ops) into one ELEMENTWISE_TREE op that the
+producer of x hosts as an epilogue. That one runs after fuse_input_expression, which leaves trees whose
+run-time leaf has a producer to that producer: where x has none (a partition input), the 1x1 conv or reduction
+reading the tree evaluates it while loading, with no dispatch of its own, where the merged op would need one;
+and a tree op is no inline step, so merging first would hide its ops from the prologues.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
 from .fold_constants import fold_constants
 from .fold_scale_into_conv import fold_scale_into_conv
+from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
 from .merge_channel_pad import merge_channel_pad
 from .merge_padding import merge_padding
@@ -29,7 +35,7 @@ REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, dilated_conv, fold_scale_into_conv, merge_padding,
                                             conv_to_fully_connected, merge_channel_pad, pool_to_mean,
-                                            fuse_input_expression]
+                                            fuse_input_expression, fuse_elementwise_tree]
 
 
 def run_passes(graph: Graph, optimize: bool = True) -> Graph:

@@ -1,10 +1,17 @@
-"""Which decomposition a dispatch runs with, before any tuning: fill the target, then keep tiles large.
+"""Which decomposition a dispatch runs with, before any tuning: the one estimated fastest on the target.
 
-A kernel lists its decompositions (kernels/tiling.py); each launches some number of invocations. The choice:
-the candidate with the fewest invocations that still reaches the target's fill (so tiles stay as large, and
-splits as shallow, as the device allows); when none reaches it, the one with the most. Ties go to larger tiles
-(more reuse per load), then shallower splits. Subgroup reductions replace workgroup-memory ones when the
-device has the `subgroup` feature. A tuned choice from the cache (tools/tune.py) overrides all this.
+A kernel lists its decompositions (kernels/tiling.py) with, for each, the invocations it launches and the work
+of one invocation (kernels/tiling.py's cost units: loads, multiply-adds, the split's combining). A device of
+the target's class runs about `fill` invocations at once (tuning/target.py), so a decomposition's time is
+estimated as
+
+    work per invocation x max(1, active invocations / fill)
+
+Below the fill the device has idle lanes and time is one invocation's latency: deep reductions over few outputs
+want small tiles and splits. Above it the device is full and time is the total work: large tiles (more reuse
+per load) and no split (no combining) win, which is all a CPU adapter (fill 64) ever sees. Ties go to fewer
+invocations. Subgroup reductions replace workgroup-memory ones when the device has the `subgroup` feature.
+A tuned choice from the cache (tools/tune.py) overrides all this.
 """
 
 from __future__ import annotations
@@ -18,14 +25,11 @@ def usable(variants: Variants, target: Target) -> list[Decomposition]:
     return [d for d in variants.candidates if d.split == 1 or d.subgroup == target.subgroups]
 
 
+def estimated_time(variants: Variants, d: Decomposition, target: Target) -> float:
+    """In cost units (kernels/tiling.py); only comparable between decompositions of one dispatch."""
+    return variants.work(d) * max(1.0, variants.active(d) / target.fill)
+
+
 def choose(variants: Variants, target: Target) -> Decomposition:
     options = usable(variants, target) or variants.candidates
-    lanes = {d: variants.invocations(d) for d in options}
-
-    def area(d: Decomposition) -> int:
-        return d.tile[0] * d.tile[1]
-
-    reaching = [d for d in options if lanes[d] >= target.fill]
-    if reaching:
-        return min(reaching, key=lambda d: (lanes[d], -area(d), d.split))
-    return max(options, key=lambda d: (lanes[d], area(d), -d.split))
+    return min(options, key=lambda d: (estimated_time(variants, d, target), variants.invocations(d)))

@@ -36,6 +36,7 @@ class Net:
         self.description = description
         self.bias_std = bias_std
         self.shapes: dict[int, Shape] = {}
+        self.scalars: dict[float, int] = {}
 
     def shape(self, x: int) -> Shape:
         return self.shapes[x]
@@ -97,11 +98,19 @@ class Net:
                 "fused_activation_function": "NONE"}
         return self.op("AVERAGE_POOL_2D", [x], (n, 1, 1, c), opts, name)
 
-    def mean_hw(self, x: int, name: str = "mean") -> int:
-        """MEAN over H and W with keep_dims, -> [n, 1, 1, c]."""
+    def mean_hw(self, x: int, name: str = "mean", keep_dims: bool = True) -> int:
+        """MEAN over H and W, -> [n, 1, 1, c] (keep_dims) or [n, c]."""
         n, _, _, c = self.shape(x)
         axes = self.mb.const(f"{name}/axes", np.array([1, 2], np.int32))
-        return self.op("MEAN", [x, axes], (n, 1, 1, c), {"keep_dims": True}, name)
+        return self.op("MEAN", [x, axes], (n, 1, 1, c) if keep_dims else (n, c), {"keep_dims": keep_dims}, name)
+
+    def scalar(self, value: float) -> int:
+        """A scalar float constant, one tensor per value however often it is used (as converters share them)."""
+        key = float(np.float32(value))
+        if key not in self.scalars:
+            self.scalars[key] = self.mb.const(f"scalar/{key!r}", np.array(key, np.float32))
+            self.shapes[self.scalars[key]] = ()
+        return self.scalars[key]
 
     def binary(self, code: str, a: int, b: int, name: str | None = None) -> int:
         """ADD / MUL with numpy broadcasting of the shapes."""
@@ -126,6 +135,7 @@ class Net:
     def softmax(self, x: int, name: str = "softmax") -> int:
         """SOFTMAX over the last axis."""
         return self.op("SOFTMAX", [x], self.shape(x), {"beta": 1.0}, name)
+
 
 
 # (stride, output channels) of the 13 depthwise-separable blocks of MobileNet v1.

@@ -70,7 +70,8 @@ def test_unary_ops(shape: tuple[int, ...], alpha: float, seed: int) -> None:
 
 @pytest.mark.parametrize("code", ["TANH", "LOGISTIC", "GELU", "ELU", "HARD_SWISH", "SIN", "COS"])
 def test_unary_huge_inputs_nan_free(code: str) -> None:
-    """tanh(+-1e4) must be +-1, not NaN (WGSL's tanh is sinh/cosh on some drivers); sin/cos reduce first."""
+    """tanh(+-1e4) must be +-1, not NaN (WGSL's tanh is sinh/cosh on some drivers); sin/cos reduce first; no
+    intermediate may overflow (HARD_SWISH's x * 6, LOGISTIC's 1 / (1 + exp(1e30)): NaN or inf on an H100)."""
     values = [1e4, -1e4, 3e4, -2e4, 88.0, -88.0, 0.0, 1e-6, -1e-6, 5000.5, 20.0, -20.0]
     if code not in ("SIN", "COS"):
         values += [1e30, -1e30, 3e38, -3e38]
@@ -80,6 +81,20 @@ def test_unary_huge_inputs_nan_free(code: str) -> None:
     mb.output(mb.op(code, [x], data.shape))
     it = assert_matches_litert(mb.build(), {x: data})
     assert not np.isnan(it.get_tensor(it.get_output_details()[0]["index"])).any()
+
+
+def test_unary_infinite_inputs() -> None:
+    """+-inf and values whose intermediates would overflow (x * 6 in HARD_SWISH, exp(-x) in LOGISTIC, x^3 in
+    GELU's tanh form): the GPU gives LiteRT's results, NaN exactly where LiteRT has NaN (e.g. -inf * 0)."""
+    data = np.array([[np.inf, -np.inf, 3e38, -3e38, 1e20, -1e20, 88.0, -88.0, -104.0, 0.0]], np.float32)
+    mb = ModelBuilder()
+    x = mb.input("x", data.shape)
+    outs = [mb.op(code, [x], data.shape) for code in ("LOGISTIC", "HARD_SWISH", "TANH", "ELU")]
+    outs += [mb.op("GELU", [x], data.shape, {"approximate": approx}) for approx in (False, True)]
+    mb.output(*outs)
+    it = assert_matches_litert(mb.build(), {x: data})
+    logistic = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(logistic[0, :6], [1, 0, 1, 0, 1, 0])
 
 
 @given(shapes=broadcast_pair(), const=st.sampled_from(["none", "none", "b", "a", "b_scalar"]),
