@@ -185,6 +185,8 @@ class GpuProgram:
         self._mark_shared(specs)
         self._validate(specs)
         self._lock = threading.Lock()
+        self._in_flight: Any = None  # the command buffer submitted last, released when the next is submitted
+        self._queue = gpu.device.queue
         self._allocate(specs)
         self.phases = Phases()
         self._record = self._recorder()
@@ -292,6 +294,11 @@ class GpuProgram:
             offset += -(-self._raw_bytes(t) // 256) * 256
         self.staging = dev.create_buffer(size=max(offset, 16),
                                          usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self._out_slices = []  # (tensor, first f32, end, shape) of each output in the mapped staging buffer
+        for t in self.outputs:
+            shape = self.graph.tensors[t].shape
+            start = self.out_offsets[t] // 4
+            self._out_slices.append((t, start, start + int(np.prod(shape, dtype=np.int64)), shape))
         constants: dict[int, Any] = {}
         self.dispatches: list[Dispatch] = []
         for spec in specs:
@@ -402,28 +409,28 @@ class GpuProgram:
 
     def _run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         clock = time.perf_counter
-        queue = self.gpu.device.queue
+        queue = self._queue
         t0 = clock()
         for t, buf in self.raw_in.items():
             queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
         t1 = clock()
-        command, self._pending = self._pending or self._encode(), None
+        command = self._pending if self._pending is not None else self._encode()
+        self._pending = None
         queue.submit([command])
         t2 = clock()
         try:
-            self._pending = self._encode()  # the next invoke's, recorded while the GPU runs this one
+            # While the GPU runs this invoke: release the previous invoke's command buffer (wgpu-native drops
+            # its references to every bind group and pipeline then, which would otherwise happen as `run`
+            # returns) and record the next invoke's.
+            self._in_flight = command
+            self._pending = self._encode()
         finally:
             t3 = clock()
             self.staging.map_async("READ_NOSYNC").sync_wait()
         t4 = clock()
         try:
             data = np.frombuffer(self.staging.read_mapped(copy=False), np.float32)
-            results = {}
-            for t in self.outputs:
-                shape = self.graph.tensors[t].shape
-                n = int(np.prod(shape, dtype=np.int64))
-                start = self.out_offsets[t] // 4
-                results[t] = data[start:start + n].reshape(shape).copy()
+            results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices}
         finally:
             self.staging.unmap()
         self.phases = Phases(upload=t1 - t0, submit=t2 - t1, record_next=t3 - t2, wait=t4 - t3,
