@@ -7,6 +7,7 @@ extras are keyword options (adapter, target, precision, memory_strategy, workgro
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -88,9 +89,13 @@ class Interpreter:
         self._values: dict[int, np.ndarray] = {}
         self._outputs: dict[int, np.ndarray] = {}
         self._runners: dict[str, SignatureRunner] = {}
+        self._invoke_lock = threading.Lock()
 
     # -- setup -------------------------------------------------------------------------------------------
     def allocate_tensors(self) -> None:
+        """Compile the model (once), or again on a new device when the GPU it ran on was lost."""
+        if self._compiled is not None and self._compiled.gpu is not None and not self._compiled.gpu.alive():
+            self._compiled = None
         if self._compiled is None:
             self._compiled = CompiledGraph(self._graph, self._options, self._num_threads)
         for t in self._graph.inputs:
@@ -147,9 +152,12 @@ class Interpreter:
         self._values[tensor_index] = np.array(value, copy=True)
 
     def invoke(self) -> None:
+        """Run the model once (blocking). Invokes of one Interpreter from several threads take turns; set_tensor /
+        get_tensor around them are not atomic, as in LiteRT: give each thread its own Interpreter."""
         compiled = self._require_allocated()
-        feeds = {t: self._values[t] for t in self._graph.inputs}
-        self._outputs = compiled.run(feeds)
+        with self._invoke_lock:
+            feeds = {t: self._values[t] for t in self._graph.inputs}
+            self._outputs = compiled.run(feeds)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         return np.array(self._lookup(tensor_index), copy=True)
@@ -264,6 +272,8 @@ class SignatureRunner:
         unknown = set(kwargs) - set(self._sig.inputs)
         if unknown:
             raise ValueError(f"Invalid Input name ({sorted(unknown)[0]}) for SignatureDef")
+        if self._compiled is not None and self._compiled.gpu is not None and self._compiled.gpu.lost:
+            self._compiled = None  # the last call found the GPU lost: compile again on a new device
         if self._compiled is None:
             self._compiled = CompiledGraph(self._graph, self._interpreter._options, self._interpreter._num_threads)
         feeds = {}

@@ -16,6 +16,8 @@ INSTALL_HINT = (
     "`sudo apt-get install mesa-vulkan-drivers` (lavapipe). `gpuengine inspect` then lists the adapter it uses."
 )
 WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
+DEVICE_LOST = ("the GPU device was lost (driver reset, adapter removed, or device destroyed); call "
+               "allocate_tensors() to recreate it and compile the model again")
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
 
@@ -26,6 +28,23 @@ class GpuDevice:
     features: frozenset[str]
     limits: dict[str, int]
     pipelines: dict[str, Any] = field(default_factory=dict)  # WGSL text -> compute pipeline, shared by programs
+    lost: bool = False
+    _probe: Any = None
+
+    def alive(self) -> bool:
+        """False once the device is lost. wgpu 0.32 only logs a loss, and a submit on a lost device aborts the
+        process, so this asks the device itself: a 4-byte write raises once it is gone."""
+        if self.lost:
+            return False
+        import wgpu
+
+        try:
+            if self._probe is None:
+                self._probe = self.device.create_buffer(size=16, usage=wgpu.BufferUsage.COPY_DST)
+            self.device.queue.write_buffer(self._probe, 0, b"\0\0\0\0")
+        except Exception:  # noqa: BLE001 - wgpu's validation error ("Parent device is lost"), whatever its type
+            self.lost = True
+        return not self.lost
 
     @property
     def name(self) -> str:
@@ -104,7 +123,7 @@ def get_device(preference: str | None = None) -> GpuDevice:
     adapter = select_adapter(preference)
     key = adapter.summary
     with _lock:
-        if key in _devices:
+        if key in _devices and _devices[key].alive():
             return _devices[key]
         features = [f for f in WANTED_FEATURES if f in adapter.features]
         names = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",

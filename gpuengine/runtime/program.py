@@ -31,7 +31,7 @@ from ..tuning import policy
 from ..tuning.cache import Tuned
 from ..tuning.defaults import default_workgroup
 from ..tuning.target import Target
-from .device import GpuDevice
+from .device import DEVICE_LOST, GpuDevice
 
 
 @dataclass
@@ -405,7 +405,15 @@ class GpuProgram:
 
     def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         with self._lock:  # one staging buffer: concurrent invokes of one program take turns
-            return self._run(feeds)
+            if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
+                raise RuntimeError(DEVICE_LOST)
+            try:
+                return self._run(feeds)
+            except Exception as e:  # wgpu's errors, or AttributeError from a destroyed device's poller
+                if not self.gpu.alive():
+                    self._pending = None
+                    raise RuntimeError(DEVICE_LOST) from e
+                raise
 
     def _run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         clock = time.perf_counter
