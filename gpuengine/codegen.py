@@ -48,11 +48,29 @@ def f32_array_literal(values: list[float]) -> Code:
 
 
 BAKE_LIMIT = 64  # constant vec4 arrays up to this length are baked into the shader instead of bound
+PRECISIONS = ("fp32", "fp16")
+STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (kernels/base.py Binding.element)
+
+
+def preamble(precision: str) -> str:
+    """The storage type aliases every shader starts with (kernels/base.py's template contract)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    scalar = "f16" if precision == "fp16" else "f32"
+    enable = "enable f16;\n" if precision == "fp16" else ""
+    return f"{enable}alias S1 = {scalar};\nalias S4 = vec4<{scalar}>;\nalias SM = mat4x4<{scalar}>;\n"
+
+
+def element_bytes(element: str, precision: str) -> int:
+    """Bytes of one array element of a binding."""
+    scalar = 2 if precision == "fp16" and element in STORAGE_TYPES else 4
+    return scalar * {"S1": 1, "S4": 4, "SM": 16, "f32": 1, "u32": 1, "i32": 1, "vec4<f32>": 4}.get(element, 4)
 
 
 def is_baked(b: Binding) -> bool:
-    """Small float constants (biases, PRELU alphas, per-channel operands) become shader literals."""
-    return (b.data is not None and b.element == "vec4<f32>" and b.data.dtype == np.float32
+    """Small float constants (biases, PRELU alphas, per-channel operands) become shader literals (f32 private
+    arrays, whatever the precision)."""
+    return (b.data is not None and b.element in ("S4", "vec4<f32>") and b.data.dtype == np.float32
             and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0)
 
 
@@ -104,11 +122,12 @@ STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
   let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
   var value = v;
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }"""
 
 
-def render(spec: KernelSpec) -> str:
+def render(spec: KernelSpec, precision: str = "fp32") -> str:
+    """The WGSL of a dispatch: the precision's preamble, then the template filled in."""
     params = {k: literal(v) for k, v in spec.params.items()}
     params.update(BINDINGS=bindings_decl(spec), EPILOGUE=epilogue(spec))
     if "SO" in params and "OH" in params and "OW" in params:
@@ -118,7 +137,7 @@ def render(spec: KernelSpec) -> str:
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
     try:
-        text = load_template(spec.shader).substitute(params)
+        text = preamble(precision) + load_template(spec.shader).substitute(params)
         # Fused readers and helpers, each once (a helper may already be in the producer's own text, or inside
         # a prologue reader appended before it).
         for f in dict.fromkeys(spec.functions):

@@ -61,13 +61,15 @@ class CompiledGraph:
         needs_gpu = any(p.device == "gpu" for p in self.plan.partitions)
         self.gpu = gpu or (get_device(options.adapter) if needs_gpu else None)
         self.target: Target | None = self.gpu.target(options.target) if self.gpu is not None else None
+        # fp16 where asked and the adapter can (else fp32, with a warning); what GPU partitions run in
+        self.precision = self.gpu.precision(options.precision) if self.gpu is not None else options.precision
         if tuned is None and self.gpu is not None:
             tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
         self.programs: list[GpuProgram | CpuProgram] = []
         for part in self.plan.partitions:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
-                                                options, tuned, self.target))
+                                                options, tuned, self.target, self.precision))
             else:
                 self.programs.append(CpuProgram(self.graph, part, num_threads))
         # Constants that are outputs (or pass straight through) are served from the host.

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .codegen import PRECISIONS
 from .engine import CompiledGraph
 from .errors import ModelError, UnsupportedOpError
 from .memory import STRATEGIES
@@ -66,15 +67,17 @@ class Interpreter:
                  experimental_compress_quantization_zero_points: bool = False,
                  experimental_disable_delegate_node_fusion: bool = False,
                  experimental_force_delegate_node_profiling: bool = False,
-                 *, adapter: str | None = None, precision: str = "fp32", memory_strategy: str = "best",
+                 *, adapter: str | None = None, precision: str | None = None, memory_strategy: str = "best",
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
                  ) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
             raise ValueError("Exactly one of model_path or model_content must be given")
-        if precision != "fp32":
-            raise ValueError(f"precision {precision!r} is not available yet; use 'fp32'")
+        precision = (precision or os.environ.get("GPUENGINE_PRECISION") or "fp32").strip().lower()
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)} "
+                             "(argument or env GPUENGINE_PRECISION)")
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         target = check_target(target)  # ValueError for an unknown class, before any work
@@ -231,6 +234,8 @@ class Interpreter:
         plan = c.plan
         lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
                  f"target: {c.target.describe() if c.target else 'none'}",
+                 f"precision: {c.precision}" + (f" (asked for {self._options.precision})"
+                                                if c.precision != self._options.precision else ""),
                  f"ops: {len(plan.graph.ops)} after load-time folding ({plan.ops_gpu} on GPU), "
                  f"dispatches per invoke: {c.dispatches}, compile: {c.compile_ms:.0f} ms"]
         for k, p in enumerate(plan.partitions):

@@ -14,8 +14,8 @@ from .interpreter import Interpreter
 from .model.reader import read_model
 from .oracle import random_inputs, relative_error, run_litert
 
-__all__ = ["FUSED_ACTIVATIONS", "assert_matches_litert", "lowering", "random_inputs", "relative_error", "run_gpuengine",
-           "run_litert", "support_reason"]
+__all__ = ["FP16_TOLERANCE", "FUSED_ACTIVATIONS", "assert_matches_litert", "lowering", "random_inputs",
+           "relative_error", "run_gpuengine", "run_litert", "support_reason", "tolerance"]
 
 
 def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) -> tuple[dict[int, np.ndarray], Any]:
@@ -27,12 +27,23 @@ def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) ->
     return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}, it
 
 
+FP16_TOLERANCE = 1e-2  # the fp16 mode's goal: max |Δ| / max(1, max |ref|) against LiteRT's fp32 kernels
+
+
+def tolerance(it: Any, tol: float) -> float:
+    """`tol`, or FP16_TOLERANCE when the interpreter runs in fp16 (its tensors are stored as f16)."""
+    return max(tol, FP16_TOLERANCE) if it.compiled.precision == "fp16" else tol
+
+
 def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = None, tol: float = 1e-4,
                           all_gpu: bool = True, seed: int = 0, **options: Any) -> Any:
-    """Compare every output with LiteRT; with all_gpu, also require that no op fell back to the CPU."""
+    """Compare every output with LiteRT; with all_gpu, also require that no op fell back to the CPU. When the
+    model runs in fp16 (precision="fp16", or env GPUENGINE_PRECISION=fp16), the tolerance is at least
+    FP16_TOLERANCE."""
     feeds = feeds if feeds is not None else random_inputs(model, seed)
     ref = run_litert(model, feeds)
     got, it = run_gpuengine(model, feeds, **options)
+    tol = tolerance(it, tol)
     if all_gpu:
         plan = it.compiled.plan
         cpu = {plan.graph.ops[i].code: plan.support[i] for p in plan.partitions if p.device == "cpu" for i in p.ops}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tests: set up, fetch the reference models (tests that need them skip with the reason if offline),
-# lint, the whole suite, then every op test again with graph passes and fusion switched off.
+# lint, the whole suite, then every op test again with graph passes and fusion switched off, and in fp16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,3 +10,5 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 .venv/bin/python -m pytest -q "$@"
 echo "test: op tests again with passes and fusion off (GPUENGINE_OPTIMIZE=0)"
 GPUENGINE_OPTIMIZE=0 .venv/bin/python -m pytest -q tests/ops "$@"
+echo "test: op tests again in fp16 (GPUENGINE_PRECISION=fp16, the fp16 tolerance)"
+GPUENGINE_PRECISION=fp16 .venv/bin/python -m pytest -q tests/ops "$@"

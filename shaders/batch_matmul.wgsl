@@ -28,6 +28,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
     var value = acc;
     ${EPILOGUE}
-    dst[oi] = value;
+    dst[oi] = S4(value);
   }
 }

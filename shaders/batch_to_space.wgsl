@@ -13,7 +13,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let y = oy + ${TOP}u;
   let x = ox + ${LEFT}u;
   let ib = ((y % ${BH}u) * ${BW}u + x % ${BW}u) * ${B}u + ob;
-  var value = src[((ib * ${S}u + os) * ${IH}u + y / ${BH}u) * ${IW}u + x / ${BW}u];
+  var value = vec4<f32>(src[((ib * ${S}u + os) * ${IH}u + y / ${BH}u) * ${IW}u + x / ${BW}u]);
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

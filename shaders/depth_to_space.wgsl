@@ -19,16 +19,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let base = ((oy % ${BLOCK}u) * ${BLOCK}u + ox % ${BLOCK}u) * ${C}u;
   var value = vec4<f32>(0.0);
   if (${WHOLE}) {
-    value = src[src_at(ob, base / 4u + os, iy, ix)];
+    value = vec4<f32>(src[src_at(ob, base / 4u + os, iy, ix)]);
   } else {
     for (var k = 0u; k < 4u; k++) {
       let c = os * 4u + k;
       if (c < ${C}u) {
         let ic = base + c;
-        value[k] = src[src_at(ob, ic / 4u, iy, ix)][ic % 4u];
+        value[k] = f32(src[src_at(ob, ic / 4u, iy, ix)][ic % 4u]);
       }
     }
   }
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

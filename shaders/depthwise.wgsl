@@ -17,7 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var kx = 0u; kx < ${KW}u; kx++) {
       let ix0 = i32(ox0 * ${SW}u + kx * ${DW}u) - ${PL};
       ${COLS}
-      let w = weights[(os0 * ${KH}u + ky) * ${KW}u + kx];
+      let w = S4(weights[(os0 * ${KH}u + ky) * ${KW}u + kx]);
       ${TAPS}
     }
   }

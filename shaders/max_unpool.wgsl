@@ -26,9 +26,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
       let idx = vec4<i32>(indices[ii]);
       let hit = (idx / vec4<i32>(${FW}) == vec4<i32>(ty - iy * ${STRIDE_H}))
               & (idx % vec4<i32>(${FW}) == vec4<i32>(tx - ix * ${STRIDE_W}));
-      value = select(value, src[ii], hit);
+      value = select(value, vec4<f32>(src[ii]), hit);
     }
   }
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

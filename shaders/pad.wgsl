@@ -22,16 +22,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   var value = vec4<f32>(${VALUE});
   if (ib >= 0 && iy >= 0 && ix >= 0) {
     if (${WHOLE}) {
-      value = src[src_at(u32(ib), os, u32(iy), u32(ix))];
+      value = vec4<f32>(src[src_at(u32(ib), os, u32(iy), u32(ix))]);
     } else {
       for (var k = 0u; k < 4u; k++) {
         let ic = map_c(os * 4u + k);
         if (ic >= 0 && ic < ${IC}) {
-          value[k] = src[src_at(u32(ib), u32(ic) / 4u, u32(iy), u32(ix))][u32(ic) % 4u];
+          value[k] = f32(src[src_at(u32(ib), u32(ic) / 4u, u32(iy), u32(ix))][u32(ic) % 4u]);
         }
       }
     }
   }
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

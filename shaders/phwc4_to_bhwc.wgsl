@@ -8,7 +8,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let oy = gid.y;
   let os = gid.z % ${S}u;
   let ob = gid.z / ${S}u;
-  let value = src[((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox];
+  let value = vec4<f32>(src[((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox]);
   let base = ((ob * ${H}u + oy) * ${W}u + ox) * ${C}u;
   for (var i = 0u; i < 4u; i++) {
     let c = os * 4u + i;

@@ -23,12 +23,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   for (var fy = fy0; fy < fy1; fy++) {
     let row = (base + u32(y0 + fy)) * ${IN_W}u;
     for (var fx = fx0; fx < fx1; fx++) {
-      let v = src[row + u32(x0 + fx)];
+      let v = vec4<f32>(src[row + u32(x0 + fx)]);
       ${ACCUMULATE}
     }
   }
   let count = f32((fy1 - fy0) * (fx1 - fx0));
   ${FINISH}
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

@@ -3,7 +3,7 @@
 ${BINDINGS}
 
 fn src_at(b: u32, s: u32, y: u32, x: u32) -> vec4<f32> {
-  return src[((b * ${S}u + s) * ${IH}u + y) * ${IW}u + x];
+  return vec4<f32>(src[((b * ${S}u + s) * ${IH}u + y) * ${IW}u + x]);
 }
 
 @compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
@@ -23,5 +23,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   var value = src_at(ob, os, y0, x0) * ty.w * tx.w + src_at(ob, os, y1, x0) * ty.z * tx.w
             + src_at(ob, os, y0, x1) * ty.w * tx.z + src_at(ob, os, y1, x1) * ty.z * tx.z;
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

@@ -12,7 +12,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
   let iy = u32(tab[oy].x);
   let ix = u32(tab[${H}u + ox].x);
-  var value = src[((ob * ${S}u + os) * ${IH}u + iy) * ${IW}u + ix];
+  var value = vec4<f32>(src[((ob * ${S}u + os) * ${IH}u + iy) * ${IW}u + ix]);
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

@@ -20,7 +20,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let mx = max(max(m.x, m.y), max(m.z, m.w));
   var acc = vec4<f32>(0.0);
   for (var s = k; s < ${S}u; s += ${SPLIT}u) {
-    let v = src[base + s * plane];
+    let v = vec4<f32>(src[base + s * plane]);
     var t = ${SUM_TERM};
     if (s == ${S}u - 1u) { t = select(vec4<f32>(0.0), t, last_mask); }
     acc += t;
@@ -31,10 +31,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (tile < ${TILES}u) {
     for (var os = k; os < ${S}u; os += ${SPLIT}u) {
       let oi = base + os * plane;
-      let v = src[oi];
+      let v = vec4<f32>(src[oi]);
       var value = ${OUT};
       ${EPILOGUE}
-      dst[oi] = value;
+      dst[oi] = S4(value);
     }
   }
 }

@@ -16,8 +16,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let ix = i32(ox * ${BW}u + blk % ${BW}u) - ${LEFT};
   var value = vec4<f32>(0.0);
   if (iy >= 0 && iy < ${IH} && ix >= 0 && ix < ${IW}) {
-    value = src[((b * ${S}u + os) * ${IH}u + u32(iy)) * ${IW}u + u32(ix)];
+    value = vec4<f32>(src[((b * ${S}u + os) * ${IH}u + u32(iy)) * ${IW}u + u32(ix)]);
   }
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

@@ -18,17 +18,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (${WHOLE}) {
     let blk = (os * 4u) / ${C}u;
     let s = os - blk * (${C}u / 4u);
-    value = src[src_at(ob, s, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)];
+    value = vec4<f32>(src[src_at(ob, s, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)]);
   } else {
     for (var k = 0u; k < 4u; k++) {
       let oc = os * 4u + k;
       let blk = oc / ${C}u;
       let c = oc % ${C}u;
       if (blk < ${BLOCK}u * ${BLOCK}u) {
-        value[k] = src[src_at(ob, c / 4u, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)][c % 4u];
+        value[k] = f32(src[src_at(ob, c / 4u, oy * ${BLOCK}u + blk / ${BLOCK}u, ox * ${BLOCK}u + blk % ${BLOCK}u)][c % 4u]);
       }
     }
   }
   ${EPILOGUE}
-  dst[oi] = value;
+  dst[oi] = S4(value);
 }

@@ -98,6 +98,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "memory_bytes": memory,
         "adapter": compiled.gpu.name if compiled.gpu else None,
         "target": compiled.target.name if compiled.target else None,
+        "precision": compiled.precision,
         "dispatch_list": dispatch_list,
         "_interpreter": it,
     }
@@ -116,7 +117,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']})")
+    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}, precision {report['precision']})")
     print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
           f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
     for k, p in enumerate(report["partitions"]):

@@ -4,6 +4,11 @@ A kernel never touches the GPU. `build` returns KernelSpecs: which WGSL template
 it, which tensors and prepared constant arrays to bind, and the grid. The runtime turns specs into pipelines.
 
 Template contract (shaders/*.wgsl, filled by codegen.render):
+  * Element types: tensors are stored as `S4` (vec4; `S1` for a scalar view, `SM` for mat4x4 weight blocks),
+    which codegen's preamble makes f16 or f32 by the program's precision. Arithmetic is f32: every load from
+    storage converts (`vec4<f32>(src[i])`) and every store converts back (`dst[oi] = S4(value)`), except the
+    inner products of the conv family, FC and BATCH_MATMUL, which multiply in storage precision and accumulate
+    in f32 (`acc += vec4<f32>(w * s)`).
   * `${BINDINGS}` is replaced by the storage declarations of `spec.bindings`, in order (binding i = index i).
   * `${WG_X}`, `${WG_Y}`, `${WG_Z}` are the workgroup size; `${GRID_X}`.. the logical grid, to bounds-check.
   * Every other `${NAME}` comes from `spec.params` (numbers become WGSL literals; `Code` is inserted as is).
@@ -39,7 +44,11 @@ class Binding:
     data: np.ndarray | None = None  # prepared once at build time (e.g. re-laid-out weights), f32 or u32
     scratch_bytes: int = 0
     writable: bool = False
-    element: str = "vec4<f32>"  # WGSL element type of the array
+    # WGSL element type of the array. The storage types follow the program's precision (codegen.preamble):
+    # "S4" a PHWC4 vec4 (tensors, and constants that are tensor data), "S1" one scalar of PHWC4 storage, "SM" a
+    # mat4x4 weight block; f16 in fp16 mode, f32 otherwise. Fixed types ("vec4<f32>", "f32", "u32") never change:
+    # raw BHWC boundary buffers, index and interpolation tables.
+    element: str = "S4"
     raw: bool = False  # a BHWC (not PHWC4) boundary buffer: only the layout converters use it
     shared: bool = False  # set by the runtime: another binding of this dispatch lives in the same buffer
 

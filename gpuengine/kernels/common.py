@@ -108,7 +108,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     b_, h_, w_ = storage[:3]
     index = f"(({idx[0]} * {slices(c_)}u + {idx_s}) * {h_}u + {idx[1]}) * {w_}u + {idx[2]}"
     var = f"in_{name}"
-    body = f"  let v = {var}[{index}];\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
+    body = f"  let v = vec4<f32>({var}[{index}]);\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
     if zero_extend:  # lanes past the channels inside the last slice are already zero in PHWC4 storage
         body = f"  if (s >= {slices(c_)}u) {{ return vec4<f32>(0.0); }}\n" + body
     if tensor.data is not None:

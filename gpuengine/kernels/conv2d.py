@@ -290,7 +290,13 @@ def accumulators(tile: tuple[int, int]) -> list[str]:
     return [f"acc_{j}_{t}" for j in range(tile[1]) for t in range(tile[0])]
 
 
-def acc_init(tile: tuple[int, int], bias: str = "bias[os0 + {j}u]") -> Code:
+def mat_taps(tile: tuple[int, int]) -> list[str]:
+    """Every weight block w_j times every input s_t of a tile: multiplied in storage precision (f16 in fp16
+    mode: 4-term partial sums), accumulated in f32."""
+    return [f"acc_{j}_{t} += vec4<f32>(w_{j} * s_{t});" for j in range(tile[1]) for t in range(tile[0])]
+
+
+def acc_init(tile: tuple[int, int], bias: str = "vec4<f32>(bias[os0 + {j}u])") -> Code:
     """Accumulators start at the bias on the invocation that stores (k == 0), at zero on the others."""
     return lines([f"var acc_{j}_{t} = select(vec4<f32>(0.0), {bias.format(j=j)}, k == 0u);"
                   for j in range(tile[1]) for t in range(tile[0])], 2)
@@ -357,7 +363,7 @@ def _bindings(
 ) -> list[Binding]:
     return [
         Binding("src", tensor=src),
-        Binding("weights", data=weight_blocks(w, so_pad), element="mat4x4<f32>"),
+        Binding("weights", data=weight_blocks(w, so_pad), element="SM"),
         Binding("bias", data=bias_vec4(bias, g.oc, so_pad)),
         Binding("dst", tensor=dst, writable=True),
     ]
@@ -379,9 +385,9 @@ def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: 
 
     def make(d: Decomposition) -> KernelSpec:
         xt, st = d.tile
-        taps = [f"let s_{t} = select(vec4<f32>(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
+        taps = [f"let s_{t} = select(S4(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
-        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+        taps += mat_taps(d.tile)
         params = {"COLS": column_reads(g, xt), "TAPS": lines(taps, 8), "STORE": _stores(d.tile),
                   "SPLIT_PLANE": d.split * g.ih * g.iw}
         return conv_family_spec(g, "conv2d", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst), epilogue,
@@ -400,9 +406,9 @@ def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int,
         if reader is None:
             taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
         else:  # fused elementwise ops evaluated as the input is loaded
-            taps = [f"let s_{t} = load_src(si + p_{t}, ob, sl);" for t in range(xt)]
+            taps = [f"let s_{t} = S4(load_src(si + p_{t}, ob, sl));" for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
-        taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(xt)]
+        taps += mat_taps(d.tile)
         # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
         store = [f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
                  for j in range(st) for t in range(xt)]
@@ -442,12 +448,12 @@ def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: in
         for ky in range(g.kh):
             for kx in range(g.kw):
                 tap = [
-                    f"let s_{t} = select(vec4<f32>(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
+                    f"let s_{t} = select(S4(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
                     for t in range(xt)
                 ]
                 for j in range(st):
                     tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
-                    tap += [f"acc_{j}_{t} += w_{j} * s_{t};" for t in range(xt)]
+                    tap += [f"acc_{j}_{t} += vec4<f32>(w_{j} * s_{t});" for t in range(xt)]
                 taps.append("{ " + " ".join(tap) + " }")
         params = {"TAPS": lines(taps, 2), "STORE": _stores(d.tile)}
         return conv_family_spec(g, "conv2d_first", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst),

@@ -45,10 +45,10 @@ def tap_weights(w: np.ndarray, oc: int) -> np.ndarray:
 
 
 def load_fn(g: ConvGeometry, mult: int) -> Code:
-    """`load(ob, iy, ix, os)`: the input vec4 feeding output slice os at pixel (iy, ix)."""
+    """`load(ob, iy, ix, os)`: the input vec4 feeding output slice os at pixel (iy, ix), in storage precision."""
     plane = g.ih * g.iw
     head = (
-        "fn load(ob: u32, iy: u32, ix: u32, os: u32) -> vec4<f32> {\n"
+        "fn load(ob: u32, iy: u32, ix: u32, os: u32) -> S4 {\n"
         f"  let base = ob * {g.si * plane}u + iy * {g.iw}u + ix;\n"
     )
     if mult == 1:
@@ -57,11 +57,11 @@ def load_fn(g: ConvGeometry, mult: int) -> Code:
         return Code(
             head
             + f"  let c = os * 4u / {mult}u;\n"
-            + f"  return vec4<f32>(src[base + c / 4u * {plane}u][c % 4u]);\n}}\n"
+            + f"  return S4(src[base + c / 4u * {plane}u][c % 4u]);\n}}\n"
         )
     body = "".join(f"  let c{lane} = min((os * 4u + {lane}u) / {mult}u, {g.ic - 1}u);\n" for lane in range(4))
     vals = ", ".join(f"src[base + c{lane} / 4u * {plane}u][c{lane} % 4u]" for lane in range(4))
-    return Code(head + body + f"  return vec4<f32>({vals});\n}}\n")
+    return Code(head + body + f"  return S4({vals});\n}}\n")
 
 
 class DepthwiseConv2DKernel:
@@ -124,7 +124,8 @@ def depthwise_variants(
         if unrolled:
             s = g.sh
             ncols = (xt - 1) * s + 3
-            taps = [f"let w{k} = weights[os0 * 9u + {k}u];" for k in range(9)]
+            # S4(...): small weights are baked into the shader as f32 literals (codegen.is_baked)
+            taps = [f"let w{k} = S4(weights[os0 * 9u + {k}u]);" for k in range(9)]
             taps += [
                 f"let ix{c} = ix_base + {c}; let okx{c} = ix{c} >= 0 && ix{c} < {g.iw}; "
                 f"let cx{c} = u32(clamp(ix{c}, 0, {g.iw - 1}));"
@@ -136,13 +137,14 @@ def depthwise_variants(
                     f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
                 )
                 taps += [
-                    f"let v{r}_{c} = select(vec4<f32>(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
+                    f"let v{r}_{c} = select(S4(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
                     for c in range(ncols)
                 ]
-                taps += [f"acc_0_{t} += w{r * 3 + kx} * v{r}_{t * s + kx};" for t in range(xt) for kx in range(3)]
+                taps += [f"acc_0_{t} += vec4<f32>(w{r * 3 + kx} * v{r}_{t * s + kx});"
+                         for t in range(xt) for kx in range(3)]
             params["TAPS"] = lines(taps, 2)
             return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} 3x3 s{s}")
-        taps = [f"acc_0_{t} += w * select(vec4<f32>(0.0), load(ob, u32(iy), cx_{t}, os0), ok_{t});"
+        taps = [f"acc_0_{t} += vec4<f32>(w * select(S4(0.0), load(ob, u32(iy), cx_{t}, os0), ok_{t}));"
                 for t in range(xt)]
         params.update(COLS=column_reads(g, xt), TAPS=lines(taps, 6))
         return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} {g.kh}x{g.kw} general")

@@ -22,7 +22,7 @@ from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
-from .conv2d import acc_init, accumulators, bias_vec4, lines
+from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -112,12 +112,12 @@ class FullyConnectedKernel:
             sg = -(-so // st)
             taps = [f"let s_{t} = src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)];" for t in range(rt)]
             taps += [f"let w_{j} = weights[(os0 + {j}u) * {depth}u + q];" for j in range(st)]
-            taps += [f"acc_{j}_{t} += w_{j} * s_{t};" for j in range(st) for t in range(rt)]
+            taps += mat_taps(d.tile)
             store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             bindings = [
                 Binding("src", tensor=x),
-                Binding("weights", data=fc_blocks(w, ic, sg * st), element="mat4x4<f32>"),
+                Binding("weights", data=fc_blocks(w, ic, sg * st), element="SM"),
                 Binding("bias", data=bias_vec4(bias, o, sg * st)),
                 Binding("dst", tensor=out, writable=True),
             ]
@@ -195,7 +195,7 @@ def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding,
         index = f"({i1} * {s}u + sl) * {rows}u + row"
     else:
         index = f"(({i0} * {s}u + sl) * {d1}u + {i1}) * {rows}u + row"
-    fn = f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ return {name}[{index}]; }}\n"
+    fn = f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ return vec4<f32>({name}[{index}]); }}\n"
     return Code(fn), binding, shape, adj
 
 

@@ -239,7 +239,7 @@ def analyse(out_shape: tuple[int, ...], src_shapes: list[tuple[int, ...]], mappi
 
 def _assign(case: Case, name: str, shape: tuple[int, ...], vec4: bool) -> str:
     flat, vec = storage_index(shape, case.coords)
-    return f"value = {name}[{vec.code}];" if vec4 else f"value[l] = {name}[{flat.code}];"
+    return f"value = vec4<f32>({name}[{vec.code}]);" if vec4 else f"value[l] = f32({name}[{flat.code}]);"
 
 
 def _select(cases: list[Case], names: dict[int, str], shapes: list[tuple[int, ...]], vec4: bool,
@@ -280,7 +280,7 @@ def build_gather(op: Op, graph: Graph, out_t: int, sources: list[int], mapping: 
         return [Alias(out_t, src0)]
     b, h, w, c = to_bhwc(out_shape)
     s = slices(c)
-    element = "vec4<f32>" if info.vec4 else "f32"
+    element = "S4" if info.vec4 else "S1"
     tables = tables or {}
     # Distinct tensors get one binding each; sources naming the same tensor share it.
     tensor_of = {i: sources[i] for i in info.used}
@@ -298,7 +298,7 @@ def build_gather(op: Op, graph: Graph, out_t: int, sources: list[int], mapping: 
         cases = [case for case in info.cases if case.src in tensor_of and tensor_of[case.src] in names]
         by_src = {i: names[tensor_of[i]] for i in tensor_of if tensor_of[i] in names}
         select = _select(cases, by_src, shapes, info.vec4, exhaustive=len(groups) == 1)
-        init = "dst[oi]" if g else "vec4<f32>(0.0)"
+        init = "vec4<f32>(dst[oi])" if g else "vec4<f32>(0.0)"
         if info.vec4:
             body = f"let c = os * 4u;\n  var value = {init};\n  {select}"
         else:

@@ -107,7 +107,7 @@ def input_reader(op: Op, graph: Graph, name: str = "src", option: str = "prologu
     slice ps), computed by its prologue (the Steps in `option`); the leaves' bindings (input 0 as `<name>`); and a
     label suffix naming the fused ops."""
     helpers, body, bindings = _evaluate(op, graph, name, option, mask_padding=True)
-    head = f"fn load_{name}(pi: u32, pb: u32, ps: u32) -> vec4<f32> {{\n  let x = {name}[pi];\n"
+    head = f"fn load_{name}(pi: u32, pb: u32, ps: u32) -> vec4<f32> {{\n  let x = vec4<f32>({name}[pi]);\n"
     text = "".join(f"{h}\n" for h in dict.fromkeys(helpers)) + head + body + "}\n"
     label = " (input: " + "+".join(step.op.code for step in op.opt(option)) + ")"
     return Code(text), [Binding(name, tensor=op.inputs[0]), *bindings], label
@@ -152,7 +152,7 @@ def _evaluate(op: Op, graph: Graph, name: str, option: str, mask_padding: bool
                 frame = (1, 1, 1, shape[3]) if kind == "channel" else shape
                 bindings.append(Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(frame))))
             index = {"full": "pi", "channel": "ps", "batch_channel": f"pb * {s}u + ps"}[kind]  # type: ignore[index]
-            reads[k] = f"{var}[{index}]"
+            reads[k] = f"vec4<f32>({var}[{index}])"
         return reads[k]
 
     for j, step in enumerate(steps):

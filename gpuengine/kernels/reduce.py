@@ -89,7 +89,7 @@ def reduce_variants(kind: str, src: int, dst: int, in_shape: tuple[int, ...], ax
         stride *= n
     total = stride * (s_in if channel_reduced else 1)
     index = f"(({coord[0]} * {s_in}u + {{s}}) * {h}u + {coord[1]}) * {w}u + {coord[2]}"
-    read = "src[{i}]" if reader is None else f"load_src({{i}}, {coord[0]}, {{s}})"
+    read = "vec4<f32>(src[{i}])" if reader is None else f"load_src({{i}}, {coord[0]}, {{s}})"
     init = f"vec4<f32>({literal(identity)})"
     head = "fn load(ob: u32, oy: u32, ox: u32, os: u32, q: u32) -> vec4<f32> {\n" + "\n".join(decode) + "\n"
     if not channel_reduced:

@@ -86,7 +86,7 @@ class ResizeKernel:
         table_fn = bilinear_table if bilinear else nearest_table
         table = np.concatenate([table_fn(h, oh, ac, hp), table_fn(w, ow, ac, hp)]).reshape(-1)
         params = {"S": slices(c), "H": oh, "W": ow, "IH": h, "IW": w}
-        bindings = [Binding("src", tensor=x_t), Binding("tab", data=table),
+        bindings = [Binding("src", tensor=x_t), Binding("tab", data=table, element="vec4<f32>"),  # indices, weights
                     Binding("dst", tensor=out_t, writable=True)]
         return [KernelSpec("resize_bilinear" if bilinear else "resize_nearest", params, bindings,
                            grid=(ow, oh, b * slices(c)), out_channels=c,

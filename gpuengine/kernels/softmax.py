@@ -68,7 +68,7 @@ class SoftmaxKernel:
             max_pass = ""
             if math["NEEDS_MAX"]:
                 max_pass = (f"for (var s = k; s < {s}u; s += {d.split}u) {{\n"
-                            "    var v = src[base + s * plane];\n"
+                            "    var v = vec4<f32>(src[base + s * plane]);\n"
                             f"    if (s == {s - 1}u) {{ v = select(vec4<f32>({literal(-FLT_MAX)}), v, last_mask); }}\n"
                             "    m = max(m, v);\n  }\n  " + shared["REDUCE"])
             params = {**fixed, **shared, "MAX_PASS": Code(max_pass),

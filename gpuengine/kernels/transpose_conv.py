@@ -161,8 +161,8 @@ def transpose_spec(
     si, so = -(-ic // 4), -(-oc // 4)
     st = 2 if so >= 2 else 1
     sg = -(-so // st)
-    init = [f"var acc_{j} = bias[os0 + {j}u];" for j in range(st)]
-    taps = [f"acc_{j} += weights[wi + {j * kh * kw * si}u] * s;" for j in range(st)]
+    init = [f"var acc_{j} = vec4<f32>(bias[os0 + {j}u]);" for j in range(st)]
+    taps = [f"acc_{j} += vec4<f32>(weights[wi + {j * kh * kw * si}u] * s);" for j in range(st)]
     store = [f"store(acc_{j}, ob, oy, ox, os0 + {j}u);" for j in range(st)]
     params = {
         "SG": sg,
@@ -186,7 +186,7 @@ def transpose_spec(
     }
     bindings = [
         Binding("src", tensor=p.src),
-        Binding("weights", data=weight_blocks(w, sg * st), element="mat4x4<f32>"),
+        Binding("weights", data=weight_blocks(w, sg * st), element="SM"),
         Binding("bias", data=bias_vec4(bias, oc, sg * st)),
         Binding("dst", tensor=dst, writable=True),
     ]

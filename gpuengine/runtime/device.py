@@ -58,6 +58,15 @@ class GpuDevice:
     def storage_alignment(self) -> int:
         return int(self.limits.get("min-storage-buffer-offset-alignment", 256))
 
+    def precision(self, requested: str) -> str:
+        """The precision a program runs in: fp16 needs the adapter's `shader-f16` feature; without it, fp32 and
+        a warning (the results stay right, only memory and speed are those of fp32)."""
+        if requested == "fp16" and "shader-f16" not in self.features:
+            warnings.warn(f"The adapter {self.name!r} has no shader-f16 feature: running in fp32 instead of fp16.",
+                          RuntimeWarning, stacklevel=4)
+            return "fp32"
+        return requested
+
     def target(self, preference: str | None = None) -> Target:
         """The adapter class kernels decompose their work for: `preference` (or env GPUENGINE_TARGET) when
         given, else detected from the adapter (tuning/target.py)."""

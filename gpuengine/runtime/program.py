@@ -39,7 +39,7 @@ class EngineOptions:
     """Engine extras, passed as Interpreter keyword options."""
 
     adapter: str | None = None
-    precision: str = "fp32"
+    precision: str = "fp32"  # "fp16": tensors and weights stored as f16 where the adapter has shader-f16
     memory_strategy: str = "best"
     workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
     optimize: bool = True  # graph transformations and fusion
@@ -74,8 +74,9 @@ class CompiledInfo:
     compile_ms: float = 0.0
 
 
-def usage_records(specs: list[KernelSpec], graph: Graph, root: Any) -> list[UsageRecord]:
-    """First/last dispatch of every PHWC4 tensor the partition keeps on the GPU (raw boundary buffers excluded)."""
+def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes: int = 4) -> list[UsageRecord]:
+    """First/last dispatch and bytes of every PHWC4 tensor the partition keeps on the GPU (raw boundary buffers
+    excluded); scalar_bytes: 2 when tensors are stored as f16."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for step, spec in enumerate(specs):
@@ -85,8 +86,8 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any) -> list[Usag
             t = root(b.tensor)
             first.setdefault(t, step)
             last[t] = step
-    return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape) * 4, first=first[t], last=last[t])
-            for t in sorted(first)]
+    return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape) * scalar_bytes, first=first[t],
+                        last=last[t]) for t in sorted(first)]
 
 
 def signature(spec: KernelSpec) -> str:
@@ -170,9 +171,11 @@ class GpuProgram:
     """A compiled GPU partition. inputs/outputs are graph tensor indices exchanged as numpy BHWC arrays."""
 
     def __init__(self, graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], gpu: GpuDevice,
-                 options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None) -> None:
+                 options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None,
+                 precision: str | None = None) -> None:
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
+        self.precision = precision or gpu.precision(options.precision)
         self.target = target or gpu.target(options.target)
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.choices = Choices(self.target, tuned, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
@@ -180,7 +183,7 @@ class GpuProgram:
                                                          self.choices)
         self.tuned = self.choices.from_cache
         self.info = CompiledInfo(specs=specs)
-        self.info.records = usage_records(specs, graph, self.root)
+        self.info.records = usage_records(specs, graph, self.root, codegen.element_bytes("S1", self.precision))
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment)
         self._mark_shared(specs)
         self._validate(specs)
@@ -267,13 +270,20 @@ class GpuProgram:
 
     def _binding_bytes(self, b: Binding) -> int:
         if b.data is not None:
-            return max(4, b.data.nbytes)
+            return max(4, self._upload_data(b).nbytes)
         if b.scratch_bytes:
             return b.scratch_bytes
         shape = self.graph.tensors[b.tensor].shape
         if b.raw:
             return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
-        return max(16, phwc4_elements(shape) * 4)
+        return max(16, phwc4_elements(shape) * codegen.element_bytes("S1", self.precision))
+
+    def _upload_data(self, b: Binding) -> np.ndarray:
+        """A constant binding's bytes as the shader reads them: storage-typed float data as f16 in fp16 mode."""
+        data = np.ascontiguousarray(b.data)
+        if self.precision == "fp16" and b.element in codegen.STORAGE_TYPES and data.dtype == np.float32:
+            return data.astype(np.float16)
+        return data
 
     def _allocate(self, specs: list[KernelSpec]) -> None:
         import wgpu
@@ -318,7 +328,7 @@ class GpuProgram:
             if b.data is not None:
                 buf = constants.get(id(b.data))
                 if buf is None:
-                    data = np.ascontiguousarray(b.data)
+                    data = self._upload_data(b)
                     buf = constants[id(b.data)] = dev.create_buffer_with_data(
                         data=data.tobytes() if data.nbytes else b"\0" * 16, usage=usage)
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
@@ -339,7 +349,7 @@ class GpuProgram:
 
     def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
         """The spec's WGSL and its pipeline; identical text compiles once per device."""
-        source = codegen.render(spec)
+        source = codegen.render(spec, self.precision)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is None:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
