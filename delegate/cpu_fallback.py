@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
-from gpuengine.errors import UnsupportedOpError
-from gpuengine.model.builder import write_model
+from gpuengine.errors import ModelError, UnsupportedOpError
+from gpuengine.model.builder import give_bias, write_model
 from gpuengine.model.ir import Graph, Model
 
 from .partition import Partition
@@ -29,9 +30,36 @@ def sub_model(graph: Graph, part: Partition) -> tuple[bytes, dict[int, int]]:
                                outputs=[remap[t] for t in graph.ops[i].outputs],
                                intermediates=[remap[t] for t in graph.ops[i].intermediates])
            for k, i in enumerate(part.ops)]
+    for op in ops:
+        give_bias(op, tensors)
     sub = Graph(tensors=tensors, ops=ops, inputs=[remap[t] for t in part.inputs],
                 outputs=[remap[t] for t in part.outputs], name="cpu_partition")
     return write_model(Model(subgraphs=[sub])), remap
+
+
+def refusal(error: Exception, graph: Graph, part: Partition) -> Exception:
+    """LiteRT refusing to prepare a sub-model, as an error naming the model's op: a custom op it has no kernel
+    for is UnsupportedOpError; any other op it refuses is malformed in a way the validator (model/validate.py)
+    has no rule for yet, a ModelError with LiteRT's reason. Anything else is returned unchanged."""
+    text = str(error)
+    missing = re.search(r"Didn't find op for builtin opcode '([^']+)' version '(\d+)'", text)
+    if missing is not None:  # a builtin this LiteRT build does not register (most STABLEHLO_* ops)
+        ops = [graph.ops[i] for i in part.ops if graph.ops[i].code == missing.group(1)]
+        where = f"op {ops[0].index} ({ops[0].code})" if ops else f"builtin {missing.group(1)}"
+        return UnsupportedOpError(f"{where} cannot run on the GPU, and LiteRT's CPU runtime has no kernel for it "
+                                  f"(version {missing.group(2)})")
+    node = re.search(r"Node number (\d+) \(([^)]*)\) failed to prepare", text)
+    if node is None or int(node.group(1)) >= len(part.ops):
+        return error
+    op = graph.ops[part.ops[int(node.group(1))]]
+    where = f"op {op.index} ({op.code})"
+    if "unresolved custom op" in text:
+        from gpuengine.kernels import registry
+
+        return UnsupportedOpError(f"{where} cannot run on the GPU ({registry.check(op, graph) or 'not chosen'}) "
+                                  "and LiteRT's CPU runtime has no kernel for this custom op")
+    reason = text[:node.start()].strip().replace("\n", " ")
+    return ModelError(f"{where}: LiteRT's CPU runtime cannot prepare it: {reason or text}")
 
 
 class CpuProgram:
@@ -46,9 +74,20 @@ class CpuProgram:
                 f"ops {names} cannot run on the GPU and need the CPU fallback, which is not installed. "
                 f"Install it with: {INSTALL}") from e
         self.graph, self.part = graph, part
+        for i in part.ops:
+            op = graph.ops[i]
+            called = {n: v for n, v in (op.options.fields.items() if op.options is not None else ())
+                      if n.endswith("subgraph_index") and v is not None}
+            if called:
+                names = ", ".join(f"{n} {v}" for n, v in called.items())
+                raise UnsupportedOpError(f"op {op.index} ({op.code}) calls other subgraphs ({names}); it cannot run on "
+                                         "the GPU, and the CPU fallback runs each partition as a one-subgraph model")
         model, self.remap = sub_model(graph, part)
-        self.interpreter = Interpreter(model_content=model, num_threads=num_threads)
-        self.interpreter.allocate_tensors()
+        try:
+            self.interpreter = Interpreter(model_content=model, num_threads=num_threads)
+            self.interpreter.allocate_tensors()
+        except (RuntimeError, ValueError) as e:
+            raise refusal(e, graph, part) from e
 
     def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         for t in self.part.inputs:

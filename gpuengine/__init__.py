@@ -1,8 +1,22 @@
 """gpuengine: run TensorFlow Lite models on any GPU through WebGPU, with hand-written WGSL kernels."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import InvokeJob
 from .errors import AdapterError, GpuEngineError, ModelError, UnsupportedOpError
-from .interpreter import Interpreter, SignatureRunner
+from .interpreter import Interpreter, SignatureRunner, TensorBuffer
 
 __version__ = "0.1.0"
-__all__ = ["AdapterError", "GpuEngineError", "Interpreter", "ModelError", "SignatureRunner",
-           "UnsupportedOpError", "__version__"]
+__all__ = ["AdapterError", "GpuEngineError", "Interpreter", "InvokeJob", "ModelError", "SignatureRunner",
+           "TensorBuffer", "UnsupportedOpError", "__version__", "get_device"]
+
+
+def get_device(adapter: str | None = "auto") -> Any:
+    """The wgpu.GPUDevice gpuengine runs on for an adapter choice ("auto", "hardware", "software" or part of an
+    adapter name), created once per choice: pass it as Interpreter(..., device=...) to put several models on one
+    device, where they can share GPU buffers (set_input_buffer / output_buffer)."""
+    from .runtime.device import get_device as engine_device
+
+    return engine_device(adapter).device

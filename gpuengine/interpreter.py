@@ -6,16 +6,19 @@ extras are keyword options (adapter, target, precision, memory_strategy, workgro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
 
 from .codegen import PRECISIONS
-from .engine import CompiledGraph
+from .engine import CompiledGraph, InvokeJob
 from .errors import ModelError, UnsupportedOpError
 from .memory import STRATEGIES
+from .model import validate
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
 from .runtime.program import EngineOptions
@@ -56,6 +59,20 @@ def tensor_details(t: Tensor) -> dict[str, Any]:
     }
 
 
+class TensorBuffer:
+    """A model input or output on the GPU: `buffer` (a wgpu.GPUBuffer) holds it in BHWC row-major order as
+    `dtype`; valid until its interpreter's next allocate_tensors(). Unpacks as (buffer, dtype)."""
+
+    def __init__(self, buffer: Any, dtype: Any, shape: tuple[int, ...], owner: Any, generation: int) -> None:
+        self.buffer, self.dtype, self.shape, self.owner, self.generation = buffer, dtype, shape, owner, generation
+
+    def __iter__(self) -> Any:
+        return iter((self.buffer, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"TensorBuffer({self.shape} {np.dtype(self.dtype).name}, {self.buffer.size} bytes)"
+
+
 class Interpreter:
     """LiteRT-compatible interpreter backed by WebGPU kernels (CPU fallback through LiteRT for the rest)."""
 
@@ -69,7 +86,7 @@ class Interpreter:
                  experimental_force_delegate_node_profiling: bool = False,
                  *, adapter: str | None = None, precision: str | None = None, memory_strategy: str = "best",
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
-                 ) -> None:
+                 device: Any = None, max_inflight: int = 2) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -81,11 +98,17 @@ class Interpreter:
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         target = check_target(target)  # ValueError for an unknown class, before any work
+        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int) or max_inflight < 1:
+            raise ValueError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
+        if device is not None and not hasattr(device, "queue"):
+            raise ValueError(f"device must be a wgpu.GPUDevice (gpuengine.get_device()), got {type(device).__name__}")
         self._model: Model = read_model(model_path if model_path is not None else model_content)
+        validate.validate_model(self._model)  # op level, before partitioning, the CPU fallback or codegen see it
         if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere (the test suite's switch)
             optimize = os.environ.get("GPUENGINE_OPTIMIZE", "1").strip().lower() not in ("0", "false", "no", "off")
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
-                                      workgroup_cache=workgroup_cache, optimize=optimize, target=target)
+                                      workgroup_cache=workgroup_cache, optimize=optimize, target=target,
+                                      device=device, max_inflight=max_inflight)
         self._num_threads = num_threads
         self._graph: Graph = self._model.main
         self._compiled: CompiledGraph | None = None
@@ -93,12 +116,25 @@ class Interpreter:
         self._outputs: dict[int, np.ndarray] = {}
         self._runners: dict[str, SignatureRunner] = {}
         self._invoke_lock = threading.Lock()
+        self._generation = 0  # allocate_tensors() calls: GPU buffers handed out are valid within one
+        self._bound: set[int] = set()  # input tensors read from a user's GPU buffer or written on the GPU
 
     # -- setup -------------------------------------------------------------------------------------------
     def allocate_tensors(self) -> None:
-        """Compile the model (once), or again on a new device when the GPU it ran on was lost."""
+        """Compile the model (once), or again on a new device when the GPU it ran on was lost. GPU buffers handed
+        out before (input_buffer, output_buffer) and inputs bound to a user's buffer stop being valid."""
         if self._compiled is not None and self._compiled.gpu is not None and not self._compiled.gpu.alive():
+            if self._options.device is not None:
+                raise RuntimeError("the GPU device passed as device= was lost; create a new one "
+                                   "(gpuengine.get_device()) and a new Interpreter on it")
             self._compiled = None
+        self._generation += 1
+        if self._compiled is not None:
+            for t in self._bound:
+                for prog in self._compiled.gpu_programs:
+                    if t in prog.inputs:
+                        prog.bind_input(t, None)
+        self._bound.clear()
         if self._compiled is None:
             self._compiled = CompiledGraph(self._graph, self._options, self._num_threads)
         for t in self._graph.inputs:
@@ -127,7 +163,14 @@ class Interpreter:
                 if old != -1 and old != new:
                     raise RuntimeError(f"ResizeInputTensorStrict only allows mutating unknown dimensions "
                                        f"identified by -1 (dimension {d}).")
+        # LiteRT's shape inference below allocates the resized model: refuse a size this process cannot hold first
+        need = validate.tensor_bytes(dataclasses.replace(tensor, shape=new_shape))
+        available = validate.available_bytes()
+        if need > available:
+            raise ModelError(f"input {input_index} ({tensor.name!r}) resized to {new_shape} {tensor.dtype} would "
+                             f"need {need:,} bytes, more than the {available:,} this process can allocate")
         self._graph = _reshaped(self._model, self._graph, {input_index: new_shape})
+        validate.validate_graph(self._graph)
         self._compiled = None
         self._values.pop(input_index, None)
 
@@ -153,6 +196,8 @@ class Interpreter:
         if self._compiled is None:
             raise ValueError("Cannot set tensor: allocate_tensors() must be called first")
         self._values[tensor_index] = np.array(value, copy=True)
+        if tensor_index in self._bound:  # a host value again: upload it, no longer read from a GPU buffer
+            self._bind(tensor_index, None)
 
     def invoke(self) -> None:
         """Run the model once (blocking). Invokes of one Interpreter from several threads take turns; set_tensor /
@@ -161,6 +206,114 @@ class Interpreter:
         with self._invoke_lock:
             feeds = {t: self._values[t] for t in self._graph.inputs}
             self._outputs = compiled.run(feeds)
+
+    def invoke_async(self, feeds: dict[int, Any] | None = None, read_outputs: bool = True) -> InvokeJob:
+        """Start an invoke and return at once: `job.result()` blocks for {output tensor index: array},
+        `job.done()` tells without blocking. feeds: {input tensor index: value} for this invoke only (others:
+        the values set_tensor gave). Up to `max_inflight` invokes are in flight, each with its own staging buffer,
+        so the next one is uploaded and recorded while the GPU runs this one; submitting more first collects the
+        oldest (its result is kept). read_outputs=False: the outputs stay on the GPU (output_buffer) and
+        result() only waits, returning {}: a model whose outputs feed another on the GPU needs no readback.
+        Results equal those of invoke(); get_tensor() is only updated by invoke(). A model with CPU partitions
+        runs to the end inside this call."""
+        compiled = self._require_allocated()
+        values = {t: self._values[t] for t in self._graph.inputs}
+        for t, value in (feeds or {}).items():
+            values[t] = self._checked(t, value)
+        with self._invoke_lock:
+            return compiled.submit(values, read_outputs)
+
+    # -- GPU-resident inputs and outputs (positions as in get_input_details / get_output_details) -------------
+    def output_buffer(self, i: int) -> TensorBuffer:
+        """The GPU buffer holding output i (its position in get_output_details()) after each invoke, BHWC
+        row-major, and its dtype; valid until the next allocate_tensors()."""
+        t = self._position(i, self._graph.outputs, "output")
+        prog = next((p for p in self._require_allocated().gpu_programs if t in p.outputs), None)
+        if prog is None:
+            raise ValueError(f"output {i} ({self._graph.tensors[t].name!r}) is not computed on the GPU (it comes "
+                             "from the CPU fallback or is a constant): read it with get_tensor()")
+        return TensorBuffer(prog.output_buffer(t), self._graph.tensors[t].dtype, self._graph.tensors[t].shape,
+                            weakref.ref(self), self._generation)
+
+    def input_buffer(self, i: int) -> TensorBuffer:
+        """The GPU buffer input i (its position in get_input_details()) is read from, BHWC row-major, and its
+        dtype. Asking for it hands the input over to the GPU: invokes stop uploading the host value (write the
+        buffer on the device yourself) until set_tensor() gives it a host value again. Valid until the next
+        allocate_tensors()."""
+        t, progs = self._gpu_input(i)
+        self._bound.add(t)
+        for prog in progs:
+            prog.set_resident(t, True)
+        return TensorBuffer(progs[0].input_buffer(t), self._graph.tensors[t].dtype, self._graph.tensors[t].shape,
+                            weakref.ref(self), self._generation)
+
+    def set_input_buffer(self, i: int, buffer: Any) -> None:
+        """Read input i (its position in get_input_details()) from a GPU buffer, without a copy: a
+        wgpu.GPUBuffer of this interpreter's device with STORAGE usage holding the tensor as BHWC row-major
+        float32, or another interpreter's output_buffer() (chaining models on the GPU). The binding lasts until
+        set_tensor() gives the input a host value or allocate_tensors() is called."""
+        t, progs = self._gpu_input(i)
+        tensor = self._graph.tensors[t]
+        if isinstance(buffer, TensorBuffer):
+            owner = buffer.owner()
+            if owner is None or owner._generation != buffer.generation or owner._compiled is None:
+                raise ValueError("this GPU buffer came from an interpreter that has been re-allocated or deleted "
+                                 "since (buffers are valid until allocate_tensors()); ask for it again")
+            if np.dtype(buffer.dtype) != tensor.dtype:
+                raise ValueError(f"input {i} ({tensor.name!r}) is {tensor.dtype}, the buffer holds {buffer.dtype}")
+            buffer = buffer.buffer
+        import wgpu
+
+        if not isinstance(buffer, wgpu.GPUBuffer):
+            raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got "
+                             f"{type(buffer).__name__}")
+        if buffer._device is not self._compiled.gpu.device:  # noqa: SLF001
+            raise ValueError("the buffer belongs to another GPU device than this interpreter's; create both "
+                             "interpreters with device=gpuengine.get_device() to share one")
+        need = tensor.size * 4
+        if buffer.size < need:
+            raise ValueError(f"input {i} ({tensor.name!r}, {tensor.shape} float32) needs {need} bytes, the buffer "
+                             f"has {buffer.size}")
+        if not buffer.usage & wgpu.BufferUsage.STORAGE:
+            raise ValueError("the buffer needs STORAGE usage to be read by the model's kernels")
+        for prog in progs:
+            prog.bind_input(t, buffer)
+        self._bound.add(t)
+
+    def _bind(self, t: int, buffer: Any | None) -> None:
+        for prog in self._require_allocated().gpu_programs:
+            if t in prog.inputs:
+                prog.bind_input(t, buffer)
+        if buffer is None:
+            self._bound.discard(t)
+
+    def _position(self, i: int, tensors: list[int], role: str) -> int:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(tensors):
+            raise ValueError(f"{role} position {i!r} out of range: the model has {len(tensors)} {role}s")
+        return tensors[i]
+
+    def _gpu_input(self, i: int) -> tuple[int, list[Any]]:
+        """Input i's tensor and the GPU programs reading it; ValueError when the host must provide it."""
+        t = self._position(i, self._graph.inputs, "input")
+        compiled = self._require_allocated()
+        tensor = self._graph.tensors[t]
+        progs = [p for p in compiled.gpu_programs if t in p.inputs]
+        on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in compiled.gpu_programs)
+        if not progs or on_cpu or tensor.dtype != np.float32:
+            raise ValueError(f"input {i} ({tensor.name!r}, {tensor.dtype}) is read by the CPU fallback or is not "
+                             "float32: only float inputs of GPU partitions can live in GPU buffers")
+        return t, progs
+
+    def _checked(self, t: int, value: Any) -> np.ndarray:
+        """A host value for input tensor t, checked as set_tensor checks it."""
+        if t not in self._graph.inputs:
+            raise ValueError(f"Tensor {t} is not an input of the model; feeds are keyed by input tensor index")
+        tensor = self._graph.tensors[t]
+        value = np.asarray(value)
+        if value.dtype != tensor.dtype or value.shape != tensor.shape:
+            raise ValueError(f"Cannot set tensor: input {t} ({tensor.name!r}) needs {tensor.dtype} of shape "
+                             f"{tensor.shape}, got {value.dtype} of shape {value.shape}")
+        return value
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         return np.array(self._lookup(tensor_index), copy=True)

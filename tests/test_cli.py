@@ -96,7 +96,9 @@ def test_memplan_json_schema(capsys):
 
 
 def test_bench_json_fields(capsys):
-    report = run_json(capsys, ["bench", "tiny", "--runs", "3", "--warmup", "1", "--compare", "cpu", "--json"])
+    report = run_json(capsys, ["bench", "tiny", "--runs", "3", "--warmup", "1", "--compare", "cpu", "--json",
+                               "--inflight", "2"])
+    assert report["gpuengine"]["inflight"] == 2 and report["gpuengine"]["throughput_fps"] > 0
     assert set(report) >= {"model", "adapter", "tuned", "gpuengine", "litert_cpu", "litert_gpu", "max_rel_diff"}
     assert set(report["gpuengine"]) >= {"mean_ms", "median_ms", "p90_ms", "gpu_ms"}
     assert set(report["litert_cpu"]) == {"mean_ms", "median_ms", "p90_ms"}

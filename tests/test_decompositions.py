@@ -279,21 +279,25 @@ def test_each_invoke_submits_commands_recorded_in_advance(monkeypatch):
     from gpuengine.runtime.program import GpuProgram
 
     events: list[str] = []
-    encode, submit_run = GpuProgram._encode, GpuProgram._run
+    encode, submit = GpuProgram._encode, GpuProgram._submit
 
-    def counting_encode(self):
+    def counting_encode(self, slot):
         events.append("record")
-        return encode(self)
+        return encode(self, slot)
+
+    def counting_submit(self, feeds, read, track):
+        events.append("submit")
+        return submit(self, feeds, read, track)
 
     monkeypatch.setattr(GpuProgram, "_encode", counting_encode)
-    it = Interpreter(model_content=zoo.get("tiny"))
+    it = Interpreter(model_content=zoo.get("tiny"), max_inflight=1)
     it.allocate_tensors()
     assert events == ["record"]
     prog = it.compiled.gpu_programs[0]
-    monkeypatch.setattr(GpuProgram, "_run", lambda self, feeds: (events.append("run"), submit_run(self, feeds))[1])
+    monkeypatch.setattr(GpuProgram, "_submit", counting_submit)
     it.invoke()
     it.invoke()
-    assert events == ["record", "run", "record", "run", "record"]
+    assert events == ["record", "submit", "record", "submit", "record"]
     assert prog.phases.submit >= 0 and prog.phases.record_next > 0
 
 
@@ -320,7 +324,7 @@ def test_raw_and_wrapper_recording_give_identical_results(monkeypatch):
     prog._record = prog._recorder()
     monkeypatch.undo()
     assert prog._record.__name__ == "record"
-    prog._pending = None
+    prog._drop_recorded()
     wrapped = _outputs(it, feeds)
     for t in raw:
         np.testing.assert_array_equal(raw[t], wrapped[t])

@@ -48,6 +48,39 @@ def test_dequantize_int8(per_channel: bool) -> None:
     assert _codes(it) == ["ADD"]
 
 
+def test_int4_weights_unpack_low_nibble_first() -> None:
+    """TFLite packs INT4 two a byte, the first value in the low nibble, both sign-extended."""
+    from gpuengine.model.ir import Tensor
+    from gpuengine.passes.fold_constants import dequantize
+
+    values = np.array([-8, 7, 3, -1, 0], np.int8)
+    packed = np.zeros(3, np.uint8)
+    for i, v in enumerate(values):
+        packed[i // 2] |= (int(v) & 0xF) << (4 * (i % 2))
+    q = Quantization(scale=np.array([0.5], np.float32), zero_point=np.array([0], np.int64))
+    t = Tensor(index=0, name="w", shape=(5,), dtype=np.dtype(np.int8), data=packed, quantization=q, type_code=17)
+    np.testing.assert_array_equal(dequantize(t), values.astype(np.float32) * 0.5)
+
+
+def test_constant_depthwise_conv_without_bias_folds() -> None:
+    """LiteRT crashes on a two-input DEPTHWISE_CONV_2D; folding gives it a zero bias first."""
+    rng = np.random.default_rng(2)
+    mb = ModelBuilder()
+    image = mb.const("image", rng.standard_normal((1, 4, 4, 3)).astype(np.float32))
+    w = mb.const("w", rng.standard_normal((1, 3, 3, 3)).astype(np.float32))
+    dw = mb.op("DEPTHWISE_CONV_2D", [image, w], (1, 4, 4, 3),
+               {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1})
+    x = mb.input("x", (1, 4, 4, 3))
+    mb.output(mb.op("ADD", [x, dw], (1, 4, 4, 3)))
+    graph = fold_constants(read_model(mb.build()).main)
+    assert [op.code for op in graph.ops] == ["ADD"]
+    folded = graph.tensors[graph.ops[0].inputs[1]].data
+    img, wt = (np.asarray(read_model(mb.build()).main.tensors[t].data) for t in (image, w))
+    padded = np.pad(img, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(padded[:, i:i + 4, j:j + 4, :] * wt[0, i, j] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(folded, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not os.path.exists(POSE), reason="MediaPipe pose_detection model not downloaded")
 def test_densify_matches_litert_on_pose_detection() -> None:
     """The real sparse model: every folded DENSIFY output equals what LiteRT materializes for it."""

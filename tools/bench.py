@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,24 @@ def litert(model: bytes, inputs: dict[int, np.ndarray], accel: str, runs: int, w
             return timing, {int(k): z[k] for k in z.files}
 
 
+def throughput(it: Any, inputs: dict[int, np.ndarray], inflight: int, runs: int, warmup: int) -> float:
+    """Frames per second with `inflight` invokes in flight: each frame is submitted as soon as one of the
+    `inflight` before it has been read back (Interpreter.invoke_async)."""
+    jobs: collections.deque = collections.deque()
+    start = 0.0
+    for k in range(warmup + runs):
+        if k == warmup:
+            while jobs:
+                jobs.popleft().result()
+            start = time.perf_counter()
+        jobs.append(it.invoke_async(inputs))
+        if len(jobs) >= inflight:
+            jobs.popleft().result()
+    while jobs:
+        jobs.popleft().result()
+    return runs / (time.perf_counter() - start)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuengine.oracle import relative_error
 
@@ -50,10 +70,14 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"gpuengine bench: unknown --compare {sorted(unknown)}; use cpu,litert-gpu")
     name, data = models(args)[0]
-    it = interpreter(data, args)
+    if args.inflight < 1:
+        raise SystemExit("gpuengine bench: --inflight must be >= 1")
+    it = interpreter(data, args, max_inflight=args.inflight)
     inputs = feeds(it, [], seed=0)
     ours, our_out = time_invokes(it, inputs, args.runs, args.warmup)
     ours["gpu_ms"] = gpu_span_ms(it, runs=min(args.runs, 20))
+    ours["inflight"] = args.inflight
+    ours["throughput_fps"] = throughput(it, inputs, args.inflight, args.runs, args.warmup)
     compiled = it.compiled
     report: dict[str, Any] = {"model": name, "adapter": compiled.gpu.name if compiled.gpu else None,
                               "target": compiled.target.name if compiled.target else None,
@@ -84,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         gpu = f"{r['gpu_ms']:8.3f}" if "gpu_ms" in r else f"{'-':>8}"
         print(f"{key:<12} {r['mean_ms']:9.3f} {r['median_ms']:10.3f} {r['p90_ms']:9.3f} {gpu}  "
               f"{r['median_ms'] / base:5.2f}x time")
+    print(f"throughput with {args.inflight} invoke(s) in flight: {ours['throughput_fps']:.1f} frames/s "
+          f"(1 / median latency: {1000 / base:.1f})")
     for key, err in report["max_rel_diff"].items():
         print(f"max relative difference vs {key}: {err:.3g}")
     return 0
@@ -95,6 +121,8 @@ def add_subcommand(sub: Any) -> None:
     bench.add_argument("--runs", type=int, default=100)
     bench.add_argument("--warmup", type=int, default=10)
     bench.add_argument("--compare", default="cpu,litert-gpu", help="comma list of cpu, litert-gpu ('' for none)")
+    bench.add_argument("--inflight", type=int, default=1,
+                       help="invokes in flight for the throughput figure (Interpreter.invoke_async)")
     bench.add_argument("--json", action="store_true")
     add_engine_options(bench)
     bench.set_defaults(func=run)

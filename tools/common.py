@@ -36,14 +36,14 @@ def models(args: argparse.Namespace) -> list[tuple[str, bytes]]:
     return [load_model(m) for m in (specs or [None])]
 
 
-def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None) -> Any:
+def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None, max_inflight: int = 2) -> Any:
     """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
     from gpuengine import Interpreter
 
     try:
         it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
                          optimize=False if args.no_optimize else None, target=args.target, precision=args.precision,
-                         workgroup_cache=cache or getattr(args, "cache", None))
+                         workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight)
     except ValueError as e:  # a bad option value: say so, as argparse would
         raise SystemExit(f"gpuengine: {e}") from None
     it.allocate_tensors()

@@ -9,12 +9,19 @@ from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
 from .base import Binding, Code
 
-# TFLite ActivationFunctionType -> epilogue applied to `value`.
+
+def keep_nan(expr: str, x: str) -> str:
+    """`expr`, except where the f32 vec4 `x` is NaN: there x. WGSL's min/max/clamp may drop a NaN (lavapipe's
+    do) where LiteRT's RELUs keep it; `x != x` can be folded away, so NaN is told by its bit pattern."""
+    return f"select({expr}, {x}, (bitcast<vec4<u32>>({x}) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u))"
+
+
+# TFLite ActivationFunctionType -> epilogue applied to `value` (NaN passes through, as in LiteRT).
 _ACTIVATIONS = {
     0: None,
-    1: "value = max(value, vec4<f32>(0.0));",
-    2: "value = clamp(value, vec4<f32>(-1.0), vec4<f32>(1.0));",
-    3: "value = clamp(value, vec4<f32>(0.0), vec4<f32>(6.0));",
+    1: f"value = {keep_nan('max(value, vec4<f32>(0.0))', 'value')};",
+    2: f"value = {keep_nan('clamp(value, vec4<f32>(-1.0), vec4<f32>(1.0))', 'value')};",
+    3: f"value = {keep_nan('clamp(value, vec4<f32>(0.0), vec4<f32>(6.0))', 'value')};",
 }
 # LiteRT's float kernels (ADD, MUL, CONV_2D, ...) clamp only for RELU/RELU6/RELU_N1_TO_1 and silently skip a
 # fused TANH or SIGN_BIT (checked against LiteRT 2.3.0), so the GPU refuses those rather than disagree.

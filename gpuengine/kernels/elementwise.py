@@ -15,7 +15,7 @@ from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
-from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, operand
+from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, keep_nan, operand
 from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
 
 # Abramowitz & Stegun 7.1.26, |error| < 1.5e-7. |x| is capped at 10 (erf is exactly +-1 in f32 from ~3.9 on), so
@@ -59,9 +59,9 @@ UNARY = {
     "ELU": "select(exp(a) - 1.0, a, a > vec4<f32>(0.0))",
     "HARD_SWISH": _HARD_SWISH,
     "LOG": "log(a)", "LOGISTIC": _LOGISTIC, "NEG": "-a",
-    "RELU": "max(a, vec4<f32>(0.0))", "RELU6": "clamp(a, vec4<f32>(0.0), vec4<f32>(6.0))",
-    "RELU_N1_TO_1": "clamp(a, vec4<f32>(-1.0), vec4<f32>(1.0))",
-    "RELU_0_TO_1": "clamp(a, vec4<f32>(0.0), vec4<f32>(1.0))",
+    "RELU": keep_nan("max(a, vec4<f32>(0.0))", "a"), "RELU6": keep_nan("clamp(a, vec4<f32>(0.0), vec4<f32>(6.0))", "a"),
+    "RELU_N1_TO_1": keep_nan("clamp(a, vec4<f32>(-1.0), vec4<f32>(1.0))", "a"),
+    "RELU_0_TO_1": keep_nan("clamp(a, vec4<f32>(0.0), vec4<f32>(1.0))", "a"),
     "RSQRT": "inverseSqrt(a)", "SIN": "sin(turns4(a))", "SQRT": "sqrt(a)", "SQUARE": "a * a",
     "TANH": "tanh4(a)",
     "LEAKY_RELU": "select(a * ${ALPHA}, a, a > vec4<f32>(0.0))",

@@ -357,3 +357,18 @@ class ModelBuilder:
 
     def build(self) -> bytes:
         return write_model(self.to_model())
+
+
+def give_bias(op: Op, tensors: list[Tensor]) -> None:
+    """A float conv without bias gets a zero one before LiteRT runs it (the CPU fallback, constant folding): LiteRT
+    2.3 refuses a CONV_2D without it and a DEPTHWISE_CONV_2D with two inputs crashes it (it reads a third input
+    that is not there); the GPU kernels take either."""
+    if op.code not in ("CONV_2D", "DEPTHWISE_CONV_2D") or (len(op.inputs) > 2 and op.inputs[2] >= 0):
+        return
+    x, w = tensors[op.inputs[0]], tensors[op.inputs[1]]
+    if x.dtype != np.float32 or len(w.shape) != 4:
+        return
+    channels = w.shape[0] if op.code == "CONV_2D" else w.shape[3]
+    tensors.append(Tensor(index=len(tensors), name=f"{op.code.lower()}_{op.index}_zero_bias", shape=(channels,),
+                          dtype=np.dtype(np.float32), data=np.zeros(channels, np.float32)))
+    op.inputs = [*op.inputs[:2], len(tensors) - 1]

@@ -33,10 +33,10 @@ def option_fields(kind: str) -> tuple[tuple[str, str, bool], ...]:
     """(schema accessor, snake_case name, is_vector) of every field of an options table, by reflection."""
     cls = getattr(tflite, kind)
     names = [n for n, v in vars(cls).items() if callable(v) and n[0].isupper()]
-    skip = ("Init", "GetRootAs")
     result = []
-    for name in names:
-        if name.startswith(skip) or name.endswith(("Length", "AsNumpy", "IsNone", "BufferHasIdentifier")):
+    for name in names:  # (not startswith("Init"): CallOnceOptions has a field InitSubgraphIndex)
+        if name == "Init" or name.startswith("GetRootAs") \
+                or name.endswith(("Length", "AsNumpy", "IsNone", "BufferHasIdentifier")):
             continue
         result.append((name, snake_case(name), f"{name}Length" in names))
     return tuple(result)
@@ -113,6 +113,9 @@ def _read(data: bytes) -> Model:
         custom = oc.CustomCode()
         custom_s = custom.decode("utf-8", "replace") if custom is not None else None
         name = OP_NAMES.get(builtin)
+        if builtin == BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES:  # a marker: the code is in builtin_code
+            raise ModelError(f"operator_codes[{i}]: builtin code {builtin} (PLACEHOLDER_FOR_GREATER_OP_CODES) is a "
+                             "marker for codes above 126 stored in builtin_code, not an operator")
         if name is None:
             raise ModelError(f"operator_codes[{i}]: unknown builtin operator code {builtin}")
         if name == "CUSTOM":
@@ -291,6 +294,9 @@ def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes
     tensor_data = None
     raw = buffers[b] if buffers else np.zeros(0, np.uint8)
     if raw.size:
+        if sparsity is None and type_code == 17 and raw.size != (n_elem + 1) // 2:  # INT4: two values a byte
+            raise ModelError(f"{where} ({name_s!r}): buffer {b} holds {raw.size} bytes, shape {shape} of int4 "
+                             f"needs {(n_elem + 1) // 2}")
         if sparsity is not None or type_code in (5, 13, 14, 17) or np_type is None:
             tensor_data = raw  # decoded later by the pass that needs it (DENSIFY, strings)
         else:

@@ -25,8 +25,17 @@ _NEVER = {"RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "VAR_HANDLE
 MAX_FOLDED_BYTES = 64 << 20  # generic folds that would materialize more than this stay ops
 
 
+def unpack_int4(t: Tensor) -> np.ndarray:
+    """TFLite's INT4 buffers hold two values a byte, the first in the low nibble, both sign-extended."""
+    raw = np.asarray(t.data, np.uint8).reshape(-1)
+    values = np.empty(raw.size * 2, np.int8)
+    values[0::2] = (raw << 4).astype(np.uint8).view(np.int8) >> 4
+    values[1::2] = raw.view(np.int8) >> 4
+    return values[:t.size].reshape(t.shape)
+
+
 def dequantize(t: Tensor) -> np.ndarray:
-    data = np.asarray(t.data)
+    data = unpack_int4(t) if t.type_code == 17 else np.asarray(t.data)
     if data.dtype == np.float16 or t.quantization is None:
         return data.astype(np.float32)
     q = t.quantization
@@ -227,7 +236,7 @@ def _evaluate_litert(op: Op, graph: Graph) -> list[np.ndarray] | None:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
         return None
-    from ..model.builder import _OPTION_CODES, write_model
+    from ..model.builder import _OPTION_CODES, give_bias, write_model
 
     if op.options is not None and op.options.kind not in _OPTION_CODES:
         return None  # options the writer cannot express: running without them would be wrong
@@ -239,6 +248,7 @@ def _evaluate_litert(op: Op, graph: Graph) -> list[np.ndarray] | None:
     tensors = [dataclasses.replace(graph.tensors[t], index=remap[t]) for t in order]
     one = dataclasses.replace(op, index=0, inputs=[remap[t] if t >= 0 else -1 for t in op.inputs],
                               outputs=[remap[t] for t in op.outputs])
+    give_bias(one, tensors)
     sub = Graph(tensors=tensors, ops=[one], inputs=[], outputs=[remap[t] for t in op.outputs], name="fold")
     try:
         it = Interpreter(model_content=write_model(Model(subgraphs=[sub])))

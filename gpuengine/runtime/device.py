@@ -30,6 +30,16 @@ class GpuDevice:
     pipelines: dict[str, Any] = field(default_factory=dict)  # WGSL text -> compute pipeline, shared by programs
     lost: bool = False
     _probe: Any = None
+    orphans: list[Any] = field(default_factory=list)  # command buffers of collected programs, to submit
+
+    def submit_orphans(self) -> None:
+        """Submit what collected programs recorded in advance (runtime/program.py _orphan_recorded), from a
+        caller of the engine: their work is harmless (it only writes those programs' own buffers) and a
+        finished command buffer that is never submitted leaks in wgpu-native. Dropped on a lost device, where a
+        submit would abort the process."""
+        pending, self.orphans[:] = list(self.orphans), []
+        if pending and self.alive():
+            self.device.queue.submit(pending)
 
     def alive(self) -> bool:
         """False once the device is lost. wgpu 0.32 only logs a loss, and a submit on a lost device aborts the
@@ -78,17 +88,57 @@ class GpuDevice:
         return "|".join(str(info.get(k, "")) for k in ("device", "backend_type", "description", "vendor_id"))
 
 
+class WorkDone:
+    """Set once the GPU has finished everything submitted to the device's queue before it was made.
+
+    wgpu 0.32's own `on_submitted_work_done` passes a callback of the wrong signature to wgpu-native; this
+    registers one of the right signature through its C API, and wgpu's poll thread delivers it."""
+
+    def __init__(self, gpu: GpuDevice) -> None:
+        from wgpu.backends.wgpu_native._api import ffi, lib, new_struct
+
+        self._event = threading.Event()
+        device = gpu.device
+        token = device._poller.get_token()  # noqa: SLF001 - keeps wgpu's poll thread polling until we are done
+
+        @ffi.callback("void(WGPUQueueWorkDoneStatus, WGPUStringView, void *, void *)")
+        def callback(status: Any, message: Any, user1: Any, user2: Any) -> None:
+            token.set_done()
+            self._event.set()
+
+        info = new_struct("WGPUQueueWorkDoneCallbackInfo", mode=lib.WGPUCallbackMode_AllowProcessEvents,
+                          callback=callback)
+        self._keep = (callback, info, token)  # alive until the callback has run
+        lib.wgpuQueueOnSubmittedWorkDone(device.queue._internal, info)  # noqa: SLF001
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
 _lock = threading.Lock()
 _devices: dict[str, GpuDevice] = {}
 
 
-def _adapters() -> list[Any]:
+_adapter_lock = threading.Lock()
+_adapter_list: list[Any] = []
+
+
+def _adapters(fresh: bool = False) -> list[Any]:
+    """The adapters, listed once per process (again with `fresh`, after a device was lost). One thread at a
+    time: wgpu-native aborts when two threads enumerate adapters at once."""
     import wgpu
 
-    try:
-        return list(wgpu.gpu.enumerate_adapters_sync())
-    except Exception as e:  # noqa: BLE001 - a broken loader or driver must become an actionable error
-        raise AdapterError(f"WebGPU could not list adapters ({e}). {INSTALL_HINT}") from e
+    with _adapter_lock:
+        if fresh or not _adapter_list:
+            try:
+                _adapter_list[:] = list(wgpu.gpu.enumerate_adapters_sync())
+            except Exception as e:  # noqa: BLE001 - a broken loader or driver must become an actionable error
+                raise AdapterError(f"WebGPU could not list adapters ({e}). {INSTALL_HINT}") from e
+        return list(_adapter_list)
 
 
 def _rank(adapter: Any) -> tuple[int, int]:
@@ -96,11 +146,11 @@ def _rank(adapter: Any) -> tuple[int, int]:
     return (1 if info.get("adapter_type") == "CPU" else 0, _BACKEND_RANK.get(info.get("backend_type"), 1))
 
 
-def select_adapter(preference: str | None = None) -> Any:
+def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
     """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
     or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
     preference = (preference or os.environ.get("GPUENGINE_ADAPTER") or "auto").strip().lower()
-    adapters = sorted(_adapters(), key=_rank)
+    adapters = sorted(_adapters(fresh), key=_rank)
     if not adapters:
         raise AdapterError(f"No WebGPU adapter found. {INSTALL_HINT}")
     names = [a.summary for a in adapters]
@@ -127,13 +177,29 @@ def select_adapter(preference: str | None = None) -> Any:
     return matches[0]
 
 
+def gpu_for(device: Any) -> GpuDevice:
+    """The GpuDevice of a wgpu device: one gpuengine made (get_device), or a user's own, wrapped once."""
+    with _lock:
+        for gpu in _devices.values():
+            if gpu.device is device:
+                return gpu
+        key = f"device@{id(device)}"
+        if key not in _devices or _devices[key].device is not device:
+            _devices[key] = GpuDevice(adapter=device.adapter, device=device, features=frozenset(device.features),
+                                      limits=dict(device.limits))
+        return _devices[key]
+
+
 def get_device(preference: str | None = None) -> GpuDevice:
     """One shared device per adapter per process: devices are expensive and pipelines live on them."""
     adapter = select_adapter(preference)
     key = adapter.summary
     with _lock:
-        if key in _devices and _devices[key].alive():
-            return _devices[key]
+        if key in _devices:
+            if _devices[key].alive():
+                return _devices[key]
+            adapter = select_adapter(preference, fresh=True)  # the GPU was lost: list the adapters anew
+            key = adapter.summary
         features = [f for f in WANTED_FEATURES if f in adapter.features]
         names = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
                  "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",

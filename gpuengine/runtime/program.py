@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from ..tuning import policy
 from ..tuning.cache import Tuned
 from ..tuning.defaults import default_workgroup
 from ..tuning.target import Target
-from .device import DEVICE_LOST, GpuDevice
+from .device import DEVICE_LOST, GpuDevice, WorkDone
 
 
 @dataclass
@@ -44,6 +45,8 @@ class EngineOptions:
     workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
     optimize: bool = True  # graph transformations and fusion
     target: str | None = None  # adapter class whose decompositions to use; None: env GPUENGINE_TARGET, else detected
+    device: Any = None  # a wgpu.GPUDevice to run on (shared with other interpreters); None: the adapter's device
+    max_inflight: int = 2  # invokes submitted and not yet read back, each with a staging buffer of its own
 
 
 @dataclass
@@ -64,6 +67,36 @@ class Phases:
     record_next: float = 0.0  # recording the next invoke's command buffer, while the GPU runs this one
     wait: float = 0.0  # blocked until the GPU is done and the results are mapped
     readback: float = 0.0  # copying the outputs out of the mapped staging buffer
+
+
+@dataclass
+class Submitted:
+    """An invoke submitted to the GPU (GpuProgram.submit); GpuProgram.collect turns it into outputs."""
+
+    slot: Slot | None  # None: its outputs stay on the GPU
+    results: dict[int, np.ndarray] | None = None
+    work: WorkDone | None = None  # set when the caller wants to know, without blocking, that the GPU is done
+    times: tuple[float, float, float] = (0.0, 0.0, 0.0)  # upload, submit, recording the next (seconds)
+
+
+@dataclass
+class Slot:
+    """One invoke's way back to the host: a staging buffer, the command buffer submitted last (released when
+    the slot is next submitted) and the job it belongs to."""
+
+    staging: Any
+    in_flight: Any = None
+    job: Submitted | None = None
+
+
+def _orphan_recorded(gpu: GpuDevice, recorded: dict[str, Any]) -> None:
+    """Run when a program is collected: hand the command buffers it recorded in advance to the device, which
+    submits them at its next safe point (GpuDevice.submit_orphans). wgpu-native leaks a finished command buffer
+    that is never submitted (about 100 KiB each on lavapipe: RSS grew 16 MiB per 100 interpreters); a submitted
+    one is freed once the GPU is done. Not submitted here: a finalizer may run in any thread, inside any wgpu
+    call."""
+    gpu.orphans.extend(c for c in recorded.values() if c is not None)
+    recorded.clear()
 
 
 @dataclass
@@ -187,13 +220,21 @@ class GpuProgram:
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment)
         self._mark_shared(specs)
         self._validate(specs)
-        self._lock = threading.Lock()
-        self._in_flight: Any = None  # the command buffer submitted last, released when the next is submitted
+        self._lock = threading.RLock()
         self._queue = gpu.device.queue
+        self._bound: dict[int, Any] = {}  # input tensor -> a user's buffer it is read from (bind_input)
+        self._resident: set[int] = set()  # inputs not uploaded from the host
         self._allocate(specs)
         self.phases = Phases()
         self._record = self._recorder()
-        self._pending = self._encode()
+        self._next_slot = 0
+        # Command buffers recorded in advance: "read" for the next invoke that reads back (into the next slot's
+        # staging buffer), "gpu_only" for the next one whose outputs stay on the GPU. Submitted when the program
+        # is collected (_submit_recorded).
+        self._recorded: dict[str, Any] = {"read": self._encode(self._slots[0]), "gpu_only": None}
+        self._gpu_only = Slot(None)
+        finalizer = weakref.finalize(self, _orphan_recorded, gpu, self._recorded)
+        finalizer.atexit = False  # at exit the device goes too
         self.info.compile_ms = (time.perf_counter() - start) * 1e3
 
     signature = staticmethod(signature)
@@ -213,7 +254,7 @@ class GpuProgram:
             self._mark_shared([spec])
             self._validate([spec])
             _, pipeline = self._compiled(spec)
-            return spec, (pipeline, self._bind(spec, pipeline, {}), *codegen.dispatch_size(spec))
+            return spec, (pipeline, self._bind(spec, pipeline, {}, self._bound), *codegen.dispatch_size(spec))
         spec = dataclasses.replace(d.spec, workgroup=workgroup)
         self._validate([spec])
         _, pipeline = self._compiled(spec)
@@ -226,7 +267,7 @@ class GpuProgram:
         self.dispatches[index] = Dispatch(spec, hot[0], hot[1], hot[2:], source)
         self._hot[index] = hot
         self._record = self._recorder()
-        self._pending = None
+        self._drop_recorded()
 
     def launched(self, index: int) -> int:
         """Invocations dispatch `index` launches (whole workgroups)."""
@@ -302,8 +343,9 @@ class GpuProgram:
         for t in self.outputs:
             self.out_offsets[t] = offset
             offset += -(-self._raw_bytes(t) // 256) * 256
-        self.staging = dev.create_buffer(size=max(offset, 16),
-                                         usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self._slots = [Slot(dev.create_buffer(size=max(offset, 16),
+                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
+                       for _ in range(max(1, self.options.max_inflight))]
         self._out_slices = []  # (tensor, first f32, end, shape) of each output in the mapped staging buffer
         for t in self.outputs:
             shape = self.graph.tensors[t].shape
@@ -317,8 +359,10 @@ class GpuProgram:
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
 
-    def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any]) -> Any:
-        """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each."""
+    def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any],
+              inputs: dict[int, Any] | None = None) -> Any:
+        """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each, raw
+        inputs from `inputs` (a user's buffers, set_input_buffer) or the program's own buffers."""
         import wgpu
 
         dev = self.gpu.device
@@ -335,6 +379,9 @@ class GpuProgram:
             elif b.scratch_bytes:
                 buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.raw and not b.writable and inputs and b.tensor in inputs:
+                buf = inputs[b.tensor]
+                resource = {"buffer": buf, "offset": 0, "size": self._raw_bytes(b.tensor)}
             elif b.raw:
                 buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
@@ -403,54 +450,143 @@ class GpuProgram:
 
         return record_raw
 
-    def _encode(self) -> Any:
-        """One invoke's command buffer: the compute pass, then the copies of the outputs to the staging buffer."""
+    def _encode(self, slot: Slot | None) -> Any:
+        """One invoke's command buffer: the compute pass, then (when the outputs come back to the host) the
+        copies of the outputs to the slot's staging buffer."""
         encoder = self.gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         self._record(compute)
         compute.end()
-        for t, buf in self.raw_out.items():
-            encoder.copy_buffer_to_buffer(buf, 0, self.staging, self.out_offsets[t], buf.size)
+        if slot is not None:
+            for t, buf in self.raw_out.items():
+                encoder.copy_buffer_to_buffer(buf, 0, slot.staging, self.out_offsets[t], buf.size)
         return encoder.finish()
 
     def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        with self._lock:  # one staging buffer: concurrent invokes of one program take turns
+        """One blocking invoke: outputs as numpy BHWC arrays."""
+        return self.collect(self.submit(feeds))
+
+    def submit(self, feeds: dict[int, np.ndarray], read: bool = True, track: bool = False) -> Submitted:
+        """Upload the inputs and submit an invoke; `collect` gives its outputs. read=False: the outputs stay on
+        the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished."""
+        with self._lock:  # slots, recorded command buffers and bindings are shared by every caller
             if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
                 raise RuntimeError(DEVICE_LOST)
             try:
-                return self._run(feeds)
+                return self._submit(feeds, read, track)
             except Exception as e:  # wgpu's errors, or AttributeError from a destroyed device's poller
                 if not self.gpu.alive():
-                    self._pending = None
+                    self._recorded.update(read=None, gpu_only=None)  # never to be submitted: that would abort
                     raise RuntimeError(DEVICE_LOST) from e
                 raise
 
-    def _run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def _submit(self, feeds: dict[int, np.ndarray], read: bool, track: bool) -> Submitted:
         clock = time.perf_counter
         queue = self._queue
+        if self.gpu.orphans:  # what collected programs recorded: submitted before this invoke, never leaked
+            self.gpu.submit_orphans()
+        if read:  # slots in turn: the one reused is the oldest, collected first if its job was never read
+            slot = self._slots[self._next_slot]
+            self._next_slot = (self._next_slot + 1) % len(self._slots)
+            if slot.job is not None and slot.job.results is None:
+                self._collect(slot.job)
+        else:
+            slot = self._gpu_only
         t0 = clock()
         for t, buf in self.raw_in.items():
-            queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
+            if t not in self._resident:
+                queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
         t1 = clock()
-        command = self._pending if self._pending is not None else self._encode()
-        self._pending = None
+        key = "read" if read else "gpu_only"
+        command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
+        self._recorded[key] = None
         queue.submit([command])
         t2 = clock()
-        try:
-            # While the GPU runs this invoke: release the previous invoke's command buffer (wgpu-native drops
-            # its references to every bind group and pipeline then, which would otherwise happen as `run`
-            # returns) and record the next invoke's.
-            self._in_flight = command
-            self._pending = self._encode()
-        finally:
-            t3 = clock()
-            self.staging.map_async("READ_NOSYNC").sync_wait()
+        job = Submitted(slot if read else None)
+        # While the GPU runs this invoke: release the slot's previous command buffer (wgpu-native drops its
+        # references to every bind group and pipeline then) and record the slot's next one.
+        slot.in_flight = command
+        slot.job = job
+        self._recorded[key] = self._encode(self._slots[self._next_slot] if read else None)
+        if track or not read:
+            job.work = WorkDone(self.gpu)
+        job.times = (t1 - t0, t2 - t1, clock() - t2)
+        return job
+
+    def collect(self, job: Submitted) -> dict[int, np.ndarray]:
+        """The outputs of a submitted invoke (blocking until the GPU has finished it); {} when they stayed on
+        the GPU. Idempotent."""
+        with self._lock:
+            try:
+                return self._collect(job)
+            except Exception as e:
+                if not self.gpu.alive():
+                    raise RuntimeError(DEVICE_LOST) from e
+                raise
+
+    def _collect(self, job: Submitted) -> dict[int, np.ndarray]:
+        if job.results is not None:
+            return job.results
+        clock = time.perf_counter
+        t3 = clock()
+        if job.slot is None:
+            job.work.wait()
+            job.results = {}
+            return job.results
+        staging = job.slot.staging
+        staging.map_async("READ_NOSYNC").sync_wait()
         t4 = clock()
         try:
-            data = np.frombuffer(self.staging.read_mapped(copy=False), np.float32)
-            results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices}
+            data = np.frombuffer(staging.read_mapped(copy=False), np.float32)
+            job.results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices}
         finally:
-            self.staging.unmap()
-        self.phases = Phases(upload=t1 - t0, submit=t2 - t1, record_next=t3 - t2, wait=t4 - t3,
-                             readback=clock() - t4)
-        return results
+            staging.unmap()
+        upload, submit, record = job.times
+        self.phases = Phases(upload=upload, submit=submit, record_next=record, wait=t4 - t3, readback=clock() - t4)
+        return job.results
+
+    def done(self, job: Submitted) -> bool:
+        """True once the GPU has finished the invoke (for a job submitted with track=True, or read=False)."""
+        return job.results is not None or (job.work is not None and job.work.done)
+
+    # -- GPU-resident inputs and outputs --------------------------------------------------------------------
+    def output_buffer(self, t: int) -> Any:
+        """The GPU buffer that holds output tensor t, BHWC row-major f32, after each invoke."""
+        return self.raw_out[t]
+
+    def input_buffer(self, t: int) -> Any:
+        """The GPU buffer input tensor t is read from (a user's buffer once bound with bind_input)."""
+        return self._bound.get(t, self.raw_in[t])
+
+    def set_resident(self, t: int, resident: bool) -> None:
+        """resident: input t is not uploaded from the host (its buffer is written on the GPU)."""
+        with self._lock:
+            (self._resident.add if resident else self._resident.discard)(t)
+
+    def bind_input(self, t: int, buffer: Any | None) -> None:
+        """Read input tensor t from `buffer` (BHWC f32, checked by the caller) instead of uploading it; None
+        restores the program's own buffer and uploads."""
+        with self._lock:
+            if buffer is None:
+                self._bound.pop(t, None)
+            else:
+                self._bound[t] = buffer
+            self.set_resident(t, buffer is not None)
+            for k, d in enumerate(self.dispatches):
+                if any(b.raw and not b.writable and b.tensor == t for b in d.spec.bindings):
+                    d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound)
+                    self._hot[k] = (d.pipeline, d.bind_group, *d.groups)
+            self._record = self._recorder()
+            self._drop_recorded()
+
+    def _drop_recorded(self) -> None:
+        """The recorded command buffers no longer match the dispatches: submit them (a finished command buffer
+        that is never submitted leaks, see _submit_recorded) and record afresh at the next invoke. Executing
+        them is harmless: they write what the next invoke writes again (the staging buffer of the next slot, whose
+        job is read back first if it was not yet)."""
+        job = self._slots[self._next_slot].job
+        if self._recorded["read"] is not None and job is not None and job.results is None:
+            self._collect(job)
+        _orphan_recorded(self.gpu, self._recorded)
+        self.gpu.submit_orphans()
+        self._recorded.update(read=None, gpu_only=None)

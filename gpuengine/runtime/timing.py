@@ -24,6 +24,15 @@ MAX_QUERIES = 4096  # WebGPU's limit on the size of one query set
 WARMUP_S = 0.25  # seconds of back-to-back runs before a span is measured
 
 
+def quiesce(gpu: Any) -> None:
+    """Collect garbage and wait until the device has finished everything submitted, before timing it."""
+    import gc
+
+    gc.collect()
+    gpu.submit_orphans()
+    gpu.device._poll_wait()  # noqa: SLF001 - on_submitted_work_done_sync is broken in wgpu 0.32
+
+
 @dataclass
 class Timing:
     per_dispatch_ns: list[float]  # median over runs, one per dispatch of the program
@@ -143,7 +152,10 @@ class DispatchTimer:
         return float(time.perf_counter_ns() - start)
 
     def warm_up(self, seconds: float = WARMUP_S) -> None:
-        """Keep the GPU busy with the whole program for `seconds`, so it reaches its working clocks."""
+        """Keep the GPU busy with the whole program for `seconds`, so it reaches its working clocks (after
+        letting work that others left queued finish: programs collected by the garbage collector submit what
+        they recorded in advance)."""
+        quiesce(self.program.gpu)
         deadline = time.perf_counter() + seconds
         self._span_once(self.program._hot, 1)  # noqa: SLF001
         while time.perf_counter() < deadline:
@@ -162,6 +174,7 @@ class DispatchTimer:
                 dispatches: list[tuple[Any, Any, int, int, int]] | None = None) -> Timing:
         """Median per-dispatch and total GPU time over `runs` repetitions of the program's dispatches."""
         dispatches = dispatches if dispatches is not None else self.program._hot  # noqa: SLF001
+        quiesce(self.program.gpu)
         for _ in range(warmup):
             self._once(dispatches)
         per_runs, totals = [], []
