@@ -14,6 +14,7 @@ from collections.abc import Callable
 from .codegen import has_epilogue
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
+from .kernels.common import fake_quant, is_quantized
 from .kernels.prologue import model_ops
 from .layout import to_bhwc
 from .model.ir import Graph, Op
@@ -46,6 +47,8 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
         for item in kernel.build(op, graph):
             if isinstance(item, Variants):
                 item = item.resolve(decide(item))
+            if isinstance(item, KernelSpec):
+                requantize(item, graph)
             if isinstance(item, Alias):
                 aliases[item.output] = item.source
                 writer[item.output] = writer.get(item.source, -1)
@@ -90,10 +93,20 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
             # by this op alone and its inputs stay live until it runs (lifetimes come from the final order).
             _move_to_end(specs, writer, writer[t])
         code = "+".join(model_ops(op))
-        apply_fused(spec, FusedOp(op_i, code, t, out, epilogue.lines, epilogue.functions, epilogue.bindings))
+        lines = [*epilogue.lines, *([fake_quant(graph.tensors[out])] if is_quantized(graph.tensors[out]) else [])]
+        apply_fused(spec, FusedOp(op_i, code, t, out, lines, epilogue.functions, epilogue.bindings))
         writer[out] = writer.pop(t)
         return True
     return False
+
+
+def requantize(spec: KernelSpec, graph: Graph) -> None:
+    """A spec writing a quantized tensor rounds its values to the tensor's grid in its epilogue (kernels/common.py
+    fake_quant), after its own activation; kept in spec.quantize for re-decomposed copies."""
+    t = spec.output_tensor
+    if t is not None and is_quantized(graph.tensors[t]) and has_epilogue(spec):
+        spec.quantize = [fake_quant(graph.tensors[t])]
+        spec.epilogue.extend(spec.quantize)
 
 
 def apply_fused(spec: KernelSpec, fused: FusedOp) -> None:
@@ -116,6 +129,8 @@ def redecompose(spec: KernelSpec, decomposition: Decomposition) -> KernelSpec:
     if spec.variants is None:
         raise ValueError(f"dispatch {spec.label!r} offers no decompositions")
     new = spec.variants.resolve(decomposition)
+    new.quantize = list(spec.quantize)
+    new.epilogue.extend(new.quantize)
     new.ops = spec.ops[:len(spec.ops) - len(spec.fused)]
     for fused in spec.fused:
         apply_fused(new, fused)

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from .codegen import PRECISIONS
-from .engine import CompiledGraph, InvokeJob
-from .errors import ModelError, UnsupportedOpError
+from .control_flow import describe_control
+from .engine import CompiledGraph, InvokeJob, ShapeCache, prepare
+from .errors import ModelError
 from .memory import STRATEGIES
 from .model import validate
 from .model.ir import Graph, Model, Tensor
@@ -110,7 +111,9 @@ class Interpreter:
                                       workgroup_cache=workgroup_cache, optimize=optimize, target=target,
                                       device=device, max_inflight=max_inflight)
         self._num_threads = num_threads
-        self._graph: Graph = self._model.main
+        self._graph: Graph = self._model.main  # with the shapes of the last allocate_tensors() (and resizes since)
+        self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
+        self._shape_cache = ShapeCache()  # plans per input shapes: a shape seen before compiles nothing again
         self._compiled: CompiledGraph | None = None
         self._values: dict[int, np.ndarray] = {}
         self._outputs: dict[int, np.ndarray] = {}
@@ -136,7 +139,10 @@ class Interpreter:
                         prog.bind_input(t, None)
         self._bound.clear()
         if self._compiled is None:
-            self._compiled = CompiledGraph(self._graph, self._options, self._num_threads)
+            entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
+            self._graph = entry.graph
+            self._compiled = CompiledGraph(entry.graph, self._options, self._num_threads, model=self._model,
+                                           plan=entry.plan)
         for t in self._graph.inputs:
             tensor = self._graph.tensors[t]
             if t not in self._values or self._values[t].shape != tensor.shape:
@@ -148,31 +154,41 @@ class Interpreter:
         return self._compiled
 
     def resize_tensor_input(self, input_index: int, tensor_size: Any, strict: bool = False) -> None:
-        """Change an input's shape; the graph's other shapes are re-derived and the model rebuilt."""
+        """Change an input's shape; allocate_tensors() then derives every other shape (model/shapes.py) and compiles
+        for it, or takes what it compiled for these input shapes before (the shape cache)."""
         if input_index not in self._graph.inputs:
             raise RuntimeError(f"Tensor {input_index} is not an input of the model; only inputs can be resized")
         new_shape = tuple(int(d) for d in tensor_size)
         tensor = self._graph.tensors[input_index]
         if new_shape == tensor.shape:
             return
-        if strict and tensor.shape_signature is not None:
-            if len(new_shape) != len(tensor.shape_signature):
+        if any(d < 0 for d in new_shape):
+            raise ValueError(f"Cannot resize input {input_index} to {list(new_shape)}: dimensions must be >= 0")
+        signature = self._model.main.tensors[input_index].shape_signature
+        if strict and signature is not None:
+            if len(new_shape) != len(signature):
                 raise RuntimeError(f"ResizeInputTensorStrict: rank {len(new_shape)} differs from the input's "
-                                   f"rank {len(tensor.shape_signature)}.")
-            for d, (old, new) in enumerate(zip(tensor.shape_signature, new_shape)):
+                                   f"rank {len(signature)}.")
+            for d, (old, new) in enumerate(zip(signature, new_shape)):
                 if old != -1 and old != new:
                     raise RuntimeError(f"ResizeInputTensorStrict only allows mutating unknown dimensions "
                                        f"identified by -1 (dimension {d}).")
-        # LiteRT's shape inference below allocates the resized model: refuse a size this process cannot hold first
+        # refuse a size this process cannot hold before anything is planned or allocated for it
         need = validate.tensor_bytes(dataclasses.replace(tensor, shape=new_shape))
         available = validate.available_bytes()
         if need > available:
             raise ModelError(f"input {input_index} ({tensor.name!r}) resized to {new_shape} {tensor.dtype} would "
                              f"need {need:,} bytes, more than the {available:,} this process can allocate")
-        self._graph = _reshaped(self._model, self._graph, {input_index: new_shape})
-        validate.validate_graph(self._graph)
+        self._shapes[input_index] = new_shape
+        self._graph = dataclasses.replace(self._graph, tensors=list(self._graph.tensors))
+        self._graph.tensors[input_index] = dataclasses.replace(tensor, shape=new_shape)
         self._compiled = None
         self._values.pop(input_index, None)
+
+    @property
+    def shape_cache(self) -> dict[str, int]:
+        """{"hits", "misses", "entries"} of the plans kept per input shapes (allocate_tensors after a resize)."""
+        return self._shape_cache.report()
 
     # -- data --------------------------------------------------------------------------------------------
     def set_tensor(self, tensor_index: int, value: Any) -> None:
@@ -232,6 +248,10 @@ class Interpreter:
         if prog is None:
             raise ValueError(f"output {i} ({self._graph.tensors[t].name!r}) is not computed on the GPU (it comes "
                              "from the CPU fallback or is a constant): read it with get_tensor()")
+        if self._graph.tensors[t].dtype != np.float32:
+            raise ValueError(f"output {i} ({self._graph.tensors[t].name!r}) is {self._graph.tensors[t].dtype}: the GPU "
+                             "holds a quantized tensor's real values, so only float32 outputs live in GPU buffers; "
+                             "read it with get_tensor()")
         return TensorBuffer(prog.output_buffer(t), self._graph.tensors[t].dtype, self._graph.tensors[t].shape,
                             weakref.ref(self), self._generation)
 
@@ -393,6 +413,9 @@ class Interpreter:
                  f"dispatches per invoke: {c.dispatches}, compile: {c.compile_ms:.0f} ms"]
         for k, p in enumerate(plan.partitions):
             names = [plan.graph.ops[i].code for i in p.ops]
+            if p.device == "control":
+                lines.append(f"partition {k} [gpu, driven by the host]: {describe_control(plan.control[p.ops[0]])}")
+                continue
             lines.append(f"partition {k} [{p.device}]: {len(p.ops)} ops: {', '.join(names[:12])}"
                          + (" ..." if len(names) > 12 else ""))
         for name, reason in plan.unsupported.items():
@@ -401,6 +424,9 @@ class Interpreter:
             mem = prog.info.plan
             lines.append(f"memory ({mem.strategy}): {mem.total_bytes} bytes in {mem.num_objects} objects "
                          f"for {len(prog.info.records)} tensors")
+        cache = self._shape_cache.report()
+        lines.append(f"shape cache: {cache['entries']} input shapes planned, {cache['hits']} hits, "
+                     f"{cache['misses']} misses")
         return "\n".join(lines)
 
 
@@ -414,8 +440,10 @@ class SignatureRunner:
         if extra:  # a signature output that is not a graph output must still come back from the GPU
             graph = graph.copy()
             graph.outputs = graph.outputs + extra
+        self._base = graph
         self._graph = graph
         self._compiled: CompiledGraph | None = None
+        self._shape_cache = ShapeCache()
 
     def get_input_details(self) -> dict[str, dict[str, Any]]:
         return {n: tensor_details(self._graph.tensors[t]) for n, t in sorted(self._sig.inputs.items())}
@@ -432,16 +460,24 @@ class SignatureRunner:
             raise ValueError(f"Invalid Input name ({sorted(unknown)[0]}) for SignatureDef")
         if self._compiled is not None and self._compiled.gpu is not None and self._compiled.gpu.lost:
             self._compiled = None  # the last call found the GPU lost: compile again on a new device
-        if self._compiled is None:
-            self._compiled = CompiledGraph(self._graph, self._interpreter._options, self._interpreter._num_threads)
-        feeds = {}
+        values = {}
         for name, t in self._sig.inputs.items():
             tensor = self._graph.tensors[t]
             value = np.asarray(kwargs[name])
-            if value.dtype != tensor.dtype or value.shape != tensor.shape:
+            if value.dtype != tensor.dtype:
                 raise ValueError(f"Input {name!r} must be {tensor.dtype} of shape {tensor.shape}, got "
                                  f"{value.dtype} {value.shape}")
-            feeds[t] = value
+            values[t] = value
+        shapes = {t: tuple(v.shape) for t, v in values.items()}
+        if self._compiled is None or any(tuple(self._graph.tensors[t].shape) != s for t, s in shapes.items()):
+            # inputs of another shape resize the signature's graph, as LiteRT's runner does (the shape cache keeps
+            # the plans of every shape seen)
+            interpreter = self._interpreter
+            entry = prepare(self._base, shapes, interpreter._options, interpreter._model, self._shape_cache)
+            self._graph = entry.graph
+            self._compiled = CompiledGraph(entry.graph, interpreter._options, interpreter._num_threads,
+                                           model=interpreter._model, plan=entry.plan)
+        feeds = values
         outputs = self._compiled.run(feeds)
         return {name: outputs[t] for name, t in self._sig.outputs.items()}
 
@@ -450,34 +486,3 @@ def _type_name(dtype: np.dtype) -> str:
     from .model.ir import DTYPE_TO_TYPE
 
     return _TYPE_NAMES.get(DTYPE_TO_TYPE.get(np.dtype(dtype), -1), str(dtype).upper())
-
-
-def _reshaped(model: Model, graph: Graph, shapes: dict[int, tuple[int, ...]]) -> Graph:
-    """Re-derive every tensor shape after an input resize, using LiteRT's shape inference."""
-    import dataclasses
-
-    from .model.builder import write_model
-
-    try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-    except ImportError as e:
-        raise UnsupportedOpError("resize_tensor_input needs LiteRT's shape inference: "
-                                 "pip install 'gpuengine[litert]'") from e
-    current = Model(subgraphs=[graph], signatures=[], metadata={})
-    ref = LiteRT(model_content=write_model(current))
-    for t, shape in shapes.items():
-        ref.resize_tensor_input(t, list(shape))
-    try:
-        ref.allocate_tensors()
-        # Shapes computed at run time (RESHAPE fed by SHAPE) are only final after one invoke.
-        for d in ref.get_input_details():
-            ref.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-        ref.invoke()
-    except (RuntimeError, ValueError) as e:
-        raise ModelError(f"the model cannot run with input shapes {shapes}: {e}") from e
-    new = graph.copy()
-    for d in ref.get_tensor_details():
-        t = new.tensors[d["index"]]
-        if t.data is None:
-            new.tensors[d["index"]] = dataclasses.replace(t, shape=tuple(int(x) for x in d["shape"]))
-    return new

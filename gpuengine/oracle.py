@@ -12,14 +12,21 @@ from .model.reader import read_model
 
 
 def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict[int, np.ndarray]:
-    """Seeded inputs for every model input: uniform in [low, high) for floats, 0..3 for integers."""
+    """Seeded inputs for every model input: uniform in [low, high) for floats and for quantized integers (whose
+    real values are drawn, then quantized to the input's grid), 0..3 for other integers."""
     graph = read_model(model).main
     rng = np.random.default_rng(seed)
     feeds = {}
     for t in graph.inputs:
         tensor = graph.tensors[t]
+        q = tensor.quantization
         if np.issubdtype(tensor.dtype, np.floating):
             feeds[t] = rng.uniform(low, high, tensor.shape).astype(tensor.dtype)
+        elif q is not None and q.scale.size == 1 and np.issubdtype(tensor.dtype, np.integer):
+            info = np.iinfo(tensor.dtype)
+            zero = int(q.zero_point[0]) if q.zero_point.size else 0
+            real = rng.uniform(low, high, tensor.shape) / float(q.scale[0])
+            feeds[t] = np.clip(np.round(real) + zero, info.min, info.max).astype(tensor.dtype)
         else:
             feeds[t] = rng.integers(0, 4, tensor.shape).astype(tensor.dtype)
     return feeds

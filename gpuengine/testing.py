@@ -14,8 +14,9 @@ from .interpreter import Interpreter
 from .model.reader import read_model
 from .oracle import random_inputs, relative_error, run_litert
 
-__all__ = ["FP16_TOLERANCE", "FUSED_ACTIVATIONS", "assert_matches_litert", "lowering", "random_inputs",
-           "relative_error", "run_gpuengine", "run_litert", "support_reason", "tolerance"]
+__all__ = ["FP16_TOLERANCE", "FUSED_ACTIVATIONS", "QUANTIZED_SHARE", "QUANTIZED_STEPS", "assert_matches_litert",
+           "lowering", "quantized_agreement", "random_inputs", "relative_error", "run_gpuengine", "run_litert",
+           "support_reason", "tolerance"]
 
 
 def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) -> tuple[dict[int, np.ndarray], Any]:
@@ -39,7 +40,8 @@ def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = No
                           all_gpu: bool = True, seed: int = 0, **options: Any) -> Any:
     """Compare every output with LiteRT; with all_gpu, also require that no op fell back to the CPU. When the
     model runs in fp16 (precision="fp16", or env GPUENGINE_PRECISION=fp16), the tolerance is at least
-    FP16_TOLERANCE."""
+    FP16_TOLERANCE. Quantized integer outputs are compared in quantization steps (QUANTIZED_STEPS on at least
+    QUANTIZED_SHARE of the elements), the int8 goal."""
     feeds = feeds if feeds is not None else random_inputs(model, seed)
     ref = run_litert(model, feeds)
     got, it = run_gpuengine(model, feeds, **options)
@@ -49,10 +51,25 @@ def assert_matches_litert(model: bytes, feeds: dict[int, np.ndarray] | None = No
         cpu = {plan.graph.ops[i].code: plan.support[i] for p in plan.partitions if p.device == "cpu" for i in p.ops}
         assert not cpu, f"ops fell back to the CPU: {cpu}"
     for t, r in ref.items():
+        if np.issubdtype(r.dtype, np.integer) and it.compiled.plan.graph.tensors[t].quantization is not None:
+            share, steps = quantized_agreement(got[t], r)
+            assert share >= QUANTIZED_SHARE, (f"output {t}: {share:.2%} of elements within {QUANTIZED_STEPS} "
+                                              f"quantization steps of LiteRT's (goal {QUANTIZED_SHARE:.0%}); "
+                                              f"max {steps} steps")
+            continue
         err = relative_error(got[t], r)
         assert err <= tol, (f"output {t} differs from LiteRT: relative error {err:.3g} > {tol} "
                             f"(shape {r.shape}, max|ref| {np.abs(r).max() if r.size else 0:.3g})")
     return it
+
+
+QUANTIZED_STEPS, QUANTIZED_SHARE = 2, 0.99  # int8 goal: within 2 steps of LiteRT's integer kernels on >= 99%
+
+
+def quantized_agreement(got: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
+    """(share of elements within QUANTIZED_STEPS of ref, largest difference) for quantized integer outputs."""
+    diff = np.abs(np.asarray(got, np.int64) - np.asarray(ref, np.int64))
+    return (float(np.mean(diff <= QUANTIZED_STEPS)) if diff.size else 1.0), int(diff.max(initial=0))
 
 
 FUSED_ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]  # the ones the GPU kernels apply

@@ -14,7 +14,7 @@ import pytest
 from gpuengine import zoo
 from gpuengine.kernels.elementwise import TREE
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
+from gpuengine.testing import assert_matches_litert, random_inputs
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -26,6 +26,8 @@ EXPECTED_OPS: dict[str, dict[str, int]] = {
                      "SOFTMAX": 1},
     "mobilenet_v2": {"CONV_2D": 36, "DEPTHWISE_CONV_2D": 17, "ADD": 10, "AVERAGE_POOL_2D": 1, "RESHAPE": 1,
                      "SOFTMAX": 1},
+    "mobilenet_v2_int8": {"CONV_2D": 36, "DEPTHWISE_CONV_2D": 17, "ADD": 10, "AVERAGE_POOL_2D": 1, "RESHAPE": 1,
+                          "SOFTMAX": 1},
     "mobilenet_v3_small": {"CONV_2D": 43, "DEPTHWISE_CONV_2D": 11, "ADD": 34, "RELU6": 28, "MUL": 54, "DIV": 2,
                            "AVERAGE_POOL_2D": 10, "RESHAPE": 1, "SOFTMAX": 1},
     "segmentation": {"CONV_2D": 27, "DEPTHWISE_CONV_2D": 9, "HARD_SWISH": 7, "ADD": 5, "AVERAGE_POOL_2D": 4,
@@ -38,13 +40,15 @@ EXPECTED_OPS: dict[str, dict[str, int]] = {
 # v1: 4,253,864 - 3 * 10,944 BN channels + 1,025; v2: 3,538,984 - 3 * 17,056 + 1,281. EfficientNet-B0 and
 # MobileNet v3 small (1000 classes, as Keras): 5,330,571 - 7 (input normalization) - 3 * 21,008 BN channels;
 # 2,554,968 - 3 * 6,056 + 3 shared scalars (3, 6, 1/6) of the hard-swish / hard-sigmoid ops.
+# The int8 MobileNet v2 holds the same parameters as int8 weights and int32 biases.
 EXPECTED_PARAMS = {"mobilenet_v1": 4_222_057, "mobilenet_v2": 3_489_097, "segmentation": 101_828, "tiny": 394,
-                   "efficientnet_b0": 5_267_540, "mobilenet_v3_small": 2_536_803}
+                   "efficientnet_b0": 5_267_540, "mobilenet_v3_small": 2_536_803, "mobilenet_v2_int8": 3_489_097}
 IO_SHAPES = {
     "efficientnet_b0": ((1, 224, 224, 3), (1, 1000)),
     "mobilenet_v3_small": ((1, 224, 224, 3), (1, 1000)),
     "mobilenet_v1": ((1, 224, 224, 3), (1, 1001)),
     "mobilenet_v2": ((1, 224, 224, 3), (1, 1001)),
+    "mobilenet_v2_int8": ((1, 224, 224, 3), (1, 1001)),
     "segmentation": ((1, 256, 256, 3), (1, 256, 256, 2)),
     "tiny": ((1, 32, 32, 3), (1, 10)),
 }
@@ -61,8 +65,8 @@ def _litert(data: bytes) -> object:
 def test_registry() -> None:
     assert set(zoo.MODELS) == set(EXPECTED_OPS)
     assert zoo.DEFAULT in zoo.MODELS
-    with pytest.raises(KeyError, match="efficientnet_b0, mobilenet_v1, mobilenet_v2, mobilenet_v3_small, "
-                                       "segmentation, tiny"):
+    with pytest.raises(KeyError, match="efficientnet_b0, mobilenet_v1, mobilenet_v2, mobilenet_v2_int8, "
+                                       "mobilenet_v3_small, segmentation, tiny"):
         zoo.get("resnet50")
     assert zoo.get("tiny") is zoo.get("tiny", seed=0)  # cached in-process
 
@@ -78,7 +82,8 @@ def test_seeds() -> None:
 def test_structure(name: str) -> None:
     graph = read_model(zoo.get(name)).subgraphs[0]
     assert dict(collections.Counter(op.code for op in graph.ops)) == EXPECTED_OPS[name]
-    params = sum(t.size for t in graph.tensors if t.data is not None and t.dtype == np.float32)
+    params = sum(t.size for t in graph.tensors
+                 if t.data is not None and (t.dtype == np.float32 or t.quantization is not None))
     assert params == EXPECTED_PARAMS[name]
     (i,), (o,) = graph.inputs, graph.outputs
     assert (graph.tensors[i].shape, graph.tensors[o].shape) == IO_SHAPES[name]
@@ -96,14 +101,20 @@ def test_runs_in_litert_with_declared_shapes(name: str) -> None:
         assert np.dtype(d["dtype"]) == t.dtype, f"{name}: tensor {t.index} {t.name!r}"
 
     (inp,), (out,) = it.get_input_details(), it.get_output_details()
-    x = np.random.default_rng(0).uniform(-1.0, 1.0, inp["shape"]).astype(np.float32)
+    x = random_inputs(data, 0)[inp["index"]]
     it.set_tensor(inp["index"], x)
     it.invoke()
     y = it.get_tensor(out["index"])
     assert y.shape == IO_SHAPES[name][1]
+    if np.issubdtype(y.dtype, np.integer):  # int8: its real values (a probability is a whole number of 1/256)
+        scale, zero = out["quantization"]
+        y = (y.astype(np.float32) - zero) * scale
+        assert scale == 1 / 256
     assert np.isfinite(y).all()
     assert np.ptp(y) > 1e-3, "outputs are (nearly) all equal: activations died or saturated"
-    np.testing.assert_allclose(y.sum(axis=-1), 1.0, rtol=1e-4)  # every model ends in a softmax
+    # every model ends in a softmax (int8 ones lose up to one step per class to rounding)
+    np.testing.assert_allclose(y.sum(axis=-1), 1.0, rtol=1e-4 if y.dtype == np.float32 and out["dtype"] == np.float32
+                               else 0.5)
     if y.shape[-1] > 2:
         assert y.max() < 0.9999, "a random classifier's softmax should not be one-hot"
 

@@ -156,6 +156,7 @@ class KernelSpec:
     variants: Variants | None = None  # set when this spec is one decomposition of several
     decomposition: Decomposition | None = None
     fused: list[FusedOp] = field(default_factory=list)  # epilogue fusions applied to this spec, in order
+    quantize: list[Code] = field(default_factory=list)  # rounding of its own output to a quantized grid
 
     @property
     def output_tensor(self) -> int | None:

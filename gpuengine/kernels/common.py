@@ -6,7 +6,7 @@ import numpy as np
 
 from ..codegen import f32_literal
 from ..layout import slices, to_bhwc, to_phwc4
-from ..model.ir import Graph, Op
+from ..model.ir import Graph, Op, Tensor
 from .base import Binding, Code
 
 
@@ -51,8 +51,35 @@ def is_const(graph: Graph, t: int) -> bool:
     return t >= 0 and graph.tensors[t].data is not None
 
 
+QUANTIZED_TYPES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767)}
+
+
+def is_quantized(tensor: Tensor) -> bool:
+    """A run-time tensor of quantized integers with one scale and zero point. On the GPU it holds its real values
+    ((q - zero_point) * scale) as floats; the kernel writing it rounds them to its grid (`fake_quant`), as the
+    TFLite GPU delegate emulates quantized models."""
+    q = tensor.quantization
+    return (tensor.data is None and tensor.dtype in QUANTIZED_TYPES and q is not None and q.scale.size == 1
+            and float(q.scale[0]) > 0)
+
+
+def fake_quant(tensor: Tensor) -> Code:
+    """Round `value` to the tensor's quantization grid and clamp it to its integer range, as LiteRT's integer
+    kernels store it: q = clamp(round(value / scale) + zero_point) with ties away from zero (TFLite's rounding;
+    WGSL's round() breaks ties to even), then value = (q - zero_point) * scale."""
+    q = tensor.quantization
+    scale = float(q.scale[0])  # type: ignore[union-attr]
+    zero = float(q.zero_point[0]) if q.zero_point.size else 0.0  # type: ignore[union-attr]
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    r = f"value * {f32_literal(1.0 / scale)}"
+    return Code(f"{{ let r = {r}; let q = clamp(sign(r) * floor(abs(r) + 0.5) + {f32_literal(zero)}, "
+                f"vec4<f32>({f32_literal(float(lo))}), vec4<f32>({f32_literal(float(hi))})); "
+                f"value = (q - {f32_literal(zero)}) * {f32_literal(scale)}; }}")
+
+
 def float_tensors(op: Op, graph: Graph, inputs: list[int] | None = None) -> str | None:
-    """GPU tensors are float32 and rank <= 4: check the non-constant tensors an op reads and writes."""
+    """GPU tensors are float (f32, or quantized integers held as their real values) and rank <= 4: check the
+    tensors an op reads and writes."""
     ins = op.inputs if inputs is None else [op.inputs[i] for i in inputs if i < len(op.inputs)]
     for t in [*ins, *op.outputs]:
         if t < 0:
@@ -60,15 +87,28 @@ def float_tensors(op: Op, graph: Graph, inputs: list[int] | None = None) -> str 
         tensor = graph.tensors[t]
         if len(tensor.shape) > 4:
             return f"tensor {tensor.name!r} has rank {len(tensor.shape)} (> 4)"
-        if tensor.data is None and tensor.dtype != np.float32:
-            return f"tensor {tensor.name!r} is {tensor.dtype}, only float32 runs on the GPU"
-        if tensor.data is not None and tensor.dtype not in (np.float32, np.int32, np.int64):
+        if tensor.data is None and tensor.dtype != np.float32 and not is_quantized(tensor):
+            if tensor.dtype in QUANTIZED_TYPES:
+                return f"tensor {tensor.name!r} is {tensor.dtype} without one scale and zero point"
+            return f"tensor {tensor.name!r} is {tensor.dtype}, only float32 and quantized int8 run on the GPU"
+        if tensor.data is not None and tensor.dtype not in (np.float32, np.int32, np.int64) \
+                and not (tensor.quantization is not None and tensor.dtype in (*QUANTIZED_TYPES, np.dtype(np.int32))):
             return f"constant {tensor.name!r} is {tensor.dtype}"
     return None
 
 
+def tensor_values(tensor: Tensor) -> np.ndarray:
+    """A constant's real values as float32: quantized integers (int8/uint8/int16/int4, int32 biases; per tensor or
+    per channel) dequantized, as LiteRT's kernels read them."""
+    if tensor.quantization is not None and (tensor.dtype != np.float32 or tensor.type_code == 17):
+        from ..passes.fold_constants import dequantize
+
+        return dequantize(tensor)
+    return np.asarray(tensor.data, dtype=np.float32)
+
+
 def const_f32(graph: Graph, t: int) -> np.ndarray:
-    return np.asarray(graph.tensors[t].data, dtype=np.float32)
+    return tensor_values(graph.tensors[t])
 
 
 # BHWC axis (0..3) of each logical dim, by rank (layout.py's rank < 4 rule).
@@ -95,7 +135,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     logical = (1,) * (rank - len(logical)) + logical
     fn = f"fn read_{name}(b: u32, y: u32, x: u32, s: u32) -> vec4<f32> {{\n"
     if tensor.data is not None and tensor.size == 1:
-        text = f32_literal(float(np.asarray(tensor.data, np.float32).reshape(-1)[0]))
+        text = f32_literal(float(tensor_values(tensor).reshape(-1)[0]))
         return Code(fn + f"  return vec4<f32>({text});\n}}\n"), []
     if tensor.data is not None:
         own = logical
@@ -119,7 +159,7 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     if zero_extend:  # lanes past the channels inside the last slice are already zero in PHWC4 storage
         body = f"  if (s >= {slices(c_)}u) {{ return vec4<f32>(0.0); }}\n" + body
     if tensor.data is not None:
-        binding = Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(storage)))
+        binding = Binding(var, data=to_phwc4(tensor_values(tensor).reshape(storage)))
     else:
         binding = Binding(var, tensor=t)
     return Code(fn + body + "}\n"), [binding]

@@ -20,7 +20,7 @@ import numpy as np
 from ..layout import phwc4_elements, slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
 from .base import Alias, Binding, Code, KernelSpec, Lowering
-from .common import float_tensors
+from .common import float_tensors, is_quantized, tensor_values
 
 MAX_SOURCES = 7  # tensors read per dispatch: 7 + dst = 8, WebGPU's default storage-buffer limit
 _CHUNK = 1 << 21  # output elements evaluated at once by the numpy side
@@ -259,7 +259,7 @@ def _select(cases: list[Case], names: dict[int, str], shapes: list[tuple[int, ..
 def _source_binding(graph: Graph, t: int, name: str, element: str) -> Binding:
     tensor = graph.tensors[t]
     if tensor.data is not None:
-        data = to_phwc4(np.asarray(tensor.data, np.float32).reshape(tensor.shape))
+        data = to_phwc4(tensor_values(tensor).reshape(tensor.shape))
         return Binding(name, data=data, element=element)
     return Binding(name, tensor=t, element=element)
 
@@ -336,7 +336,7 @@ def check_data(op: Op, graph: Graph, data_inputs: list[int]) -> str | None:
             continue
         tensor = graph.tensors[t]
         if i in data_inputs:
-            if tensor.data is not None and tensor.dtype != np.float32:
+            if tensor.data is not None and tensor.dtype != np.float32 and tensor.quantization is None:
                 return f"constant data input {tensor.name!r} is {tensor.dtype}, not float32"
         elif tensor.data is None:
             return f"input {i} ({tensor.name!r}) must be a constant"
@@ -344,7 +344,7 @@ def check_data(op: Op, graph: Graph, data_inputs: list[int]) -> str | None:
         if t >= 0 and graph.tensors[t].size == 0:
             return f"tensor {graph.tensors[t].name!r} is empty"
     for t in op.outputs:
-        if graph.tensors[t].dtype != np.float32:
+        if graph.tensors[t].dtype != np.float32 and not is_quantized(graph.tensors[t]):
             return f"output {graph.tensors[t].name!r} is {graph.tensors[t].dtype}, not float32"
     return None
 

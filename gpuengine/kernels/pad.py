@@ -15,7 +15,7 @@ from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from .base import Binding, Code, KernelSpec, Lowering
-from .common import bhwc, float_tensors, is_const
+from .common import bhwc, float_tensors, is_const, tensor_values
 
 # Which BHWC axes the logical axes of a rank-r tensor become (see layout.to_bhwc).
 _AXES = {1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
@@ -93,7 +93,7 @@ class PadKernel:
         mode = _mode(op)
         value = 0.0
         if len(op.inputs) > 2 and op.inputs[2] >= 0:
-            value = float(np.asarray(graph.tensors[op.inputs[2]].data, np.float32).reshape(-1)[0])
+            value = float(tensor_values(graph.tensors[op.inputs[2]]).reshape(-1)[0])
         maps = [_map_fn(name, n, before, mode) for name, n, (before, _) in zip("byxc", (b, h, w, c), pads)]
         params = {
             "S": slices(oc), "H": oh, "W": ow, "IS": slices(c), "IH": h, "IW": w, "IC": c,

@@ -25,6 +25,7 @@ from ..layout import slices, to_phwc4
 from ..model.ir import Graph, Op
 from . import registry
 from .base import Binding, Code
+from .common import tensor_values
 
 
 @dataclass(frozen=True)
@@ -143,14 +144,14 @@ def _evaluate(op: Op, graph: Graph, name: str, option: str, mask_padding: bool
             var = f"{name}_in{k}"
             kind = leaf_kind(graph, op.inputs[k], shape)
             if kind == "scalar":
-                value = float(np.asarray(tensor.data, np.float32).reshape(-1)[0])
+                value = float(tensor_values(tensor).reshape(-1)[0])
                 reads[k] = f"vec4<f32>({f32_literal(value)})"
                 return reads[k]
             if tensor.data is None:
                 bindings.append(Binding(var, tensor=op.inputs[k]))
             else:
                 frame = (1, 1, 1, shape[3]) if kind == "channel" else shape
-                bindings.append(Binding(var, data=to_phwc4(np.asarray(tensor.data, np.float32).reshape(frame))))
+                bindings.append(Binding(var, data=to_phwc4(tensor_values(tensor).reshape(frame))))
             index = {"full": "pi", "channel": "ps", "batch_channel": f"pb * {s}u + ps"}[kind]  # type: ignore[index]
             reads[k] = f"vec4<f32>({var}[{index}])"
         return reads[k]

@@ -34,6 +34,8 @@ KERNEL_MODULES = (
     "resize",
     "space_depth",
     "space_batch",
+    "quantize",
+    "mediapipe_landmarks",
 )
 
 

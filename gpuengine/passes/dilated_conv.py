@@ -15,7 +15,7 @@ from typing import Any
 
 from ..kernels import registry
 from ..model.ir import Graph, Op, Options
-from .graph_utils import const, sole_consumer
+from .graph_utils import const, same_grid, sole_consumer
 
 TARGETS = {"CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions"}
 SAME, VALID = 0, 1
@@ -67,6 +67,8 @@ def _rewrite(graph: Graph, s2b: Op) -> Op | None:
     b2s = sole_consumer(graph, conv.outputs[0])
     if b2s is None or b2s.code != "BATCH_TO_SPACE_ND" or b2s.inputs[0] != conv.outputs[0]:
         return None
+    if not same_grid(graph, s2b.inputs[0], s2b.outputs[0]) or not same_grid(graph, conv.outputs[0], b2s.outputs[0]):
+        return None  # a requantizing copy would be lost
     got = _block_and_pads(graph, b2s)
     if got is None or got[0] != [bh, bw]:
         return None

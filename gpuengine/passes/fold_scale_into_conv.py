@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.ir import Graph, Op
-from .graph_utils import const, new_const, sole_consumer, with_fields
+from .graph_utils import const, new_const, rounds, sole_consumer, with_fields
 
 # op -> (weights input, bias input, output-channel axis of the weights, input-channel axis or None)
 CONV_LIKE = {
@@ -29,7 +29,8 @@ def _channel_vector(value: np.ndarray, channels: int) -> np.ndarray | None:
 
 def _fold_after(graph: Graph, conv: Op) -> bool:
     w_in, b_in, out_axis, _ = CONV_LIKE[conv.code]
-    if int(conv.opt("fused_activation_function", 0) or 0) != 0 or len(conv.outputs) != 1:
+    if int(conv.opt("fused_activation_function", 0) or 0) != 0 or len(conv.outputs) != 1 \
+            or rounds(graph, conv.outputs[0]):
         return False
     if conv.code == "TRANSPOSE_CONV" and len(conv.inputs) < 4:
         return False
@@ -82,7 +83,7 @@ def _fold_before(graph: Graph, mul: Op) -> bool:
     if len(consts) != 1:
         return False
     src = mul.inputs[1] if consts[0] == mul.inputs[0] else mul.inputs[0]
-    if graph.tensors[src].shape != graph.tensors[mul.outputs[0]].shape:
+    if graph.tensors[src].shape != graph.tensors[mul.outputs[0]].shape or rounds(graph, mul.outputs[0]):
         return False
     conv = sole_consumer(graph, mul.outputs[0])
     if conv is None or conv.code not in CONV_LIKE or conv.inputs[0] != mul.outputs[0]:

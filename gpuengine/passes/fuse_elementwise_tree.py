@@ -16,6 +16,8 @@ merged op (which also keeps it off the CPU fallback, which could not run it).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..kernels import registry
 from ..kernels.elementwise import TREE
 from ..kernels.prologue import TREE_OPTION, Step, expression_of, leaf_kind
@@ -55,8 +57,9 @@ def _candidates(graph: Graph, readers: dict[int, list[int]], inline: set[int]) -
     out = []
     for t, ops in readers.items():
         tensor = graph.tensors[t]
-        if tensor.data is None and len(tensor.shape) == 4 and t not in graph.outputs and all(
-                i in inline and graph.tensors[graph.ops[i].outputs[0]].shape == tensor.shape for i in ops):
+        if tensor.data is None and tensor.dtype == np.float32 and len(tensor.shape) == 4 and t not in graph.outputs \
+                and all(i in inline and graph.tensors[graph.ops[i].outputs[0]].shape == tensor.shape
+                        and graph.tensors[graph.ops[i].outputs[0]].dtype == np.float32 for i in ops):
             out.append(t)
     return out
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..kernels import registry
 from ..kernels.prologue import Step, expression_of, leaf_kind
 from ..model.ir import Graph, Op
-from .graph_utils import consumers, producer, sole_consumer, with_fields
+from .graph_utils import consumers, producer, rounds, sole_consumer, with_fields
 
 
 def fuse_input_expression(graph: Graph) -> Graph:
@@ -39,7 +39,8 @@ def fuse_input_expression(graph: Graph) -> Graph:
 def _inline(graph: Graph, t: int, shape: tuple[int, ...]) -> Op | None:
     """The op producing t, when it can be evaluated inline with the result's shape."""
     op = producer(graph, t)
-    if op is None or len(op.outputs) != 1 or expression_of(op) is None or registry.check(op, graph) is not None:
+    if op is None or len(op.outputs) != 1 or expression_of(op) is None or registry.check(op, graph) is not None \
+            or rounds(graph, t):
         return None
     return op if graph.tensors[t].shape == shape else None
 

@@ -30,6 +30,23 @@ def producer(graph: Graph, tensor: int) -> Op | None:
     return None
 
 
+def same_grid(graph: Graph, a: int, b: int) -> bool:
+    """Tensors a and b hold values on the same quantization grid (or are both unquantized): an op copying a to b
+    changes no value, so a pass may drop it; between different grids the op rounds, and must stay."""
+    qa, qb = graph.tensors[a].quantization, graph.tensors[b].quantization
+    if qa is None or qb is None:
+        return qa is qb
+    return (np.array_equal(qa.scale, qb.scale) and np.array_equal(qa.zero_point, qb.zero_point)
+            and qa.axis == qb.axis)
+
+
+def rounds(graph: Graph, tensor: int) -> bool:
+    """A run-time quantized tensor: its writer rounds values to its grid, so a pass must not fuse it away."""
+    from ..kernels.common import is_quantized
+
+    return is_quantized(graph.tensors[tensor])
+
+
 def const(graph: Graph, tensor: int) -> np.ndarray | None:
     if tensor < 0:
         return None

@@ -9,13 +9,13 @@ import numpy as np
 
 from ..kernels import registry
 from ..model.ir import Graph
-from .graph_utils import const, producer, sole_consumer, with_fields
+from .graph_utils import const, producer, same_grid, sole_consumer, with_fields
 
 
 def merge_channel_pad(graph: Graph) -> Graph:
     graph = graph.copy()
     for pad in list(graph.ops):
-        if pad.code != "PAD" or pad not in graph.ops:
+        if pad.code != "PAD" or pad not in graph.ops or not same_grid(graph, pad.inputs[0], pad.outputs[0]):
             continue
         pads = const(graph, pad.inputs[1])
         rank = len(graph.tensors[pad.inputs[0]].shape)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..model.ir import Graph
-from .graph_utils import const, consumers, with_fields
+from .graph_utils import const, consumers, same_grid, with_fields
 
 TARGETS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
@@ -17,7 +17,8 @@ TARGETS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 def merge_padding(graph: Graph) -> Graph:
     graph = graph.copy()
     for pad in list(graph.ops):
-        if pad.code not in ("PAD", "PADV2") or len(graph.tensors[pad.inputs[0]].shape) != 4:
+        if pad.code not in ("PAD", "PADV2") or len(graph.tensors[pad.inputs[0]].shape) != 4 \
+                or not same_grid(graph, pad.inputs[0], pad.outputs[0]):
             continue
         pads = const(graph, pad.inputs[1])
         if pads is None or pads.shape != (4, 2) or np.any(pads[[0, 3]]) or np.any(pads < 0):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.ir import Graph, Op
-from .graph_utils import bypass, const
+from .graph_utils import bypass, const, same_grid
 
 
 def _is_noop(graph: Graph, op: Op) -> bool:
@@ -15,6 +15,8 @@ def _is_noop(graph: Graph, op: Op) -> bool:
         return False
     src, out = graph.tensors[ins[0]], graph.tensors[op.outputs[0]]
     if src.data is not None or src.shape != out.shape or src.dtype != out.dtype:
+        return False
+    if not same_grid(graph, ins[0], op.outputs[0]):  # a requantizing op changes the values
         return False
     code = op.code
     if code in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"):

@@ -25,6 +25,7 @@ from ..errors import UnsupportedOpError
 from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
+from ..kernels.common import QUANTIZED_TYPES, is_quantized
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -121,6 +122,20 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes
             last[t] = step
     return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape) * scalar_bytes, first=first[t],
                         last=last[t]) for t in sorted(first)]
+
+
+def dequantized(q: np.ndarray, tensor: Any) -> np.ndarray:
+    """Integers of a quantized tensor -> their real values."""
+    scale, zero = float(tensor.quantization.scale[0]), float(tensor.quantization.zero_point[0])
+    return (np.asarray(q, np.float32) - np.float32(zero)) * np.float32(scale)
+
+
+def quantized(real: np.ndarray, tensor: Any) -> np.ndarray:
+    """Real values (already on the tensor's grid, kernels/common.py fake_quant) -> its integers."""
+    scale, zero = float(tensor.quantization.scale[0]), float(tensor.quantization.zero_point[0])
+    r = real.astype(np.float64) / scale
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    return np.clip(np.sign(r) * np.floor(np.abs(r) + 0.5) + zero, lo, hi).astype(tensor.dtype)
 
 
 def signature(spec: KernelSpec) -> str:
@@ -336,7 +351,8 @@ class GpuProgram:
                         for size in plan.object_sizes]
         self.raw_in = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_DST)
                        for t in self.inputs}
-        self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_SRC)
+        self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_SRC
+                                             | wgpu.BufferUsage.COPY_DST)  # COPY_DST: write_output
                         for t in self.outputs}
         self.out_offsets: dict[int, int] = {}
         offset = 0
@@ -351,6 +367,9 @@ class GpuProgram:
             shape = self.graph.tensors[t].shape
             start = self.out_offsets[t] // 4
             self._out_slices.append((t, start, start + int(np.prod(shape, dtype=np.int64)), shape))
+        # Quantized inputs and outputs cross as the integers LiteRT exchanges; the GPU holds their real values.
+        self._quantized = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
+                           if is_quantized(self.graph.tensors[t])}
         constants: dict[int, Any] = {}
         self.dispatches: list[Dispatch] = []
         for spec in specs:
@@ -495,7 +514,8 @@ class GpuProgram:
         t0 = clock()
         for t, buf in self.raw_in.items():
             if t not in self._resident:
-                queue.write_buffer(buf, 0, np.ascontiguousarray(feeds[t], dtype=np.float32))
+                value = dequantized(feeds[t], self._quantized[t]) if t in self._quantized else feeds[t]
+                queue.write_buffer(buf, 0, np.ascontiguousarray(value, dtype=np.float32))
         t1 = clock()
         key = "read" if read else "gpu_only"
         command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
@@ -539,6 +559,9 @@ class GpuProgram:
         try:
             data = np.frombuffer(staging.read_mapped(copy=False), np.float32)
             job.results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices}
+            for t, tensor in self._quantized.items():
+                if t in job.results:
+                    job.results[t] = quantized(job.results[t], tensor)
         finally:
             staging.unmap()
         upload, submit, record = job.times
@@ -550,6 +573,40 @@ class GpuProgram:
         return job.results is not None or (job.work is not None and job.work.done)
 
     # -- GPU-resident inputs and outputs --------------------------------------------------------------------
+    def write_output(self, t: int, value: np.ndarray) -> None:
+        """Write a host value (BHWC f32) into output tensor t's buffer: a host-driven loop (control_flow.py) seeds
+        the buffer its body's other instance reads as the loop variable's initial value."""
+        with self._lock:
+            if not self.gpu.alive():
+                raise RuntimeError(DEVICE_LOST)
+            self._queue.write_buffer(self.raw_out[t], 0, np.ascontiguousarray(value, dtype=np.float32))
+
+    def read_outputs(self) -> dict[int, np.ndarray]:
+        """The output buffers as they are now (what the last submit, read=False included, or write_output left
+        there), copied back through the next staging slot: a host-driven loop reads its final values once."""
+        with self._lock:
+            if not self.gpu.alive():
+                raise RuntimeError(DEVICE_LOST)
+            try:
+                slot = self._slots[self._next_slot]
+                self._next_slot = (self._next_slot + 1) % len(self._slots)
+                if slot.job is not None and slot.job.results is None:
+                    self._collect(slot.job)
+                encoder = self.gpu.device.create_command_encoder()
+                for t, buf in self.raw_out.items():
+                    encoder.copy_buffer_to_buffer(buf, 0, slot.staging, self.out_offsets[t], buf.size)
+                command = encoder.finish()
+                self._queue.submit([command])
+                slot.in_flight, slot.job = command, Submitted(slot)
+                # the command buffer recorded for the next read used the slot just taken: record it afresh
+                _orphan_recorded(self.gpu, {"read": self._recorded["read"]})
+                self._recorded["read"] = None
+                return self._collect(slot.job)
+            except Exception as e:
+                if not self.gpu.alive():
+                    raise RuntimeError(DEVICE_LOST) from e
+                raise
+
     def output_buffer(self, t: int) -> Any:
         """The GPU buffer that holds output tensor t, BHWC row-major f32, after each invoke."""
         return self.raw_out[t]

@@ -12,17 +12,19 @@ from collections.abc import Callable
 from .efficientnet import efficientnet_b0
 from .mobilenet import mobilenet_v1, mobilenet_v2
 from .mobilenet_v3 import mobilenet_v3_small
+from .quantize import mobilenet_v2_int8
 from .segmentation import segmentation
 from .tiny import tiny
 
-__all__ = ["DEFAULT", "MODELS", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2", "mobilenet_v3_small",
-           "segmentation", "tiny"]
+__all__ = ["DEFAULT", "MODELS", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2", "mobilenet_v2_int8",
+           "mobilenet_v3_small", "segmentation", "tiny"]
 
 # name -> build(seed: int = 0) -> .tflite bytes
 MODELS: dict[str, Callable[..., bytes]] = {
     "efficientnet_b0": efficientnet_b0,
     "mobilenet_v1": mobilenet_v1,
     "mobilenet_v2": mobilenet_v2,
+    "mobilenet_v2_int8": mobilenet_v2_int8,
     "mobilenet_v3_small": mobilenet_v3_small,
     "segmentation": segmentation,
     "tiny": tiny,

@@ -72,13 +72,20 @@ def test_global_pool_uses_parallel_reduction(code):
     assert [s.decomposition.split for s in it.compiled.programs[0].info.specs if s.shader == "reduce"] == [256]
 
 
-def test_quantized_pool_falls_back():
+def test_quantized_pool_runs_on_gpu_and_plain_int8_falls_back():
+    """int8 with a scale and zero point is a quantized tensor the GPU emulates (tests/ops/test_quantized.py);
+    int8 without them is integer data, which stays on the CPU."""
     q = Quantization(scale=np.array([0.5], np.float32), zero_point=np.array([0], np.int64))
     model = pool_model("MAX_POOL_2D", (1, 4, 4, 3), (2, 2), (2, 2), "VALID", dtype=np.int8, quant=q)
     graph = read_model(model).main
+    assert registry.check(graph.ops[0], graph) is None
+    feeds = {0: np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)}
+    assert_matches_litert(model, feeds)
+    model = pool_model("MAX_POOL_2D", (1, 4, 4, 3), (2, 2), (2, 2), "VALID", dtype=np.int8)
+    graph = read_model(model).main
     reason = registry.check(graph.ops[0], graph)
-    assert reason and "float32" in reason
-    assert_matches_litert(model, all_gpu=False)
+    assert reason and "without one scale and zero point" in reason
+    assert_matches_litert(model, feeds, all_gpu=False)
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS)
