@@ -19,12 +19,24 @@ class Partition:
     outputs: list[int]  # tensors produced here and needed elsewhere (or graph outputs)
 
 
-def partition(graph: Graph, support: dict[int, str | None]) -> list[Partition]:
-    """Maximal partitions: the greedy schedule from each starting device, keeping the one with fewer."""
-    device_of = {i: "gpu" if support.get(i) is None else "cpu" for i in range(len(graph.ops))}
+def partition(graph: Graph, support: dict[int, str | None], control: set[int] | None = None) -> list[Partition]:
+    """Maximal partitions: the greedy schedule from each starting device, keeping the one with fewer. Ops in
+    `control` (WHILE / IF the host drives, control_flow.py) are partitions of one op each, device "control"."""
+    control = control or set()
+    device_of = {i: "control" if i in control else "gpu" if support.get(i) is None else "cpu"
+                 for i in range(len(graph.ops))}
     candidates = [_schedule(graph, device_of, start) for start in ("gpu", "cpu")]
     best = min(candidates, key=len)  # min keeps the first (GPU-first) on a tie
-    return [_with_boundaries(graph, dev, ops) for dev, ops in best]
+    groups = [(dev, [i]) for dev, ops in best for i in ops] if control else best
+    if control:  # merge back every run of non-control ops the split above took apart
+        merged: list[tuple[str, list[int]]] = []
+        for dev, ops in groups:
+            if merged and dev != "control" and merged[-1][0] == dev:
+                merged[-1][1].extend(ops)
+            else:
+                merged.append((dev, list(ops)))
+        groups = merged
+    return [_with_boundaries(graph, dev, ops) for dev, ops in groups]
 
 
 def _schedule(graph: Graph, device_of: dict[int, str], start: str) -> list[tuple[str, list[int]]]:

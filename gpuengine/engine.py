@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .control_flow import CONTROL_OPS, ControlPlan, control_program, float_if_conditions, plan_control
 from .delegate.cpu_fallback import CpuProgram
 from .delegate.partition import Partition, partition
 from .delegate.support import gpu_support, unsupported_summary
 from .kernels.base import KernelSpec
-from .model.ir import Graph
+from .model.ir import Graph, Model
+from .model.shapes import propagate, shape_key
 from .model.validate import validate_graph
 from .passes.pipeline import run_passes
 from .runtime.device import GpuDevice, get_device, gpu_for
@@ -29,17 +33,110 @@ class Plan:
     support: dict[int, str | None]
     partitions: list[Partition]
     unsupported: dict[str, str] = field(default_factory=dict)
+    control: dict[int, ControlPlan] = field(default_factory=dict)  # WHILE / IF ops the host drives, by op index
 
     @property
     def ops_gpu(self) -> int:
-        return sum(len(p.ops) for p in self.partitions if p.device == "gpu")
+        """Ops in GPU partitions, and the WHILE / IF ops the host drives (their subgraphs run on the GPU)."""
+        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control"))
 
 
-def plan_graph(graph: Graph, options: EngineOptions) -> Plan:
+def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None) -> Plan:
+    """Validate, transform, decide per op where it runs and partition. `model`: the model the graph belongs to,
+    where the subgraphs of its WHILE / IF ops are (without it they run on LiteRT, which needs them too)."""
     validate_graph(graph)  # every graph the engine compiles (resized, a signature's) is checked op by op first
     optimized = run_passes(graph, options.optimize)
+    planned = {i: plan_control(op, optimized, model, options) for i, op in enumerate(optimized.ops)
+               if op.code in CONTROL_OPS}
+    optimized, moved = float_if_conditions(optimized, [i for i, p in planned.items()
+                                                       if isinstance(p, ControlPlan) and p.kind == "IF"])
     support = gpu_support(optimized)
-    return Plan(optimized, support, partition(optimized, support), unsupported_summary(optimized, support))
+    control: dict[int, ControlPlan] = {}
+    for old, got in planned.items():
+        i = moved[old]
+        if isinstance(got, str):
+            support[i] = f"{optimized.ops[i].code} on LiteRT: {got}"
+        else:
+            support[i], control[i] = None, got
+    return Plan(optimized, support, partition(optimized, support, set(control)),
+                unsupported_summary(optimized, support), control)
+
+
+@dataclass
+class ShapeEntry:
+    """What allocate_tensors needs for one set of input shapes, before touching a GPU: the graph with every shape
+    derived (model/shapes.py) and its plan. Compiled kernels are cached apart, by WGSL text on the device."""
+
+    graph: Graph
+    plan: Plan
+    runtime: dict[int, str]  # tensors whose shape only a run tells, and why (their ops run on LiteRT)
+
+
+class ShapeCache:
+    """Plans per input-shape signature, least recently used dropped beyond `capacity`. Going back to input shapes
+    seen before derives and plans nothing; its kernels are still compiled on the device (pipelines by WGSL text)
+    and its memory plans memoized (memory.plan_memory), so it compiles nothing either."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity, self.hits, self.misses = capacity, 0, 0
+        self._entries: OrderedDict[Any, ShapeEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> ShapeEntry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Any, entry: ShapeEntry) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+    def report(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self._entries)}
+
+
+def prepare(graph: Graph, shapes: dict[int, tuple[int, ...]], options: EngineOptions, model: Model | None,
+            cache: ShapeCache | None = None) -> ShapeEntry:
+    """The graph's shapes derived for these input shapes and its plan, from the cache when seen before. A graph
+    without dynamic dimensions at its declared shapes is taken as it is."""
+    key = shape_key(shapes)
+    entry = cache.get(key) if cache is not None else None
+    if entry is not None:
+        return entry
+    declared = all(tuple(graph.tensors[t].shape) == tuple(s) for t, s in shapes.items())
+    dynamic = any(t.shape_signature is not None and any(d < 0 for d in t.shape_signature) for t in graph.tensors)
+    if declared and not dynamic:
+        derived, runtime = graph, {}
+    else:
+        done = propagate(graph, shapes, model)
+        derived, runtime = done.graph, done.runtime
+    plan = plan_graph(derived, options, model)
+    if runtime:
+        _name_runtime_shapes(plan, runtime)
+    entry = ShapeEntry(derived, plan, runtime)
+    if cache is not None:
+        cache.put(key, entry)
+    return entry
+
+
+def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
+    """Ops left to LiteRT for a shape only a run tells say which and why (instead of a bare 'dynamic shape')."""
+    for i, reason in plan.support.items():
+        if reason is None or not reason.startswith("dynamic shape"):
+            continue
+        op = plan.graph.ops[i]
+        known = [t for t in [*op.inputs, *op.outputs] if t in runtime]
+        if known:
+            t = known[0]
+            plan.support[i] = f"the shape of {plan.graph.tensors[t].name!r} is known only at run time ({runtime[t]})"
+    plan.unsupported = unsupported_summary(plan.graph, plan.support)
 
 
 def planned_dispatches(graph: Graph, options: EngineOptions, target: Target) -> tuple[Plan, list[list[KernelSpec]]]:
@@ -74,13 +171,17 @@ class CompiledGraph:
     """Runs a planned graph: host arrays cross partition boundaries, everything else stays where it is."""
 
     def __init__(self, graph: Graph, options: EngineOptions, num_threads: int | None = None,
-                 gpu: GpuDevice | None = None, tuned: Tuned | None = None) -> None:
+                 gpu: GpuDevice | None = None, tuned: Tuned | None = None, model: Model | None = None,
+                 plan: Plan | None = None) -> None:
+        """model: where the subgraphs of WHILE / IF / composite ops are; plan: plan_graph's result when the caller
+        has it already (a control-flow op's subgraphs, a shape seen before)."""
         start = time.perf_counter()
         self.source = graph
         self.options = options
-        self.plan = plan_graph(graph, options)
+        self.model = model
+        self.plan = plan if plan is not None else plan_graph(graph, options, model)
         self.graph = self.plan.graph
-        needs_gpu = any(p.device == "gpu" for p in self.plan.partitions)
+        needs_gpu = any(p.device in ("gpu", "control") for p in self.plan.partitions)
         if gpu is None and needs_gpu:
             gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
         self.gpu = gpu
@@ -89,13 +190,16 @@ class CompiledGraph:
         self.precision = self.gpu.precision(options.precision) if self.gpu is not None else options.precision
         if tuned is None and self.gpu is not None:
             tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
-        self.programs: list[GpuProgram | CpuProgram] = []
+        self.programs: list[Any] = []  # GpuProgram, CpuProgram, control_flow.WhileProgram / IfProgram
         for part in self.plan.partitions:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
                                                 options, tuned, self.target, self.precision))
+            elif part.device == "control":
+                self.programs.append(control_program(self.graph, part, self.plan.control[part.ops[0]], model,
+                                                     options, self.gpu, tuned, num_threads))
             else:
-                self.programs.append(CpuProgram(self.graph, part, num_threads))
+                self.programs.append(CpuProgram(self.graph, part, num_threads, model))
         # Constants that are outputs (or pass straight through) are served from the host.
         self.constants = {t.index: np.asarray(t.data) for t in self.graph.tensors if t.data is not None}
         self.compile_ms = (time.perf_counter() - start) * 1e3
@@ -119,6 +223,16 @@ class CompiledGraph:
     @property
     def gpu_programs(self) -> list[GpuProgram]:
         return [p for p in self.programs if isinstance(p, GpuProgram)]
+
+    @property
+    def control_programs(self) -> list[Any]:
+        """The WHILE / IF ops the host drives."""
+        return [p for p in self.programs if hasattr(p, "compiled")]
+
+    @property
+    def all_gpu_programs(self) -> list[GpuProgram]:
+        """The GPU programs of this graph and of the subgraphs its WHILE / IF ops run (for reports)."""
+        return self.gpu_programs + [q for p in self.control_programs for q in p.gpu_programs]
 
     @property
     def tuned_dispatches(self) -> int:

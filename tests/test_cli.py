@@ -90,9 +90,9 @@ def test_inspect_lists_ops_folded_into_input_loads(capsys, tmp_path):
 def test_memplan_json_schema(capsys):
     report = run_json(capsys, ["memplan", "tiny", "--json"])
     (entry,) = report.values()
-    assert set(entry["strategies"]) == {"naive", "greedy", "mincostflow", "greedy_by_size", "best"}
+    assert set(entry["strategies"]) == {"naive", "greedy", "mincostflow", "greedy_by_size", "offsets", "best"}
     for s in entry["strategies"].values():
-        assert set(s) == {"bytes", "objects", "plan_ms"} and s["bytes"] >= entry["lower_bound"]
+        assert set(s) == {"bytes", "objects", "plan_ms", "optimal"} and s["bytes"] >= entry["lower_bound"]
 
 
 def test_bench_json_fields(capsys):

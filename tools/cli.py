@@ -65,7 +65,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_resize(items: list[str]) -> dict[int, list[int]]:
+    """--resize INDEX=D0,D1,... (INDEX: the input's position in get_input_details()) -> {position: shape}."""
+    shapes: dict[int, list[int]] = {}
+    for item in items:
+        index, _, dims = item.partition("=")
+        try:
+            shapes[int(index)] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise SystemExit(f"gpuengine: --resize takes INDEX=D0,D1,... (integers), got {item!r}") from None
+    return shapes
+
+
 def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
+    from gpuengine.control_flow import partition_report
     from gpuengine.kernels.prologue import model_ops
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
@@ -73,6 +86,14 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
 
     model = read_model(data)
     it = interpreter(data, args)
+    resize = parse_resize(getattr(args, "resize", None) or [])
+    if resize:
+        inputs = it.get_input_details()
+        for position, shape in resize.items():
+            if not 0 <= position < len(inputs):
+                raise SystemExit(f"gpuengine: --resize {position}=...: the model has {len(inputs)} inputs")
+            it.resize_tensor_input(inputs[position]["index"], shape)
+        it.allocate_tensors()
     compiled = it.compiled
     plan = compiled.plan
     graph = plan.graph
@@ -92,7 +113,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "ops_in_file": len(model.main.ops),
         "ops_total": len(graph.ops),
         "ops_gpu": plan.ops_gpu,
-        "partitions": [{"device": p.device, "ops": [graph.ops[i].code for i in p.ops]} for p in plan.partitions],
+        "partitions": [partition_report(plan, p) for p in plan.partitions],
         "dispatches": compiled.dispatches,
         "unsupported": plan.unsupported,
         "memory_bytes": memory,
@@ -100,6 +121,8 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "target": compiled.target.name if compiled.target else None,
         "precision": compiled.precision,
         "dispatch_list": dispatch_list,
+        "input_shapes": [d["shape"].tolist() for d in it.get_input_details()],
+        "shape_cache": it.shape_cache,
         "_interpreter": it,
     }
 
@@ -120,7 +143,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}, precision {report['precision']})")
     print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
           f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
+    print(f"input shapes: {report['input_shapes']}; shape cache: {report['shape_cache']}")
     for k, p in enumerate(report["partitions"]):
+        if p.get("driver") == "host":
+            subs = ", ".join(f"{role} subgraph {s['index']}: {[q['device'] for q in s['partitions']]}"
+                             for role, s in p["subgraphs"].items())
+            print(f"partition {k} [gpu, driven by the host]: {p['op']} ({subs})"
+                  + (f"; loop-carried tensors: {p['loop_carried']}" if "loop_carried" in p else ""))
+            continue
         print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
@@ -205,11 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("model")
     ins.add_argument("--json", action="store_true")
     ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
+    ins.add_argument("--resize", action="append", default=[], metavar="INDEX=D0,D1,...",
+                     help="inspect the plan with input INDEX (its position) resized to this shape (repeatable)")
     add_engine_options(ins)
     ins.set_defaults(func=cmd_inspect)
     mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
     mem.add_argument("models", nargs="+")
-    mem.add_argument("--strategies", help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,best")
+    mem.add_argument("--strategies",
+                     help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,offsets,best")
     mem.add_argument("--json", action="store_true")
     mem.add_argument("--plot", metavar="OUT.png")
     add_engine_options(mem)

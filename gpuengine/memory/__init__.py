@@ -4,6 +4,7 @@ Pure functions from tensor usage records to plans; nothing here touches the GPU.
 """
 
 from .bounds import lower_bound
+from .exact import aligned_lower_bound, plan_offsets
 from .greedy import plan_greedy
 from .mincostflow import plan_mincostflow
 from .naive import plan_naive
@@ -16,6 +17,7 @@ from .strategies import STRATEGIES, plan_memory
 __all__ = [
     "DEFAULT_ALIGNMENT",
     "STRATEGIES",
+    "aligned_lower_bound",
     "MemoryPlan",
     "UsageRecord",
     "compare",
@@ -27,6 +29,7 @@ __all__ = [
     "plan_memory",
     "plan_mincostflow",
     "plan_naive",
+    "plan_offsets",
     "plot",
     "records_from_schedule",
 ]

@@ -22,6 +22,7 @@ class MemoryPlan:
     strategy: str
     object_sizes: list[int] = field(default_factory=list)
     placement: dict[int, tuple[int, int]] = field(default_factory=dict)
+    optimal: bool = False  # proven the least memory any plan of its kind can take (exact offsets planner)
 
     @property
     def total_bytes(self) -> int:

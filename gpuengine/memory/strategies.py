@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from .exact import plan_offsets
 from .greedy import plan_greedy
 from .mincostflow import plan_mincostflow
 from .naive import plan_naive
@@ -13,7 +16,10 @@ from .records import UsageRecord, check_records
 
 __all__ = ["STRATEGIES", "plan_memory"]
 
-STRATEGIES: tuple[str, ...] = ("naive", "greedy", "mincostflow", "greedy_by_size", "best")
+STRATEGIES: tuple[str, ...] = ("naive", "greedy", "mincostflow", "greedy_by_size", "offsets", "best")
+# An arena above this is never chosen by ``best``: WebGPU's default maxBufferSize (256 MiB) could not hold it in
+# one buffer, while shared objects split the same bytes over several.
+MAX_ARENA_BYTES = 1 << 28
 
 _SHARED: dict[str, Callable[[list[UsageRecord]], MemoryPlan]] = {
     "naive": plan_naive,
@@ -22,32 +28,81 @@ _SHARED: dict[str, Callable[[list[UsageRecord]], MemoryPlan]] = {
 }
 
 
+_MEMO: OrderedDict[tuple, MemoryPlan] = OrderedDict()
+_MEMO_SIZE = 64
+_MEMO_LOCK = threading.Lock()
+
+
+def _scipy() -> bool:
+    """Whether SciPy can be imported now: plans made with and without it differ, so the memo keys on it."""
+    try:
+        import scipy.optimize  # noqa: F401
+        import scipy.sparse.csgraph  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _copy(plan: MemoryPlan) -> MemoryPlan:
+    return MemoryPlan(strategy=plan.strategy, object_sizes=list(plan.object_sizes), placement=dict(plan.placement),
+                      optimal=plan.optimal)
+
+
 def plan_memory(
+    records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT
+) -> MemoryPlan:
+    """``_plan_memory`` memoized by the records, strategy and alignment: a shape planned before (a resize back to
+    it, a second program of the same partition) is not planned again, which matters for the exact planner's
+    time budget. The plan returned is the caller's own copy."""
+    recs = tuple(check_records(records))
+    key = (recs, strategy, alignment, _scipy())
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return _copy(hit)
+    plan = _plan_memory(list(recs), strategy, alignment)
+    with _MEMO_LOCK:
+        _MEMO[key] = _copy(plan)
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return plan
+
+
+def _plan_memory(
     records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT
 ) -> MemoryPlan:
     """Plan storage for the intermediate tensors described by ``records``.
 
-    ``alignment`` only matters for ``greedy_by_size`` (offsets into one arena); shared-object plans put
-    every tensor at offset 0.  ``best`` runs greedy and mincostflow and keeps the smaller plan (greedy on a
-    tie, as it is cheaper to recompute); its ``strategy`` reads e.g. ``"best(mincostflow)"``, and
-    ``plan.requested_strategy`` / ``plan.chosen_strategy`` split that back.  SciPy is optional: without
-    it ``best`` falls back to greedy alone, while asking for ``mincostflow`` raises ``ImportError``.
+    ``alignment`` only matters for ``greedy_by_size`` and ``offsets`` (offsets into one arena; ``offsets`` is
+    the exact planner, memory/exact.py, seeded by greedy_by_size); shared-object plans put every tensor at
+    offset 0.  ``best`` runs greedy, mincostflow and offsets and keeps the smallest plan (the earlier on a tie;
+    an arena above MAX_ARENA_BYTES is not taken); its ``strategy`` reads e.g. ``"best(offsets)"``, and
+    ``plan.requested_strategy`` / ``plan.chosen_strategy`` split that back.  SciPy is optional: without it
+    ``best`` compares greedy with greedy_by_size's arena, ``offsets`` is greedy_by_size's plan, and asking
+    for ``mincostflow`` raises ``ImportError``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown memory strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
     recs = check_records(records)
     if strategy == "greedy_by_size":
         return plan_greedy_by_size(recs, alignment=alignment)
+    if strategy == "offsets":
+        return plan_offsets(recs, alignment=alignment)
     if strategy == "best":
         candidates = [plan_greedy(recs)]
         try:
             candidates.append(plan_mincostflow(recs))
         except ImportError:
             pass
+        arena = plan_memory(recs, "offsets", alignment)  # memoized: the same plan as the "offsets" strategy's
+        if arena.total_bytes <= MAX_ARENA_BYTES:
+            candidates.append(arena)
         winner = min(candidates, key=lambda p: p.total_bytes)  # min keeps the first (greedy) on ties
         return MemoryPlan(
             strategy=f"best({winner.strategy})",
             object_sizes=winner.object_sizes,
             placement=winner.placement,
+            optimal=winner.optimal,
         )
     return _SHARED[strategy](recs)

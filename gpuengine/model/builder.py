@@ -5,7 +5,10 @@ No TensorFlow needed: it writes the flatbuffer with the `tflite` schema bindings
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import re
 from typing import Any
 
 import flatbuffers
@@ -15,7 +18,7 @@ from tflite.BuiltinOperator import BuiltinOperator
 from tflite.Padding import Padding
 
 from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, Tensor
-from .reader import OPTION_NAMES, option_fields
+from .reader import OPTION2_NAMES, OPTION_NAMES, option_fields
 
 # Ops whose options table name is not the CamelCase of the op name.
 _OPTIONS_OVERRIDES = {
@@ -34,6 +37,16 @@ _ENUMS = {
     "fused_activation_function": {k: v for k, v in vars(ActivationFunctionType).items() if not k.startswith("_")},
 }
 _OPTION_CODES = {name: code for code, name in OPTION_NAMES.items()}
+# Options tables stored in the operator's second union (BuiltinOptions2): StableHLO ops, composites among them.
+_OPTION2_CODES = {name: code for code, name in OPTION2_NAMES.items() if name != "NONE"}
+# The lowest operator version LiteRT 2.3 registers a builtin with, where it is above 1 (register.cc: version 1
+# of BROADCAST_TO was rolled back when its code changed); a file that says less cannot be resolved.
+MIN_VERSIONS = {"BROADCAST_TO": 2}
+
+
+def op_version(op: Op) -> int:
+    """The version an op's code is written with: the one the reader saw, raised to the minimum LiteRT accepts."""
+    return max(int(getattr(op, "version", 1) or 1), MIN_VERSIONS.get(op.code, 1) if not op.is_custom else 1)
 
 
 def options_kind(op_name: str) -> str | None:
@@ -41,7 +54,7 @@ def options_kind(op_name: str) -> str | None:
     if op_name in _OPTIONS_OVERRIDES:
         return _OPTIONS_OVERRIDES[op_name]
     want = op_name.replace("_", "").lower() + "options"
-    for kind in _OPTION_CODES:
+    for kind in [*_OPTION_CODES, *_OPTION2_CODES]:
         if kind.lower() == want:
             return kind
     return None
@@ -69,22 +82,40 @@ def _schema_module(kind: str) -> Any:
     return importlib.import_module(f"tflite.{kind}")
 
 
+@functools.cache
+def _vector_element_size(kind: str, accessor: str) -> int:
+    """Bytes per element of an options vector, read from the schema module's Start...Vector function."""
+    mod = _schema_module(kind)
+    start = getattr(mod, f"{kind}Start{accessor}Vector", None) or getattr(mod, f"Start{accessor}Vector")
+    source = inspect.getsource(start)
+    found = re.search(r"StartVector\((\d+)", source)
+    return int(found.group(1)) if found else 4
+
+
 def _write_options(b: flatbuffers.Builder, options: Options) -> int:
+    """Scalars, strings (bytes as the reader gives them) and vectors of 1-, 2-, 4- or 8-byte integers."""
     mod = _schema_module(options.kind)
-    vectors = {}
+    offsets = {}
     for accessor, name, is_vector in option_fields(options.kind):
-        if is_vector and name in options.fields:
-            values = [int(v) for v in options.fields[name]]
+        value = options.fields.get(name)
+        if is_vector and value is not None:
+            values = [int(v) for v in value]
+            size = _vector_element_size(options.kind, accessor)
             getattr(mod, f"Start{accessor}Vector")(b, len(values))
+            signed = any(v < 0 for v in values)
+            prepend = {1: b.PrependInt8 if signed else b.PrependUint8, 2: b.PrependInt16 if signed else b.PrependUint16,
+                       8: b.PrependInt64}.get(size, b.PrependInt32)
             for v in reversed(values):
-                b.PrependInt32(v)
-            vectors[accessor] = b.EndVector()
+                prepend(v)
+            offsets[accessor] = b.EndVector()
+        elif isinstance(value, (bytes, str)):
+            offsets[accessor] = b.CreateString(value)
     mod.Start(b)
-    for accessor, name, is_vector in option_fields(options.kind):
-        if is_vector:
-            if accessor in vectors:
-                getattr(mod, f"Add{accessor}")(b, vectors[accessor])
-        elif name in options.fields and options.fields[name] is not None:
+    for accessor, name, _ in option_fields(options.kind):
+        if accessor in offsets:
+            getattr(mod, f"Add{accessor}")(b, offsets[accessor])
+        elif name in options.fields and options.fields[name] is not None and not isinstance(options.fields[name],
+                                                                                             (list, tuple)):
             getattr(mod, f"Add{accessor}")(b, options.fields[name])
     return mod.End(b)
 
@@ -117,7 +148,7 @@ def write_model(model: Model) -> bytes:
     """Serialize an IR model. Constant tensors get a buffer each; sparse tensors must be densified first."""
     b = flatbuffers.Builder(1024)
     buffers: list[np.ndarray | None] = [None]  # buffer 0 is the empty sentinel
-    codes: dict[tuple[int, str | None], int] = {}
+    codes: dict[tuple[int, str | None, int], int] = {}
     subgraph_offsets = []
     for graph in model.subgraphs:
         tensor_buffers = []
@@ -130,8 +161,7 @@ def write_model(model: Model) -> bytes:
             else:
                 tensor_buffers.append(0)
         for op in graph.ops:
-            key = (op.builtin_code, op.custom_code)
-            codes.setdefault(key, len(codes))
+            codes.setdefault(_code_key(op), len(codes))
         subgraph_offsets.append(_write_subgraph(b, graph, tensor_buffers, codes))
     metadata_entries = []
     for name, blob in model.metadata.items():
@@ -148,12 +178,12 @@ def write_model(model: Model) -> bytes:
 
     code_offsets = []
     oc_mod = _schema_module("OperatorCode")
-    for (builtin, custom), _ in sorted(codes.items(), key=lambda kv: kv[1]):
+    for (builtin, custom, version), _ in sorted(codes.items(), key=lambda kv: kv[1]):
         custom_off = b.CreateString(custom) if custom is not None else None
         oc_mod.Start(b)
         oc_mod.AddDeprecatedBuiltinCode(b, min(builtin, BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES))
         oc_mod.AddBuiltinCode(b, builtin)
-        oc_mod.AddVersion(b, 1)
+        oc_mod.AddVersion(b, version)
         if custom_off is not None:
             oc_mod.AddCustomCode(b, custom_off)
         code_offsets.append(oc_mod.End(b))
@@ -190,6 +220,10 @@ def write_model(model: Model) -> bytes:
     return bytes(b.Output())
 
 
+def _code_key(op: Op) -> tuple[int, str | None, int]:
+    return (op.builtin_code, op.custom_code, op_version(op))
+
+
 def _float_vector(b: flatbuffers.Builder, values: np.ndarray) -> int:
     values = np.asarray(values, np.float32).reshape(-1)
     b.StartVector(4, values.size, 4)
@@ -219,7 +253,7 @@ def _write_quantization(b: flatbuffers.Builder, q: Quantization) -> int:
 
 
 def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[int],
-                    codes: dict[tuple[int, str | None], int]) -> int:
+                    codes: dict[tuple[int, str | None, int], int]) -> int:
     tm = _schema_module("Tensor")
     tensor_offsets = []
     for t, buf in zip(graph.tensors, tensor_buffers):
@@ -245,16 +279,20 @@ def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[i
         ins = _int_vector(b, op.inputs)
         outs = _int_vector(b, op.outputs)
         intermediates = _int_vector(b, op.intermediates) if op.intermediates else None
-        opts = _write_options(b, op.options) if op.options is not None and op.options.fields is not None \
-            and op.options.kind in _OPTION_CODES else None
+        has_options = op.options is not None and op.options.fields is not None
+        opts = _write_options(b, op.options) if has_options and op.options.kind in _OPTION_CODES else None
+        opts2 = _write_options(b, op.options) if has_options and op.options.kind in _OPTION2_CODES else None
         custom = _typed_vector(b, np.frombuffer(op.custom_options, np.uint8), 1) if op.custom_options else None
         om.Start(b)
-        om.AddOpcodeIndex(b, codes[(op.builtin_code, op.custom_code)])
+        om.AddOpcodeIndex(b, codes[_code_key(op)])
         om.AddInputs(b, ins)
         om.AddOutputs(b, outs)
         if opts is not None:
             om.AddBuiltinOptionsType(b, _OPTION_CODES[op.options.kind])
             om.AddBuiltinOptions(b, opts)
+        if opts2 is not None:
+            om.AddBuiltinOptions2Type(b, _OPTION2_CODES[op.options.kind])
+            om.AddBuiltinOptions2(b, opts2)
         if custom is not None:
             om.AddCustomOptions(b, custom)
         if intermediates is not None:
@@ -301,31 +339,40 @@ def _write_signature(b: flatbuffers.Builder, sig: Any) -> int:
 
 
 class ModelBuilder:
-    """Build a one-subgraph model op by op; output shapes are given by the caller (no shape inference).
+    """Build a model op by op; output shapes are given by the caller (no shape inference).
 
     >>> mb = ModelBuilder()
     >>> x = mb.input("x", (1, 8, 8, 3))
     >>> y = mb.op("RELU", [x], (1, 8, 8, 3))
     >>> mb.output(y); data = mb.build()
+
+    Control flow: build each called subgraph with a ModelBuilder of its own, add it to the model's builder with
+    `add_subgraph` (which returns its index in the model) and name that index in the calling op's options, e.g.
+    `mb.op("WHILE", [i, x], [(), (1, 4)], {"cond_subgraph_index": c, "body_subgraph_index": b})`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self.name = name
         self.tensors: list[Tensor] = []
         self.ops: list[Op] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.signatures: list[Any] = []
+        self.subgraphs: list[ModelBuilder] = []  # subgraphs 1, 2, ... of the model (0 is this one)
 
     def tensor(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32, data: np.ndarray | None = None,
-               quantization: Quantization | None = None) -> int:
+               quantization: Quantization | None = None, shape_signature: tuple[int, ...] | None = None) -> int:
         if data is not None:
             data = np.ascontiguousarray(data, dtype=dtype).reshape(shape)
+        sig = tuple(int(d) for d in shape_signature) if shape_signature is not None else None
         self.tensors.append(Tensor(index=len(self.tensors), name=name, shape=tuple(int(d) for d in shape),
-                                   dtype=np.dtype(dtype), data=data, quantization=quantization))
+                                   dtype=np.dtype(dtype), data=data, quantization=quantization, shape_signature=sig))
         return len(self.tensors) - 1
 
-    def input(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> int:
-        index = self.tensor(name, shape, dtype)
+    def input(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32,
+              shape_signature: tuple[int, ...] | None = None) -> int:
+        """A graph input; shape_signature marks dimensions that may be resized with -1 (shape holds the default)."""
+        index = self.tensor(name, shape, dtype, shape_signature=shape_signature)
         self.inputs.append(index)
         return index
 
@@ -335,10 +382,15 @@ class ModelBuilder:
 
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
            options: dict[str, Any] | None = None, dtype: Any = np.float32, custom_options: bytes | None = None,
-           name: str | None = None) -> int | list[int]:
-        """Append an op; `shape` is one output shape or a list of them (then a list of indices returns)."""
+           name: str | None = None, shape_signature: tuple[int, ...] | list[tuple[int, ...]] | None = None,
+           ) -> int | list[int]:
+        """Append an op; `shape` is one output shape or a list of them (then a list of indices returns); `dtype`
+        one type or a list (one per output)."""
         shapes = shape if isinstance(shape, list) else [shape]
-        outs = [self.tensor(f"{name or code.lower()}_{len(self.ops)}_{k}", s, dtype) for k, s in enumerate(shapes)]
+        dtypes = dtype if isinstance(dtype, list) else [dtype] * len(shapes)
+        sigs = shape_signature if isinstance(shape_signature, list) else [shape_signature] * len(shapes)
+        outs = [self.tensor(f"{name or code.lower()}_{len(self.ops)}_{k}", s, dt, shape_signature=sig)
+                for k, (s, dt, sig) in enumerate(zip(shapes, dtypes, sigs))]
         builtin = getattr(BuiltinOperator, code, None)
         custom = None
         if builtin is None:
@@ -351,9 +403,16 @@ class ModelBuilder:
     def output(self, *indices: int) -> None:
         self.outputs.extend(indices)
 
+    def add_subgraph(self, sub: ModelBuilder) -> int:
+        """Append `sub` as a subgraph of this model (this builder is subgraph 0); returns its index."""
+        self.subgraphs.append(sub)
+        return len(self.subgraphs)
+
+    def graph(self) -> Graph:
+        return Graph(tensors=self.tensors, ops=self.ops, inputs=self.inputs, outputs=self.outputs, name=self.name)
+
     def to_model(self) -> Model:
-        graph = Graph(tensors=self.tensors, ops=self.ops, inputs=self.inputs, outputs=self.outputs)
-        return Model(subgraphs=[graph], signatures=list(self.signatures))
+        return Model(subgraphs=[self.graph(), *(s.graph() for s in self.subgraphs)], signatures=list(self.signatures))
 
     def build(self) -> bytes:
         return write_model(self.to_model())

@@ -96,6 +96,7 @@ class Op:
     custom_code: str | None = None
     custom_options: bytes | None = None
     intermediates: list[int] = field(default_factory=list)
+    version: int = 1  # the operator code's version in the file (LiteRT resolves kernels by code and version)
 
     @property
     def is_custom(self) -> bool:

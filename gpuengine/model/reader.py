@@ -106,7 +106,7 @@ def _read(data: bytes) -> Model:
     buffers = _read_buffers(m, data)
     n_codes = m.OperatorCodesLength()
     _check_count(n_codes, data, "operator_codes")
-    codes: list[tuple[str, int, str | None]] = []
+    codes: list[tuple[str, int, str | None, int]] = []
     for i in range(n_codes):
         oc = m.OperatorCodes(i)
         builtin = max(int(oc.DeprecatedBuiltinCode()), int(oc.BuiltinCode()))
@@ -122,7 +122,8 @@ def _read(data: bytes) -> Model:
             if not custom_s:
                 raise ModelError(f"operator_codes[{i}]: CUSTOM op without a custom_code")
             name = custom_s
-        codes.append((name, builtin, custom_s if builtin == BuiltinOperator.CUSTOM else None))
+        version = max(1, int(oc.Version()))
+        codes.append((name, builtin, custom_s if builtin == BuiltinOperator.CUSTOM else None, version))
 
     n_sub = m.SubgraphsLength()
     _check_count(n_sub, data, "subgraphs")
@@ -216,7 +217,7 @@ def _read_subgraph(g: Any, gi: int, buffers: list[np.ndarray], codes: list, data
         if not 0 <= ci < len(codes):
             raise ModelError(f"subgraphs[{gi}].operators[{i}]: opcode index {ci} out of range "
                              f"(0..{len(codes) - 1})")
-        name, builtin, custom = codes[ci]
+        name, builtin, custom, version = codes[ci]
         where = f"operators[{i}] ({name})"
         options = None
         otype = o.BuiltinOptionsType()
@@ -241,7 +242,7 @@ def _read_subgraph(g: Any, gi: int, buffers: list[np.ndarray], codes: list, data
             outputs=indices(_numpy(o.OutputsAsNumpy, o.OutputsLength()), f"{where}.outputs"),
             intermediates=indices(_numpy(o.IntermediatesAsNumpy, o.IntermediatesLength()),
                                   f"{where}.intermediates"),
-            custom_options=custom_options,
+            custom_options=custom_options, version=version,
         ))
     name = g.Name()
     graph = Graph(

@@ -34,6 +34,7 @@ from typing import Any
 
 import flatbuffers
 import numpy as np
+from flatbuffers import flexbuffers
 from flatbuffers.table import Table
 
 from ..errors import ModelError
@@ -821,6 +822,75 @@ def mp_pooling(v: OpView) -> None:
                       f"({fh}, {fw}) must be >= 1")
 
 
+
+# -- MediaPipe landmark ops: options are flexbuffer maps ------------------------------------------------------------
+def _flex_map(v: OpView) -> dict[str, Any]:
+    """The op's flexbuffer options map ({} when absent); a missing key reads as 0, as in MediaPipe."""
+    raw = v.op.custom_options or b""
+    if not raw:
+        return {}
+    try:
+        value = flexbuffers.Loads(raw)
+    except Exception as e:  # noqa: BLE001 - any undecodable flexbuffer is a malformed op
+        raise Invalid(f"custom options are not a readable flexbuffer ({type(e).__name__})") from None
+    if not isinstance(value, dict):
+        raise Invalid(f"custom options are a flexbuffer {type(value).__name__}, expected a map")
+    return value
+
+
+def _flex_number(options: dict[str, Any], key: str, default: float = 0) -> float:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise Invalid(f"custom option {key} is {value!r}, expected a finite number")
+    return value
+
+
+def mp_float32(v: OpView) -> None:
+    """MediaPipe's landmark ops read and write float32 tensors only."""
+    for what, t in [*((f"input {i}", v.tensor(i)) for i in range(v.n_in)), ("output", v.out())]:
+        if t.dtype != np.float32:
+            raise Invalid(f"{what} ({t.name!r}) is {t.dtype}, must be float32")
+
+
+def mp_landmarks_to_matrix(v: OpView) -> None:
+    """Landmarks2TransformMatrix version 2 (rank-3 input): what MediaPipe's Eval refuses (negative indices, output
+    size < 1, scale <= 0) and indices past the landmarks (which it would read out of bounds)."""
+    options = _flex_map(v)
+    if v.rank(0) != 3:
+        return  # version 1: options checked by whoever runs it
+    subset = options.get("subset_idxs", [])
+    if not isinstance(subset, list) or not subset or not all(isinstance(i, int) for i in subset):
+        raise Invalid("custom option subset_idxs must be a non-empty list of landmark indices")
+    indices = [int(_flex_number(options, "left_rotation_idx")), int(_flex_number(options, "right_rotation_idx")),
+               *subset]
+    if min(indices) < 0 or max(indices) >= v.shape(0)[1]:
+        raise Invalid(f"custom options: landmark indices {min(indices)}..{max(indices)} outside the input's "
+                      f"{v.shape(0)[1]} landmarks")
+    if min(_flex_number(options, "output_height"), _flex_number(options, "output_width")) < 1:
+        raise Invalid("custom options: output_height and output_width must be >= 1")
+    if min(_flex_number(options, "scale_x"), _flex_number(options, "scale_y")) <= 0:
+        raise Invalid("custom options: scale_x and scale_y must be > 0")
+    _flex_number(options, "target_rotation_radians")
+
+
+def mp_transform_landmarks(v: OpView) -> None:
+    """TransformLandmarks: version 2 (rank 3) transforms 2 or 3 values per landmark; version 1 (rank 4) takes
+    dimensions (2 or 3, dividing the channels) and a nonzero scale from its options."""
+    options = _flex_map(v)
+    dims = v.shape(0)[-1] if v.rank(0) == 3 else int(_flex_number(options, "dimensions", 3))
+    if dims not in (2, 3) or v.shape(0)[-1] % dims:
+        raise Invalid(f"{dims} values per landmark: must be 2 or 3 and divide the last dimension {v.shape(0)[-1]}")
+    if v.rank(0) == 4 and _flex_number(options, "scale", 1.0) == 0:
+        raise Invalid("custom option scale is 0")
+
+
+def mp_transform_tensor(v: OpView) -> None:
+    """TransformTensorBilinear / TransformTensor: a readable options map; version 1 interpolates bilinearly only."""
+    options = _flex_map(v)
+    if v.op.code == "TransformTensor" and options.get("mode", "bilinear") != "bilinear":
+        raise Invalid(f"custom option mode {options.get('mode')!r}: only bilinear exists")
+
+
 # -- the table --------------------------------------------------------------------------------------------------
 @dataclass
 class Rule:
@@ -885,6 +955,12 @@ RULES: dict[str, Rule] = {
                                                    conv_types(0, 1, 2), mp_transpose_conv], custom=True),
     "MaxPoolingWithArgmax2D": _r(1, 2, checks=[ranks(in0=(4, 4)), mp_pooling], custom=True),
     "MaxUnpooling2D": _r(2, 1, checks=[ranks(in0=(4, 4), in1=(4, 4)), mp_pooling], custom=True),
+    "Landmarks2TransformMatrix": _r(1, 1, checks=[ranks(in0=(3, 4)), mp_float32, mp_landmarks_to_matrix],
+                                    shape=lambda v: [(1, 4, 4)], custom=True),
+    "TransformLandmarks": _r(2, 1, checks=[ranks(in0=(3, 4)), mp_float32, mp_transform_landmarks],
+                             shape=same_as_input, custom=True),
+    **dict.fromkeys(["TransformTensorBilinear", "TransformTensor"],
+                    _r(2, 1, checks=[ranks(in0=(4, 4), out0=(4, 4)), mp_float32, mp_transform_tensor], custom=True)),
     "FULLY_CONNECTED": _r((2, 3), 1, optional=[2],
                           checks=[ranks(in1=(2, 2)), same_dtype([0]), conv_types(0, 1, 2), ACTIVATION,
                                   one_of("weights_format", (0, 1)),
