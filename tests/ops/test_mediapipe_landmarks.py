@@ -364,27 +364,3 @@ def test_unknown_custom_op_is_named():
     with pytest.raises(UnsupportedOpError, match=r"op 1 \(NoSuchMediaPipeOp\).*no GPU kernel.*LiteRT's CPU "
                                                  "runtime has no kernel"):
         it.allocate_tensors()
-
-
-@pytest.mark.models
-def test_face_landmark_with_attention_runs_on_the_gpu():
-    """The MediaPipe model that uses the three ops (mediapipe==0.10.14's face_landmark_with_attention: 3 crops of
-    a feature map around lips and eyes, landmarks mapped back): one GPU partition, outputs equal to the float64
-    reference executor (LiteRT cannot run the model)."""
-    from gpuengine.tools import fetch
-
-    from gpuengine.oracle import random_inputs
-
-    try:
-        model = fetch.model_path("face_landmark_with_attention").read_bytes()
-    except fetch.ModelsUnavailable as e:
-        pytest.skip(f"reference models unavailable (offline?): {e}")
-    codes = {op.code for op in read_model(model).main.ops}
-    assert {"Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"} <= codes
-    feeds = random_inputs(model, seed=1, low=0.0, high=1.0)
-    got, it = run_gpuengine(model, feeds)
-    plan = it.compiled.plan
-    assert plan.unsupported == {} and [p.device for p in plan.partitions] == ["gpu"]
-    exact = run_reference(model, feeds)
-    for t, ref in exact.items():
-        assert relative_error(got[t], ref) <= tolerance(it, 1e-5), t

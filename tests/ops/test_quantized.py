@@ -221,6 +221,7 @@ def test_requantize(in_q, out_q) -> None:
     assert steps <= 1 and share == 1.0
 
 
+@pytest.mark.fp32_only("compares fused and unfused runs integer for integer; f16 storage rounds them apart")
 def test_quantized_tensor_rounding_survives_passes() -> None:
     """conv -> MUL(constant) in an int8 model rounds the conv's output before the MUL: fold_scale_into_conv must
     not fold it (the float model's pass), and a graph with passes off gives the same integers."""
@@ -263,6 +264,7 @@ def test_int8_block_in_fp16() -> None:
         assert all(is_quantized(it.compiled.plan.graph.tensors[t]) for t in it.compiled.plan.graph.outputs)
 
 
+@pytest.mark.fp32_only("f16 products move the coarse conv outputs across their rounding boundaries")
 def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
     """A coarse int8 conv output read by TANH, whose output grid (1/128) is ~10x finer: LiteRT's TANH sees the
     conv's rounded integers, so each kernel must round what it writes to its tensor's grid, or the TANH output
@@ -284,25 +286,6 @@ def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
         for t, r in ref.items():
             share, steps = quantized_agreement(got[t], r)
             assert steps <= 1 and share == 1.0, (share, steps)
-
-
-def test_zoo_mobilenet_v2_int8_matches_litert() -> None:
-    """The zoo's int8 MobileNet v2, all on the GPU: its softmax and (as an extra output) its logits within the
-    int8 goal of LiteRT's integer kernels, same argmax. (Its random classifier picks one class for every input, so
-    argmax agreement is checked for real on the classifier below.)"""
-    from gpuengine import zoo
-
-    model = read_model(zoo.get("mobilenet_v2_int8"))
-    graph = model.main
-    logits = next(op.outputs[0] for op in graph.ops if op.code == "RESHAPE")
-    graph.outputs = [*graph.outputs, logits]
-    data = write_model(model)
-    for seed in range(2):
-        feeds = random_inputs(data, seed)
-        assert_matches_litert(data, feeds)
-        ref = run_litert(data, feeds)[logits]
-        got = run_gpuengine(data, feeds)[0][logits]
-        assert np.argmax(got) == np.argmax(ref) and len(np.unique(ref)) > 50
 
 
 def test_int8_classifier_argmax_matches_litert() -> None:
