@@ -1090,6 +1090,7 @@ _TYPES_TEXT: dict[str, tuple[str, str]] = {
     "REVERSE_V2": ("b f16 f32 i16 i32 i64 i8 u8", ""), "ARG_MAX": ("b f32 i32 i8 u8", ""),
     "ARG_MIN": ("b f32 i32 i8 u8", ""), "DEQUANTIZE": ("f16 i16 i8 u8", ""),
 }
+_HANDLE_TYPES = {13: "RESOURCE", 14: "VARIANT"}  # TensorType codes of handles
 _DATA_INPUT = {"SELECT": 1, "SELECT_V2": 1, "EMBEDDING_LOOKUP": 1, "SPLIT": 1}
 
 
@@ -1104,6 +1105,9 @@ ELEMENT_TYPES: dict[str, tuple[frozenset | None, frozenset]] = {
 def check_element_types(v: OpView) -> None:
     allowed, needs_quantization = ELEMENT_TYPES[v.op.code]
     position = _DATA_INPUT.get(v.op.code, 0)
+    if v.has(position) and v.tensor(position).type_code in _HANDLE_TYPES:  # read as uint8 bytes: never data
+        t = v.tensor(position)
+        raise Invalid(f"input {position} ({t.name!r}) is a {_HANDLE_TYPES[t.type_code]} tensor, not data")
     if v.has(position) and allowed is not None and v.tensor(position).dtype not in allowed:
         t = v.tensor(position)
         raise Invalid(f"input {position} ({t.name!r}) is {t.dtype}; LiteRT runs {v.op.code} on "
