@@ -52,13 +52,32 @@ PRECISIONS = ("fp32", "fp16")
 STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (kernels/base.py Binding.element)
 
 
-def preamble(precision: str) -> str:
-    """The storage type aliases every shader starts with (kernels/base.py's template contract)."""
+def preamble(precision: str, enable_f16: bool | None = None) -> str:
+    """The storage type aliases every shader starts with (kernels/base.py's template contract). enable_f16:
+    whether f16 is enabled (default: when the aliases are f16; a dispatch writing integers in an fp16 program
+    has f32 aliases and may still read f16 tensors)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     scalar = "f16" if precision == "fp16" else "f32"
-    enable = "enable f16;\n" if precision == "fp16" else ""
+    enable = "enable f16;\n" if (precision == "fp16" if enable_f16 is None else enable_f16) else ""
     return f"{enable}alias S1 = {scalar};\nalias S4 = vec4<{scalar}>;\nalias SM = mat4x4<{scalar}>;\n"
+
+
+def dispatch_precision(spec: KernelSpec, precision: str) -> str:
+    """The storage precision of a dispatch's aliases: f32 when it writes integers (kernels/common.py EXACT_TYPES:
+    int32 / bool tensors stay f32 in fp16 programs), else the program's."""
+    return "fp32" if any(b.exact and b.writable for b in spec.bindings) else precision
+
+
+def storage_element(b: Binding, spec_precision: str, precision: str) -> str:
+    """A binding's array element type: its storage type as the aliases say, except where the binding's precision
+    differs from the dispatch's (an integer tensor read by an f16 dispatch, an f16 tensor read by a dispatch
+    writing integers): then the concrete type. Reads always convert (`vec4<f32>(src[i])`), so either works."""
+    own = "fp32" if b.exact else precision
+    if b.element not in STORAGE_TYPES or own == spec_precision:
+        return b.element
+    scalar = "f16" if own == "fp16" else "f32"
+    return {"S1": scalar, "S4": f"vec4<{scalar}>", "SM": f"mat4x4<{scalar}>"}[b.element]
 
 
 def element_bytes(element: str, precision: str) -> int:
@@ -87,8 +106,9 @@ def f32_literal(value: float) -> str:
     return f"bitcast<f32>({int(np.float32(value).view(np.uint32))}u)"
 
 
-def bindings_decl(spec: KernelSpec) -> str:
+def bindings_decl(spec: KernelSpec, precision: str = "fp32") -> str:
     lines = []
+    spec_precision = dispatch_precision(spec, precision)
     for b in spec.bindings:
         if not _NAME.match(b.name):
             raise ValueError(f"invalid binding name {b.name!r}")
@@ -96,7 +116,8 @@ def bindings_decl(spec: KernelSpec) -> str:
         # WebGPU forbids read-only and read-write views of one buffer in one dispatch, even on disjoint
         # ranges: tensors sharing an arena buffer with another binding are all declared read_write.
         access = "read_write" if b.writable or b.shared else "read"
-        lines.append(f"@group(0) @binding({i}) var<storage, {access}> {b.name}: array<{b.element}>;")
+        element = storage_element(b, spec_precision, precision)
+        lines.append(f"@group(0) @binding({i}) var<storage, {access}> {b.name}: array<{element}>;")
     for b in spec.bindings:
         if is_baked(b):
             vec = b.data.reshape(-1, 4).tolist()
@@ -130,7 +151,7 @@ STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
 def render(spec: KernelSpec, precision: str = "fp32") -> str:
     """The WGSL of a dispatch: the precision's preamble, then the template filled in."""
     params = {k: literal(v) for k, v in spec.params.items()}
-    params.update(BINDINGS=bindings_decl(spec), EPILOGUE=epilogue(spec))
+    params.update(BINDINGS=bindings_decl(spec, precision), EPILOGUE=epilogue(spec))
     if "SO" in params and "OH" in params and "OW" in params:
         params["STORE_FN"] = string.Template(STORE_FN).substitute(params)
     params.update(
@@ -138,7 +159,8 @@ def render(spec: KernelSpec, precision: str = "fp32") -> str:
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
     try:
-        text = preamble(precision) + load_template(spec.shader).substitute(params)
+        text = (preamble(dispatch_precision(spec, precision), precision == "fp16")
+                + load_template(spec.shader).substitute(params))
         # Fused readers and helpers, each once (a helper may already be in the producer's own text, or inside
         # a prologue reader appended before it).
         for f in dict.fromkeys(spec.functions):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from .codegen import has_epilogue
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
-from .kernels.common import fake_quant, is_quantized
+from .kernels.common import fake_quant, holds_integers, is_quantized
 from .kernels.prologue import model_ops
 from .layout import to_bhwc
 from .model.ir import Graph, Op
@@ -82,6 +82,8 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
             continue
         if to_bhwc(graph.tensors[t].shape) != to_bhwc(graph.tensors[out].shape):
             continue
+        if holds_integers(graph.tensors[t]) != holds_integers(graph.tensors[out]):
+            continue  # a dispatch writes integers (f32 storage) or floats (the precision's), never both kinds
         others = [u for k, u in enumerate(op.inputs) if k != position and u >= 0 and graph.tensors[u].data is None]
         if any(u == t or u not in writer for u in others):
             continue

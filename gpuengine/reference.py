@@ -409,7 +409,8 @@ def _axes(n: Node, rank: int) -> tuple[int, ...]:
     return tuple(sorted({a + rank if a < 0 else a for a in n.ints(1)}))
 
 
-_REDUCERS = {"MEAN": np.mean, "SUM": np.sum, "REDUCE_MAX": np.max, "REDUCE_MIN": np.min, "REDUCE_PROD": np.prod}
+_REDUCERS = {"MEAN": np.mean, "SUM": np.sum, "REDUCE_MAX": np.max, "REDUCE_MIN": np.min, "REDUCE_PROD": np.prod,
+             "REDUCE_ALL": np.all, "REDUCE_ANY": np.any}
 
 
 @builtin(*_REDUCERS)
@@ -511,6 +512,37 @@ def _gather(n: Node) -> list[np.ndarray]:
     lead = params.shape[:batch]
     parts = [np.take(params[i], indices[i], axis=axis - batch) for i in np.ndindex(*lead)]
     return [np.stack(parts).reshape(n.out_shape())]
+
+
+@builtin("EMBEDDING_LOOKUP")
+def _embedding_lookup(n: Node) -> list[np.ndarray]:
+    ids, table = n.x(0).astype(np.int64), n.x(1)
+    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+        raise ValueError(f"EMBEDDING_LOOKUP: id outside [0, {table.shape[0]})")
+    return [table[ids]]
+
+
+@builtin("GATHER_ND")
+def _gather_nd(n: Node) -> list[np.ndarray]:
+    params, indices = n.x(0), n.x(1).astype(np.int64)
+    k = indices.shape[-1]
+    if indices.size and (indices.min() < 0 or (indices >= np.array(params.shape[:k])).any()):
+        raise ValueError("GATHER_ND: index out of bounds")
+    return [params[tuple(np.moveaxis(indices, -1, 0))]]
+
+
+@builtin("DYNAMIC_UPDATE_SLICE")
+def _dynamic_update_slice(n: Node) -> list[np.ndarray]:
+    """The update placed at the start offsets, each clamped so that the update fits (XLA's and LiteRT's rule)."""
+    operand, update = n.x(0).copy(), n.x(1)
+    start = [min(max(int(s), 0), d - u) for s, d, u in zip(n.ints(2), operand.shape, update.shape)]
+    operand[tuple(slice(s, s + u) for s, u in zip(start, update.shape))] = update
+    return [operand]
+
+
+@builtin("BROADCAST_TO")
+def _broadcast_to(n: Node) -> list[np.ndarray]:
+    return [np.broadcast_to(n.x(0), n.ints(1)).copy()]
 
 
 @builtin("PAD", "PADV2")
@@ -719,7 +751,8 @@ def feed_value(t: Tensor, value: Any) -> np.ndarray:
 
 
 def run_reference(model: bytes | str | os.PathLike | Model | Graph,
-                  feeds: Mapping[int, Any] | Sequence[Any], *, all_tensors: bool = False) -> dict[int, np.ndarray]:
+                  feeds: Mapping[int, Any] | Sequence[Any], *, all_tensors: bool = False,
+                  round_to: Any = None) -> dict[int, np.ndarray]:
     """Evaluate the model's main graph in float64 (a path, .tflite bytes, a read Model or a Graph).
 
     feeds: {input tensor index: value} or the values in the graph's input order; quantized inputs are given as
@@ -727,6 +760,11 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
     (every tensor, constants included, with all_tensors=True, to compare intermediates); real tensors are
     float64, integer and bool tensors int64 and bool. An op without a definition here raises
     NotImplementedError naming it.
+
+    round_to (e.g. np.float32 or np.float16): every real result is rounded to that type once, after its op is
+    evaluated exactly — an engine whose every op is correctly rounded, the least error any engine holding
+    tensors in that type can have on the model (its distance from the exact run measures how ill-conditioned
+    the model is; tests/test_accuracy.py).
     """
     graph = _graph(model)
     if not isinstance(feeds, Mapping):
@@ -754,6 +792,8 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
             raise ValueError(f"op {op.index} ({op.code}): {len(outs)} results for {len(op.outputs)} outputs")
         for t, v in zip(op.outputs, outs):
             values[t] = _as_declared(graph.tensors[t], v)
+            if round_to is not None and is_real(graph.tensors[t]):
+                values[t] = values[t].astype(round_to).astype(F64)
     if all_tensors:
         for t in range(len(graph.tensors)):
             if graph.tensors[t].data is not None:

@@ -62,9 +62,87 @@ def throughput(it: Any, inputs: dict[int, np.ndarray], inflight: int, runs: int,
     return runs / (time.perf_counter() - start)
 
 
+def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs of a signature by name: integers 0..3 (valid token ids and positions), small floats."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for name, d in runner.get_input_details().items():
+        if np.issubdtype(d["dtype"], np.floating):
+            result[name] = (rng.uniform(-1, 1, d["shape"]) * 0.5).astype(d["dtype"])
+        else:
+            result[name] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
+    return result
+
+
+def carried(runner: Any) -> list[str]:
+    """State a loop carries from call to call: float inputs that are also outputs of the same shape (a KV cache)."""
+    ins, outs = runner.get_input_details(), runner.get_output_details()
+    return sorted(n for n in set(ins) & set(outs) if np.issubdtype(ins[n]["dtype"], np.floating)
+                  and list(ins[n]["shape"]) == list(outs[n]["shape"]) and ins[n]["dtype"] == outs[n]["dtype"])
+
+
+def steps_per_second(step: Any, runs: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(runs):
+        step()
+    return runs / (time.perf_counter() - start)
+
+
+def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
+    """bench MODEL --signature KEY: calls per second of one signature in a loop whose state (inputs that are also
+    outputs: a decode step's KV cache) is carried from call to call: by gpuengine on the GPU (reading back only the
+    other outputs), by gpuengine and LiteRT CPU through the host."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    it = interpreter(data, args)
+    try:
+        runner = it.get_signature_runner(args.signature)
+    except ValueError as e:
+        raise SystemExit(f"gpuengine bench: {e}") from None
+    inputs = signature_feeds(runner, seed=0)
+    state = carried(runner)
+    fresh = {n: v for n, v in inputs.items() if n not in state}
+    rest = [n for n in runner.get_output_details() if n not in state]
+    runner.run(inputs)  # compile; the state's buffers hold a first step's outputs
+    for n in state:
+        runner.set_input_buffer(n, runner.output_buffer(n))
+    resident = steps_per_second(lambda: runner.run(fresh, outputs=rest), args.runs, args.warmup)
+    host_state = {n: inputs[n] for n in state}
+
+    def through_host(call: Any) -> Any:
+        def step() -> None:
+            out = call(**fresh, **host_state)
+            host_state.update({n: out[n] for n in state})
+        return step
+
+    host = steps_per_second(through_host(runner), args.runs, args.warmup)  # a host value ends each binding
+    host_state.update({n: inputs[n] for n in state})
+    reference = LiteRT(model_content=data, num_threads=os.cpu_count()).get_signature_runner(args.signature)
+    cpu = steps_per_second(through_host(reference), args.runs, args.warmup)
+    program = runner.compiled.gpu_programs
+    report = {"model": name, "signature": args.signature, "adapter": it.compiled.gpu.name if program else None,
+              "dispatches": runner.compiled.dispatches, "carried_on_gpu": state,
+              "gpuengine_state_on_gpu_steps_per_s": resident, "gpuengine_through_host_steps_per_s": host,
+              "litert_cpu_steps_per_s": cpu}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"model: {name}, signature {args.signature!r}\nadapter: {report['adapter']}, "
+          f"{report['dispatches']} dispatches per call\nstate carried from call to call: {', '.join(state) or 'none'}")
+    print(f"{'gpuengine, state on the GPU':<34} {resident:10.1f} steps/s")
+    print(f"{'gpuengine, state through the host':<34} {host:10.1f} steps/s")
+    print(f"{'LiteRT CPU, state through the host':<34} {cpu:10.1f} steps/s")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuengine.oracle import relative_error
 
+    if getattr(args, "signature", None):
+        name, data = models(args)[0]
+        return run_signature(args, name, data)
     compare = [c.strip() for c in args.compare.split(",") if c.strip()] if args.compare else []
     unknown = set(compare) - {"cpu", "litert-gpu"}
     if unknown:
@@ -124,5 +202,7 @@ def add_subcommand(sub: Any) -> None:
     bench.add_argument("--inflight", type=int, default=1,
                        help="invokes in flight for the throughput figure (Interpreter.invoke_async)")
     bench.add_argument("--json", action="store_true")
+    bench.add_argument("--signature", help="time this signature's calls in a loop carrying its state (decode "
+                                            "steps per second), beside LiteRT CPU")
     add_engine_options(bench)
     bench.set_defaults(func=run)

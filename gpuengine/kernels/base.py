@@ -51,6 +51,9 @@ class Binding:
     element: str = "S4"
     raw: bool = False  # a BHWC (not PHWC4) boundary buffer: only the layout converters use it
     shared: bool = False  # set by the runtime: another binding of this dispatch lives in the same buffer
+    # set by the runtime (mark_exact): the binding holds integers (an int32 / bool tensor, or a constant of a
+    # dispatch writing one), so its storage types are f32 whatever the precision
+    exact: bool = False
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,23 @@ def fake_quant(tensor: Tensor) -> Code:
                 f"value = (q - {f32_literal(zero)}) * {f32_literal(scale)}; }}")
 
 
-def float_tensors(op: Op, graph: Graph, inputs: list[int] | None = None) -> str | None:
+# Integer tensors the GPU holds exactly, as f32 values (exact for |x| < 2^24: token ids, positions, masks), stored
+# as f32 whatever the precision (f16 is exact only to 2048). Bool is 1.0 / 0.0. Values crossing the host boundary
+# convert to and from the tensor's dtype (runtime/program.py); kernels whose op has integer semantics on them
+# (index, copy, compare, select, exact integer arithmetic) accept them with float_tensors(..., integers=True).
+EXACT_TYPES = (np.dtype(np.int32), np.dtype(np.bool_))
+EXACT_LIMIT = 1 << 24  # |int32| below this is exact in f32
+
+
+def holds_integers(tensor: Tensor) -> bool:
+    """A run-time int32 or bool tensor (exact in f32 storage, never f16)."""
+    return tensor.dtype in EXACT_TYPES and tensor.quantization is None
+
+
+def float_tensors(op: Op, graph: Graph, inputs: list[int] | None = None, integers: bool = False) -> str | None:
     """GPU tensors are float (f32, or quantized integers held as their real values) and rank <= 4: check the
-    tensors an op reads and writes."""
+    tensors an op reads and writes. integers: the op's kernel also takes run-time int32 / bool tensors (held as
+    exact f32 values, see EXACT_TYPES)."""
     ins = op.inputs if inputs is None else [op.inputs[i] for i in inputs if i < len(op.inputs)]
     for t in [*ins, *op.outputs]:
         if t < 0:
@@ -87,6 +101,8 @@ def float_tensors(op: Op, graph: Graph, inputs: list[int] | None = None) -> str 
         tensor = graph.tensors[t]
         if len(tensor.shape) > 4:
             return f"tensor {tensor.name!r} has rank {len(tensor.shape)} (> 4)"
+        if integers and holds_integers(tensor):
+            continue
         if tensor.data is None and tensor.dtype != np.float32 and not is_quantized(tensor):
             if tensor.dtype in QUANTIZED_TYPES:
                 return f"tensor {tensor.name!r} is {tensor.dtype} without one scale and zero point"

@@ -20,7 +20,7 @@ import numpy as np
 from ..layout import phwc4_elements, slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
 from .base import Alias, Binding, Code, KernelSpec, Lowering
-from .common import float_tensors, is_quantized, tensor_values
+from .common import EXACT_TYPES, float_tensors, is_quantized, tensor_values
 
 MAX_SOURCES = 7  # tensors read per dispatch: 7 + dst = 8, WebGPU's default storage-buffer limit
 _CHUNK = 1 << 21  # output elements evaluated at once by the numpy side
@@ -327,7 +327,19 @@ def const_ints(graph: Graph, t: int) -> list[int] | None:
 
 
 def check_data(op: Op, graph: Graph, data_inputs: list[int]) -> str | None:
-    """The tensors that move must be float32 (constants too) with rank <= 4; other inputs must be constant."""
+    """The tensors that move must be float32 (constants too) with rank <= 4; other inputs must be constant. A copy
+    moves int32 / bool values exactly too (kernels/common.py EXACT_TYPES) when every data tensor has one dtype."""
+    data = [op.inputs[i] for i in data_inputs if i < len(op.inputs) and op.inputs[i] >= 0]
+    dtypes = {graph.tensors[t].dtype for t in [*data, *op.outputs]}
+    if len(dtypes) == 1 and next(iter(dtypes)) in EXACT_TYPES \
+            and all(graph.tensors[t].quantization is None for t in [*data, *op.outputs]):
+        reason = float_tensors(op, graph, data_inputs, integers=True)
+        if reason:
+            return reason
+        for i, t in enumerate(op.inputs):
+            if t >= 0 and i not in data_inputs and graph.tensors[t].data is None:
+                return f"input {i} ({graph.tensors[t].name!r}) must be a constant"
+        return None
     reason = float_tensors(op, graph, data_inputs)
     if reason:
         return reason

@@ -31,7 +31,12 @@ _REDUCERS = {
     "REDUCE_PROD": (1.0, "a * b", "v.x * v.y * v.z * v.w"),
     "REDUCE_MAX": (-FLT_MAX, "max(a, b)", "max(max(v.x, v.y), max(v.z, v.w))"),
     "REDUCE_MIN": (FLT_MAX, "min(a, b)", "min(min(v.x, v.y), min(v.z, v.w))"),
+    # bools are 1.0 / 0.0 on the GPU (kernels/common.py EXACT_TYPES): all = min, any = max
+    "REDUCE_ALL": (1.0, "min(a, b)", "min(min(v.x, v.y), min(v.z, v.w))"),
+    "REDUCE_ANY": (0.0, "max(a, b)", "max(max(v.x, v.y), max(v.z, v.w))"),
 }
+_BOOL_REDUCERS = ("REDUCE_ALL", "REDUCE_ANY")
+_INT_REDUCERS = ("REDUCE_MAX", "REDUCE_MIN", "SUM")  # exact on int32 values in f32 (|x| < 2^24)
 # logical axis i of a rank-r tensor -> its BHWC slot (layout.py's rank mapping)
 BHWC_SLOTS = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 _OUT_NAMES = ("ob", "oy", "ox", "oc")
@@ -133,7 +138,13 @@ class ReduceKernel:
     def supports(self, op: Op, graph: Graph) -> str | None:
         if len(op.inputs) < 2 or (len(op.inputs) > 2 and not op.opt("prologue")) or len(op.outputs) != 1:
             return "expects 2 inputs (data, axes) and 1 output"
-        reason = float_tensors(op, graph, [0])
+        dtypes = {graph.tensors[t].dtype for t in (op.inputs[0], op.outputs[0])}
+        want_type = np.bool_ if op.code in _BOOL_REDUCERS else (np.int32 if np.dtype(np.int32) in dtypes else None)
+        if want_type is not None and (dtypes != {np.dtype(want_type)} or (
+                want_type == np.int32 and op.code not in _INT_REDUCERS)):
+            return f"{op.code} of {sorted(map(str, dtypes))} (the GPU reduces bool with REDUCE_ALL/ANY, int32 with " \
+                   f"{', '.join(_INT_REDUCERS)})"
+        reason = float_tensors(op, graph, [0], integers=want_type is not None)
         if reason:
             return reason
         axes_t = graph.tensors[op.inputs[1]]

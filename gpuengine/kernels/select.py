@@ -1,10 +1,9 @@
-"""Float comparisons (-> BOOL) and SELECT / SELECT_V2, with numpy-style broadcasting.
+"""Comparisons (-> BOOL), LOGICAL_AND / OR / NOT and SELECT / SELECT_V2, with numpy-style broadcasting.
 
-A BOOL tensor lives on the GPU as float 0/1 vec4s. The runtime exchanges only float32 across partition
-boundaries, so a comparison runs on the GPU only when its result never leaves the GPU: it is not a graph
-output and every consumer is a SELECT/SELECT_V2 that runs on the GPU and reads it as its condition. A select
-runs on the GPU when x/y are float and its condition is such a comparison or a constant bool.
-Both checks are local (neither calls the other's full `supports`), so they agree without recursion.
+A BOOL tensor lives on the GPU as 1.0 / 0.0 and an int32 one as its exact f32 value (kernels/common.py
+EXACT_TYPES; both stored f32 in every precision), so comparisons of float32 or int32 operands, the logic ops of
+mask building and selects of float32 or int32 values all run on the GPU; bools and ints cross partition and
+host boundaries as their dtype (runtime/program.py).
 """
 
 from __future__ import annotations
@@ -21,6 +20,9 @@ COMPARE = {
     "EQUAL": "a == b", "NOT_EQUAL": "a != b",
 }
 SELECTS = ("SELECT", "SELECT_V2")
+LOGIC = {"LOGICAL_AND": "select(vec4<f32>(0.0), vec4<f32>(1.0), (a != vec4<f32>(0.0)) & (b != vec4<f32>(0.0)))",
+         "LOGICAL_OR": "select(vec4<f32>(0.0), vec4<f32>(1.0), (a != vec4<f32>(0.0)) | (b != vec4<f32>(0.0)))",
+         "LOGICAL_NOT": "select(vec4<f32>(1.0), vec4<f32>(0.0), a != vec4<f32>(0.0))"}
 
 
 def _rank_ok(graph: Graph, ts: list[int]) -> str | None:
@@ -31,12 +33,14 @@ def _rank_ok(graph: Graph, ts: list[int]) -> str | None:
 
 
 def _compare_local(op: Op, graph: Graph) -> str | None:
-    """Everything about a comparison except where its result goes."""
+    """A comparison of two float32 or two int32 operands."""
     if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
         return "expects 2 inputs and 1 output"
+    dtypes = {graph.tensors[t].dtype for t in op.inputs}
     for t in op.inputs:
-        if graph.tensors[t].dtype != np.float32:
-            return f"input {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; the GPU compares float32"
+        tensor = graph.tensors[t]
+        if tensor.dtype not in (np.float32, np.int32) or tensor.quantization is not None or len(dtypes) > 1:
+            return f"input {tensor.name!r} is {tensor.dtype}; the GPU compares float32 or int32 (of one type)"
     out = graph.tensors[op.outputs[0]]
     if out.dtype != np.bool_:
         return f"output is {out.dtype}, expected bool"
@@ -64,16 +68,34 @@ def _select_shapes(op: Op, graph: Graph) -> str | None:
     return f"condition shape {c} does not fit x shape {x}"
 
 
-def _select_local(op: Op, graph: Graph) -> str | None:
-    """Everything about a select except whether the comparison feeding its condition runs on the GPU."""
-    if len(op.inputs) != 3 or len(op.outputs) != 1 or min(op.inputs) < 0:
-        return "expects 3 inputs and 1 output"
-    reason = float_tensors(op, graph, inputs=[1, 2]) or _rank_ok(graph, [op.inputs[0]])
+def _logic_local(op: Op, graph: Graph) -> str | None:
+    arity = 1 if op.code == "LOGICAL_NOT" else 2
+    if len(op.inputs) != arity or len(op.outputs) != 1 or min(op.inputs) < 0:
+        return f"expects {arity} input(s) and 1 output"
+    for t in [*op.inputs, *op.outputs]:
+        if graph.tensors[t].dtype != np.bool_:
+            return f"tensor {graph.tensors[t].name!r} is {graph.tensors[t].dtype}, expected bool"
+    reason = _rank_ok(graph, [*op.inputs, *op.outputs])
     if reason:
         return reason
+    shapes = [graph.tensors[t].shape for t in op.inputs]
+    out = graph.tensors[op.outputs[0]].shape
+    if not broadcastable(shapes[0], shapes[-1], out):
+        return f"shapes {shapes} do not broadcast to {out}"
+    return None
+
+
+def _select_local(op: Op, graph: Graph) -> str | None:
+    """A select of float32 or int32 values (x, y and the output of one type) by a bool condition."""
+    if len(op.inputs) != 3 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        return "expects 3 inputs and 1 output"
+    reason = float_tensors(op, graph, inputs=[1, 2], integers=True) or _rank_ok(graph, [op.inputs[0]])
+    if reason:
+        return reason
+    dtypes = {graph.tensors[t].dtype for t in [*op.inputs[1:], *op.outputs]}
     for t in op.inputs[1:]:
-        if graph.tensors[t].dtype != np.float32:
-            return f"x/y {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; only float32 runs on the GPU"
+        if graph.tensors[t].dtype not in (np.float32, np.int32) or len(dtypes) > 1:
+            return f"x/y {graph.tensors[t].name!r} is {graph.tensors[t].dtype}; the GPU selects float32 or int32"
     cond = graph.tensors[op.inputs[0]]
     if cond.dtype != np.bool_:
         return f"condition is {cond.dtype}, expected bool"
@@ -84,43 +106,21 @@ def _select_local(op: Op, graph: Graph) -> str | None:
     return _select_shapes(op, graph)
 
 
-def _compare_placement(op: Op, graph: Graph) -> str | None:
-    """A comparison's bool result must stay on the GPU: consumed only as the condition of GPU selects."""
-    out = op.outputs[0]
-    boundary = "bool output crosses a partition boundary"
-    if out in graph.outputs:
-        return f"{boundary} (it is a model output)"
-    for i in graph.consumers().get(out, []):
-        user = graph.ops[i]
-        if user.code not in SELECTS or user.inputs[0] != out or out in user.inputs[1:]:
-            return f"{boundary} (read by {user.code}, which takes no GPU bool)"
-        reason = _select_local(user, graph)
-        if reason:
-            return f"{boundary} (read by {user.code}, which runs on the CPU: {reason})"
-    return None
-
-
 class CompareSelectKernel:
-    ops = tuple(COMPARE) + SELECTS
+    ops = tuple(COMPARE) + SELECTS + tuple(LOGIC)
 
     def supports(self, op: Op, graph: Graph) -> str | None:
         if op.code in COMPARE:
-            return _compare_local(op, graph) or _compare_placement(op, graph)
-        reason = _select_local(op, graph)
-        if reason:
-            return reason
-        cond = op.inputs[0]
-        if graph.tensors[cond].data is not None:
-            return None
-        producer = graph.producers().get(cond)
-        src = graph.ops[producer] if producer is not None else None
-        if src is None or src.code not in COMPARE:
-            return "condition is neither a constant nor a float comparison computed on the GPU"
-        reason = _compare_local(src, graph) or _compare_placement(src, graph)
-        return f"condition {src.code} runs on the CPU: {reason}" if reason else None
+            return _compare_local(op, graph)
+        if op.code in LOGIC:
+            return _logic_local(op, graph)
+        return _select_local(op, graph)
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         shape = {t: graph.tensors[t].shape for t in op.inputs}
+        if op.code in LOGIC:
+            names = ("a", "b")
+            return [elementwise_spec(op, graph, [(n, t, shape[t]) for n, t in zip(names, op.inputs)], LOGIC[op.code])]
         if op.code in COMPARE:
             a, b = op.inputs
             expr = f"select(vec4<f32>(0.0), vec4<f32>(1.0), {COMPARE[op.code]})"

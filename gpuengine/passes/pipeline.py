@@ -1,44 +1,65 @@
 """The fixed, documented order of graph transformations. Each pass is a pure Graph -> Graph function.
 
-Order (why): fold constants first (weights become plain float32, shape chains vanish); then drop no-ops
-(so the patterns below see real producers); collapse SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one
-dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold scales into convs
-(changes weights, must precede the padding merge that changes the conv's options); merge spatial PAD into
-convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD into
-the residual ADD that reads it; global average pool -> MEAN; then elementwise trees that no producer can
-host as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean, which makes such readers);
-last, trees over one tensor x (swish, hard-swish, GELU written as ops) into one ELEMENTWISE_TREE op that the
-producer of x hosts as an epilogue. That one runs after fuse_input_expression, which leaves trees whose
-run-time leaf has a producer to that producer: where x has none (a partition input), the 1x1 conv or reduction
-reading the tree evaluates it while loading, with no dispatch of its own, where the merged op would need one;
-and a tree op is no inline step, so merging first would hide its ops from the prologues.
+Order (why): fold constants first (weights become plain float32, shape chains vanish); then drop no-ops (so the
+patterns below see real producers); LayerNorm / RMSNorm written as ops into one op each (before any pass below
+takes a piece of them: their MULs and ADDs would otherwise be fused or folded one by one); the RESHAPE / TRANSPOSE
+ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
+and ·V into one attention op (after the layout fold, whose views it keeps); collapse SPACE_TO_BATCH -> conv ->
+BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold
+scales into convs (changes weights, must precede the padding merge that changes the conv's options); merge spatial
+PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD
+into the residual ADD that reads it; global average pool -> MEAN; then elementwise trees that no producer can host
+as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean, which makes such readers); last,
+trees over one tensor x (swish, hard-swish, GELU written as ops) into one ELEMENTWISE_TREE op that the producer of
+x hosts as an epilogue. That one runs after fuse_input_expression, which leaves trees whose run- time leaf has a
+producer to that producer: where x has none (a partition input), the 1x1 conv or reduction reading the tree
+evaluates it while loading, with no dispatch of its own, where the merged op would need one; and a tree op is no
+inline step, so merging first would hide its ops from the prologues.
+Before all of them, with the model at hand: STABLEHLO_COMPOSITE ops replaced by their decomposition subgraphs
+(inline_composites), so every pass sees the decomposition's ops; it is structural, so it runs with
+optimize=False too (a composite kept whole could only run on LiteRT). drop_leading_units (after fold_constants)
+is required too: rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model.ir import Graph
+from ..model.ir import Graph, Model
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
+from .drop_leading_units import drop_leading_units
 from .fold_constants import fold_constants
+from .fold_matmul_layout import fold_matmul_layout
 from .fold_scale_into_conv import fold_scale_into_conv
+from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
+from .fuse_normalization import fuse_normalization
+from .inline_composites import inline_composites
 from .merge_channel_pad import merge_channel_pad
 from .merge_padding import merge_padding
+from .merge_projections import merge_projections
 from .pool_to_mean import pool_to_mean
 from .remove_noops import remove_noops
 
 # Always applied: load-time work that no kernel should ever see.
-REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants]
+REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
-OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, dilated_conv, fold_scale_into_conv, merge_padding,
+OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
+                                            merge_projections, dilated_conv, fold_scale_into_conv, merge_padding,
                                             conv_to_fully_connected, merge_channel_pad, pool_to_mean,
                                             fuse_input_expression, fuse_elementwise_tree]
 
 
-def run_passes(graph: Graph, optimize: bool = True) -> Graph:
+# Always applied first, given the model: passes that read the subgraphs other ops reference.
+WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]
+
+
+def run_passes(graph: Graph, optimize: bool = True, model: Model | None = None) -> Graph:
+    """`model`: the model the graph belongs to, where composites' decompositions are (None: left as they are)."""
+    for with_model in WITH_MODEL:
+        graph = with_model(graph, model)
     for p in REQUIRED + (OPTIONAL if optimize else []):
         graph = p(graph)
     return graph

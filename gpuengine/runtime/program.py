@@ -25,7 +25,7 @@ from ..errors import UnsupportedOpError
 from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
-from ..kernels.common import QUANTIZED_TYPES, is_quantized
+from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -78,6 +78,7 @@ class Submitted:
     results: dict[int, np.ndarray] | None = None
     work: WorkDone | None = None  # set when the caller wants to know, without blocking, that the GPU is done
     times: tuple[float, float, float] = (0.0, 0.0, 0.0)  # upload, submit, recording the next (seconds)
+    readback: frozenset[int] | None = None  # the outputs it copies back (None: all)
 
 
 @dataclass
@@ -120,8 +121,37 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes
             t = root(b.tensor)
             first.setdefault(t, step)
             last[t] = step
-    return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape) * scalar_bytes, first=first[t],
-                        last=last[t]) for t in sorted(first)]
+    return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape)
+                        * (4 if holds_integers(graph.tensors[t]) else scalar_bytes), first=first[t], last=last[t])
+            for t in sorted(first)]
+
+
+def mark_exact(spec: KernelSpec, graph: Graph) -> None:
+    """Bindings of int32 / bool tensors hold integers, stored f32 whatever the precision; so do the constants of
+    a dispatch that writes such a tensor (its storage aliases are f32, codegen.dispatch_precision)."""
+    for b in spec.bindings:
+        b.exact = b.tensor is not None and holds_integers(graph.tensors[b.tensor])
+    if any(b.exact and b.writable for b in spec.bindings):
+        for b in spec.bindings:
+            if b.data is not None and b.element in codegen.STORAGE_TYPES:
+                b.exact = True
+
+
+def host_value(value: np.ndarray, tensor: Any) -> np.ndarray:
+    """A host value of a GPU partition's input as the f32 the GPU holds: integers must be exact in f32."""
+    if holds_integers(tensor) and tensor.dtype != np.bool_ and value.size:
+        big = np.abs(np.asarray(value, np.int64)).max()
+        if big >= EXACT_LIMIT:
+            raise ValueError(f"input {tensor.name!r} holds {int(big)}: int32 tensors on the GPU are held as exact f32 "
+                             f"values, |x| < 2^24 ({EXACT_LIMIT})")
+    return np.ascontiguousarray(value, dtype=np.float32)
+
+
+def typed(value: np.ndarray, tensor: Any) -> np.ndarray:
+    """An f32 result as the tensor's dtype: int32 exactly (the values are integers), bool as value != 0."""
+    if tensor.dtype == np.bool_:
+        return value != 0
+    return np.rint(value).astype(tensor.dtype)
 
 
 def dequantized(q: np.ndarray, tensor: Any) -> np.ndarray:
@@ -190,6 +220,7 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
     for spec in specs:
         tunable.append(spec.workgroup is None or spec.variants is not None)
         finish(spec, root, choices)
+        mark_exact(spec, graph)
     return specs, root, tunable
 
 
@@ -213,6 +244,27 @@ def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
         return spec.macs
     return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
                for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
+
+
+_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # wgpu device -> {digest: buffer}
+SHARED_CONSTANT_BYTES = 1024  # constants at least this large are shared by content
+
+
+def shared_constant(dev: Any, data: np.ndarray) -> Any:
+    """A read-only storage buffer holding `data`: weights with the same bytes are uploaded once per device, so the
+    signatures of a model (prefill, decode: separate subgraphs reading the same weights) and the programs of
+    several interpreters of one model share them. Kept while a program holding it lives."""
+    import wgpu
+
+    raw = data.tobytes() if data.nbytes else b"\0" * 16
+    if len(raw) < SHARED_CONSTANT_BYTES:
+        return dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+    cache = _CONSTANTS.setdefault(dev, weakref.WeakValueDictionary())
+    key = (len(raw), hashlib.blake2b(raw, digest_size=20).digest())
+    buf = cache.get(key)
+    if buf is None:
+        buf = cache[key] = dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+    return buf
 
 
 class GpuProgram:
@@ -239,6 +291,10 @@ class GpuProgram:
         self._queue = gpu.device.queue
         self._bound: dict[int, Any] = {}  # input tensor -> a user's buffer it is read from (bind_input)
         self._resident: set[int] = set()  # inputs not uploaded from the host
+        self._held: dict[int, Any] = {}  # the constant buffers its bind groups read (shared_constant)
+        self._feedback: dict[int, Any] = {}  # input -> this program's own output buffer copied into it first
+        self._readback: frozenset[int] | None = None  # outputs copied back to the host (None: all)
+        self.uploaded: dict[int, int] = {}  # bytes the last submit wrote per input tensor (upload bookkeeping)
         self._allocate(specs)
         self.phases = Phases()
         self._record = self._recorder()
@@ -266,6 +322,7 @@ class GpuProgram:
         if decomposition is not None:
             spec = redecompose(d.spec, decomposition)
             finish(spec, self.root, self.choices)
+            mark_exact(spec, self.graph)
             self._mark_shared([spec])
             self._validate([spec])
             _, pipeline = self._compiled(spec)
@@ -332,12 +389,13 @@ class GpuProgram:
         shape = self.graph.tensors[b.tensor].shape
         if b.raw:
             return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
-        return max(16, phwc4_elements(shape) * codegen.element_bytes("S1", self.precision))
+        return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", self.precision)))
 
     def _upload_data(self, b: Binding) -> np.ndarray:
         """A constant binding's bytes as the shader reads them: storage-typed float data as f16 in fp16 mode."""
         data = np.ascontiguousarray(b.data)
-        if self.precision == "fp16" and b.element in codegen.STORAGE_TYPES and data.dtype == np.float32:
+        if self.precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES \
+                and data.dtype == np.float32:
             return data.astype(np.float16)
         return data
 
@@ -370,6 +428,9 @@ class GpuProgram:
         # Quantized inputs and outputs cross as the integers LiteRT exchanges; the GPU holds their real values.
         self._quantized = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
                            if is_quantized(self.graph.tensors[t])}
+        # int32 / bool inputs and outputs cross as their dtype; the GPU holds them as exact f32 values
+        self._integers = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
+                          if holds_integers(self.graph.tensors[t])}
         constants: dict[int, Any] = {}
         self.dispatches: list[Dispatch] = []
         for spec in specs:
@@ -391,9 +452,8 @@ class GpuProgram:
             if b.data is not None:
                 buf = constants.get(id(b.data))
                 if buf is None:
-                    data = self._upload_data(b)
-                    buf = constants[id(b.data)] = dev.create_buffer_with_data(
-                        data=data.tobytes() if data.nbytes else b"\0" * 16, usage=usage)
+                    buf = constants[id(b.data)] = shared_constant(dev, self._upload_data(b))
+                self._held[id(buf)] = buf  # keeps it in the device's cache while this program lives
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
             elif b.scratch_bytes:
                 buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
@@ -478,7 +538,8 @@ class GpuProgram:
         compute.end()
         if slot is not None:
             for t, buf in self.raw_out.items():
-                encoder.copy_buffer_to_buffer(buf, 0, slot.staging, self.out_offsets[t], buf.size)
+                if self._readback is None or t in self._readback:
+                    encoder.copy_buffer_to_buffer(buf, 0, slot.staging, self.out_offsets[t], buf.size)
         return encoder.finish()
 
     def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -512,17 +573,23 @@ class GpuProgram:
         else:
             slot = self._gpu_only
         t0 = clock()
+        uploaded = {}
         for t, buf in self.raw_in.items():
             if t not in self._resident:
                 value = dequantized(feeds[t], self._quantized[t]) if t in self._quantized else feeds[t]
-                queue.write_buffer(buf, 0, np.ascontiguousarray(value, dtype=np.float32))
+                if t in self._integers:
+                    value = host_value(value, self._integers[t])
+                value = np.ascontiguousarray(value, dtype=np.float32)
+                queue.write_buffer(buf, 0, value)
+                uploaded[t] = value.nbytes
+        self.uploaded = uploaded
         t1 = clock()
         key = "read" if read else "gpu_only"
         command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
         self._recorded[key] = None
-        queue.submit([command])
+        queue.submit([*self._feedback_copies(), command])
         t2 = clock()
-        job = Submitted(slot if read else None)
+        job = Submitted(slot if read else None, readback=self._readback if read else frozenset())
         # While the GPU runs this invoke: release the slot's previous command buffer (wgpu-native drops its
         # references to every bind group and pipeline then) and record the slot's next one.
         slot.in_flight = command
@@ -558,10 +625,14 @@ class GpuProgram:
         t4 = clock()
         try:
             data = np.frombuffer(staging.read_mapped(copy=False), np.float32)
-            job.results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices}
+            job.results = {t: data[start:end].reshape(shape).copy() for t, start, end, shape in self._out_slices
+                           if job.readback is None or t in job.readback}
             for t, tensor in self._quantized.items():
                 if t in job.results:
                     job.results[t] = quantized(job.results[t], tensor)
+            for t, tensor in self._integers.items():
+                if t in job.results:
+                    job.results[t] = typed(job.results[t], tensor)
         finally:
             staging.unmap()
         upload, submit, record = job.times
@@ -620,12 +691,37 @@ class GpuProgram:
         with self._lock:
             (self._resident.add if resident else self._resident.discard)(t)
 
+    def _feedback_copies(self) -> list[Any]:
+        """The copies of this program's own outputs into the inputs they feed (the previous invoke's values, before
+        this one overwrites them), in a command buffer of their own: one recorded in advance may be submitted
+        again as an orphan (_drop_recorded), which must recompute the last invoke, never advance the state."""
+        if not self._feedback:
+            return []
+        encoder = self.gpu.device.create_command_encoder()
+        for t, source in self._feedback.items():
+            encoder.copy_buffer_to_buffer(source, 0, self.raw_in[t], 0, self._raw_bytes(t))
+        return [encoder.finish()]
+
+    def set_readback(self, outputs: frozenset[int] | None) -> None:
+        """Copy only these outputs back to the host from now on (None: all); the others stay on the GPU."""
+        with self._lock:
+            outputs = None if outputs is None else frozenset(outputs)
+            if outputs != self._readback:
+                self._readback = outputs
+                self._drop_recorded()
+
     def bind_input(self, t: int, buffer: Any | None) -> None:
         """Read input tensor t from `buffer` (BHWC f32, checked by the caller) instead of uploading it; None
-        restores the program's own buffer and uploads."""
+        restores the program's own buffer and uploads. One of this program's own output buffers is copied into
+        the input's buffer at the start of each invoke instead (on the GPU): bound directly, a dispatch could
+        write what a later one still reads, or bind it read-only and writable at once."""
         with self._lock:
+            self._feedback.pop(t, None)
             if buffer is None:
                 self._bound.pop(t, None)
+            elif any(buffer is out for out in self.raw_out.values()):
+                self._bound.pop(t, None)
+                self._feedback[t] = buffer
             else:
                 self._bound[t] = buffer
             self.set_resident(t, buffer is not None)
