@@ -8,14 +8,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from .model.ir import Graph
 from .model.reader import read_model
+
+
+def integer_input_bounds(graph: Graph, draw: int = 4) -> dict[int, int]:
+    """{graph input: `draw`, or less where the input's values are the ids of a GATHER / EMBEDDING_LOOKUP /
+    GATHER_ND whose indexed axis is shorter} for the inputs that index something (runtime/bounds.py's cones)."""
+    from .runtime.bounds import IndexChecks
+
+    bounds: dict[int, int] = {}
+    for check in IndexChecks(graph).checks:
+        for t in check.sources:
+            bounds[t] = max(1, min(bounds.get(t, draw), *check.bounds))
+    return bounds
 
 
 def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict[int, np.ndarray]:
     """Seeded inputs for every model input: uniform in [low, high) for floats and for quantized integers (whose
-    real values are drawn, then quantized to the input's grid), 0..3 for other integers."""
+    real values are drawn, then quantized to the input's grid), 0..3 for other integers (below the smallest axis
+    they index where they are the ids of a GATHER / EMBEDDING_LOOKUP / GATHER_ND: a 2-row segment table)."""
     graph = read_model(model).main
     rng = np.random.default_rng(seed)
+    id_bound = integer_input_bounds(graph)
     feeds = {}
     for t in graph.inputs:
         tensor = graph.tensors[t]
@@ -28,7 +43,7 @@ def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 
             real = rng.uniform(low, high, tensor.shape) / float(q.scale[0])
             feeds[t] = np.clip(np.round(real) + zero, info.min, info.max).astype(tensor.dtype)
         else:
-            feeds[t] = rng.integers(0, 4, tensor.shape).astype(tensor.dtype)
+            feeds[t] = rng.integers(0, id_bound.get(t, 4), tensor.shape).astype(tensor.dtype)
     return feeds
 
 

@@ -1,7 +1,8 @@
-// BATCH_MATMUL: a tile is one output vec4 (4 adjacent n) of row m in batch (i0, i1); its SPLIT invocations take
-// every SPLIT-th step of 4 k from step k on and add up their sums. A_EXPR is X[m, 4k4..4k4+3], B_EXPR the
-// mat4x4 whose column j is Y[4k4+j, 4os..4os+3]; generated readers bake each operand's rank, broadcasting and
-// adjacency.
+// BATCH_MATMUL: a tile is one output vec4 (4 adjacent n, slice ns) of row m in batch (i0, i1); its SPLIT invocations
+// take every SPLIT-th step of 4 k from step k on and add up their sums. A_EXPR is X[m, 4k4..4k4+3], B_EXPR the
+// mat4x4 whose column j is Y[4k4+j, 4ns..4ns+3]; generated readers bake each operand's rank, broadcasting,
+// adjacency and layout view. LOCATE finds the output vec4 (ob, oy, ox, os, oi) in the tensor written, through
+// the output's layout view when it has one.
 ${BINDINGS}
 
 ${READERS}
@@ -12,8 +13,8 @@ ${LANE_MEMORY}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
   ${LANE}
   let m = tile % ${M}u;
-  let os = tile / ${M}u % ${SO}u;
-  let bi = min(tile / ${M}u / ${SO}u, ${BATCH_LAST}u);
+  let ns = tile / ${M}u % ${NS}u;
+  let bi = min(tile / ${M}u / ${NS}u, ${BATCH_LAST}u);
   let i0 = bi / ${B1}u;
   let i1 = bi % ${B1}u;
   var acc = vec4<f32>(0.0);
@@ -22,10 +23,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   ${REDUCE}
   if (k == 0u && tile < ${TILES}u) {
-    let ob = ${LOC_B};
-    let oy = ${LOC_Y};
-    let ox = ${LOC_X};
-    let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
+    ${LOCATE}
     var value = acc;
     ${EPILOGUE}
     dst[oi] = S4(value);

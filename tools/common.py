@@ -58,7 +58,10 @@ def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
         if not file:
             raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
         given[name] = np.load(file)
+    from gpuengine.oracle import integer_input_bounds
+
     rng = np.random.default_rng(seed)
+    id_bound = integer_input_bounds(it.compiled.source) if hasattr(it, "compiled") else {}
     result = {}
     for d in it.get_input_details():
         if d["name"] in given:
@@ -66,7 +69,7 @@ def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
         elif np.issubdtype(d["dtype"], np.floating):
             result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
         else:
-            result[d["index"]] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
+            result[d["index"]] = rng.integers(0, id_bound.get(d["index"], 4), d["shape"]).astype(d["dtype"])
     if given:
         names = [d["name"] for d in it.get_input_details()]
         raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")

@@ -11,6 +11,8 @@ epilogue of x's producer, or else as one dispatch.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
@@ -45,17 +47,31 @@ _POW = ("fn pow4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {\n"
 # rest so k * 6.28125 is exact), accurate for |x| up to ~1e5.
 _TURNS = ("fn turns4(x: vec4<f32>) -> vec4<f32> {\n  let k = round(x * 0.15915494309189535);\n"
           "  return (x - k * 6.28125) - k * 0.0019353071795864769;\n}\n")
-_HELPERS = {"erf4(": _ERF, "tanh4(": _TANH, "pow4(": _POW, "turns4(": _TURNS}
+# exp with an accuracy that does not depend on x. WGSL allows exp an error of 3 + 2|x| ULP (lavapipe computes
+# exp2(x * log2(e)), whose rounded argument costs ~|x| ULP): LOGISTIC(-20) was 17 ULP off where XNNPACK is within
+# 3.4, EXP(80) 60 ULP (tests/test_accuracy.py). exp(x) = 2^n exp(r): n = round(x / ln 2), r = x - n ln 2 in
+# [-0.35, 0.35] with ln 2 split in two (n * 0.693145751953125 is exact for |n| < 256), exp(r) by its Taylor
+# polynomial of degree 7 (truncation 0.1 ULP): within 1.2 ULP on lavapipe. x is clamped so 2^n stays in ldexp's
+# range; results past f32's range are set as LiteRT's (inf, 0), NaN passes.
+_EXP = ("fn exp4(x: vec4<f32>) -> vec4<f32> {\n"
+        "  let c = clamp(x, vec4<f32>(-104.0), vec4<f32>(88.72283935546875));\n"
+        "  let n = round(c * 1.4426950408889634);\n"
+        "  let r = (c - n * 0.693145751953125) - n * 1.4286068203094173e-06;\n"
+        "  let p = 1.0 + r * (1.0 + r * (0.5 + r * (0.16666666666666666 + r * (0.041666666666666664 + r * (\n"
+        "    0.008333333333333333 + r * (0.001388888888888889 + r * 0.0001984126984126984))))));\n"
+        "  var e = select(ldexp(p, vec4<i32>(n)), vec4<f32>(0.0), x < vec4<f32>(-104.0));\n"
+        "  e = select(e, vec4<f32>(bitcast<f32>(0x7f800000u)), x > vec4<f32>(88.72283935546875));\n"
+        "  return select(e, x, (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));\n}\n")
+_HELPERS = {"erf4(": _ERF, "tanh4(": _TANH, "pow4(": _POW, "turns4(": _TURNS, "exp4(": _EXP}
 # No intermediate may overflow where the result does not (found on an NVIDIA H100 with inputs +-1e30, 3e38):
 # 1 / (1 + exp(-a)) divides by inf for a << 0, which a GPU's fast division may turn into NaN, so LOGISTIC takes
 # e = exp(-|a|) in (0, 1] and divides e (a < 0) or 1 by 1 + e in [1, 2]; HARD_SWISH scales the clamp to [0, 1]
-# before multiplying by a (a * 6 overflows for a > 5.7e37, where LiteRT's result is a). Both stay expressions
-# (no helper function), so they inline into epilogues and prologues like the rest.
-_LOGISTIC = "select(exp(-abs(a)), vec4<f32>(1.0), a >= vec4<f32>(0.0)) / (1.0 + exp(-abs(a)))"
+# before multiplying by a (a * 6 overflows for a > 5.7e37, where LiteRT's result is a). exp is exp4 (above).
+_LOGISTIC = "select(exp4(-abs(a)), vec4<f32>(1.0), a >= vec4<f32>(0.0)) / (1.0 + exp4(-abs(a)))"
 _HARD_SWISH = "a * (clamp(a + 3.0, vec4<f32>(0.0), vec4<f32>(6.0)) * (1.0 / 6.0))"
 
 UNARY = {
-    "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(turns4(a))", "EXP": "exp(a)", "FLOOR": "floor(a)",
+    "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(turns4(a))", "EXP": "exp4(a)", "FLOOR": "floor(a)",
     "ELU": "select(exp(a) - 1.0, a, a > vec4<f32>(0.0))",
     "HARD_SWISH": _HARD_SWISH,
     "LOG": "log(a)", "LOGISTIC": _LOGISTIC, "NEG": "-a",
@@ -75,6 +91,11 @@ BINARY = {
     "POW": "pow4(a, b)",
     "PRELU": "select(a * b, a, a >= vec4<f32>(0.0))",
 }
+# Ops whose f32 arithmetic on int32 values is the integer result exactly (|x| < 2^24, kernels/common.py
+# EXACT_TYPES): index arithmetic of decoders (positions + 1, ...). Division and its kin are not exact in f32.
+INTEGER_OPS = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "ABS", "NEG", "SQUARE")
+# CAST between float32, int32 and bool: to int32 truncates toward zero (C++ static_cast), to bool is != 0.
+CASTS = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_))
 _GELU_EXACT = "0.5 * a * (1.0 + erf4(a * 0.7071067811865476))"
 # a * a * a overflows for |a| > 1e12, harmlessly: tanh4(+-inf) is exactly +-1 and 0.5 * a stays finite.
 _GELU_TANH = "0.5 * a * (1.0 + tanh4(0.7978845608028654 * (a + 0.044715 * a * a * a)))"
@@ -107,16 +128,22 @@ def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[
 
 
 class ElementwiseKernel:
-    ops = (*UNARY, *BINARY, TREE)
+    ops = (*UNARY, *BINARY, "CAST", TREE)
     internal_ops = (TREE,)  # made by a pass, never read from a model
 
     def supports(self, op: Op, graph: Graph) -> str | None:
         if op.code == TREE:
             return _tree_reason(op, graph)
-        arity = 1 if op.code in UNARY else 2
+        arity = 1 if op.code in UNARY or op.code == "CAST" else 2
         if len(op.inputs) != arity or len(op.outputs) != 1 or min(op.inputs) < 0:
             return f"expects {arity} input(s) and 1 output"
-        reason = float_tensors(op, graph) or (activation_supported(op) if op.code in _FUSED else None)
+        if op.code == "CAST":
+            return _cast_reason(op, graph)
+        integers = all(graph.tensors[t].dtype == np.int32 for t in [*op.inputs, *op.outputs])
+        if integers and op.code not in INTEGER_OPS:
+            return f"{op.code} of int32 tensors is not exact in f32 (only {', '.join(INTEGER_OPS)} run on the GPU)"
+        reason = float_tensors(op, graph, integers=integers) \
+            or (activation_supported(op) if op.code in _FUSED else None)
         if reason:
             return reason
         out = graph.tensors[op.outputs[0]].shape
@@ -139,7 +166,9 @@ class ElementwiseKernel:
         return None
 
     @staticmethod
-    def _expr(op: Op) -> str:
+    def _expr(op: Op, graph: Graph | None = None) -> str:
+        if op.code == "CAST":
+            return _cast_expr(op, graph)
         expr = UNARY.get(op.code) or BINARY[op.code]
         if op.code == "GELU":
             expr = _GELU_TANH if op.opt("approximate", False) else _GELU_EXACT
@@ -147,16 +176,16 @@ class ElementwiseKernel:
             expr = expr.replace("${ALPHA}", literal(float(op.opt("alpha", 0.2))))
         return expr
 
-    def _statements(self, op: Op) -> tuple[list[Code], list[Code]]:
+    def _statements(self, op: Op, graph: Graph | None = None) -> tuple[list[Code], list[Code]]:
         """Statements setting `value` from operands `a` (and `b`), fused activation included, and the helper
         functions they call."""
-        expr = self._expr(op)
+        expr = self._expr(op, graph)
         helpers = [Code(code) for key, code in _HELPERS.items() if key in expr]
         return [Code(f"value = {expr};"), *(activation(op) if op.code in _FUSED else [])], helpers
 
     def as_expression(self, op: Op) -> tuple[list[Code], list[Code]] | None:
         """The op evaluated inline by the kernel reading its output (kernels/prologue.py)."""
-        return None if op.opt("zero_extend") or op.code == TREE else self._statements(op)
+        return None if op.opt("zero_extend") or op.code in (TREE, "CAST") else self._statements(op)
 
     def as_epilogue(self, op: Op, graph: Graph, position: int, prefix: str) -> Epilogue | None:
         """The op applied to the producer's `value` (input `position`); other operands read directly."""
@@ -166,7 +195,7 @@ class ElementwiseKernel:
             fn, helpers, bindings = tree_function(op, graph, f"{prefix}tree", TREE_OPTION)
             return Epilogue([Code(f"value = {prefix}tree(value, oi, ob, os);")], [*helpers, fn], bindings)
         out_shape = graph.tensors[op.outputs[0]].shape
-        statements, functions = self._statements(op)
+        statements, functions = self._statements(op, graph)
         lines, bindings = [], []
         for k, (name, t) in enumerate(zip("ab", op.inputs)):
             if k == position:
@@ -182,10 +211,31 @@ class ElementwiseKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == TREE:
             return [_tree_spec(op, graph)]
-        expr = self._expr(op)
+        expr = self._expr(op, graph)
         operands = [(name, t, graph.tensors[t].shape) for name, t in zip("ab", op.inputs)]
         epilogue = activation(op) if op.code in _FUSED else []
         return [elementwise_spec(op, graph, operands, expr, epilogue)]
+
+
+def _cast_reason(op: Op, graph: Graph) -> str | None:
+    src, dst = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if src.dtype not in CASTS or dst.dtype not in CASTS or src.quantization is not None \
+            or dst.quantization is not None:
+        return f"CAST from {src.dtype} to {dst.dtype} (the GPU casts between float32, int32 and bool)"
+    if src.shape != dst.shape:
+        return "input and output shapes differ"
+    return float_tensors(op, graph, integers=True)
+
+
+def _cast_expr(op: Op, graph: Graph | None) -> str:
+    if graph is None:
+        raise ValueError("CAST needs the graph for its types")
+    src, dst = graph.tensors[op.inputs[0]].dtype, graph.tensors[op.outputs[0]].dtype
+    if dst == np.bool_:
+        return "select(vec4<f32>(0.0), vec4<f32>(1.0), a != vec4<f32>(0.0))"
+    if dst == np.int32 and src == np.float32:
+        return "trunc(a)"
+    return "a"
 
 
 def _tree_reason(op: Op, graph: Graph) -> str | None:

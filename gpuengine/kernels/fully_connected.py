@@ -10,7 +10,9 @@ each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
 operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
-tile; `split` invocations may share its K/4 steps.
+tile; `split` invocations may share its K/4 steps. An operand may be read, and the output written, through a
+layout view (passes/fold_matmul_layout.py, kernels/layout_view.py): the RESHAPE / TRANSPOSE ops of a multi-head
+split and merge cost no dispatch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
-from . import tiling
+from . import layout_view, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
@@ -136,7 +138,7 @@ class FullyConnectedKernel:
 # -- BATCH_MATMUL --------------------------------------------------------------------------------
 
 
-def _batch2(shape: tuple[int, ...]) -> tuple[int, int]:
+def batch2(shape: tuple[int, ...]) -> tuple[int, int]:
     """The batch dims of a rank 2..4 matrix shape, right-aligned and padded to two."""
     dims = (1, 1, *shape[:-2])
     return dims[-2], dims[-1]
@@ -149,33 +151,91 @@ def _bmm_supports(op: Op, graph: Graph) -> str | None:
     if reason:
         return reason
     a, b = (graph.tensors[t] for t in op.inputs)
-    out = graph.tensors[op.outputs[0]]
     if a.data is not None and b.data is not None:
         return "both inputs constant"
-    if any(not 2 <= len(t.shape) <= 4 for t in (a, b, out)):
+    for key in (*VIEW_OPTIONS, OUT_VIEW):
+        steps = op.opt(key)
+        reason = steps and (layout_view.check(steps) or (key != OUT_VIEW and graph.tensors[
+            op.inputs[VIEW_OPTIONS.index(key)]].data is not None and "view of a constant"))
+        if reason:
+            return reason
+    (ashape, bshape), oshape = (logical_shape(op, graph, i) for i in (0, 1)), logical_out_shape(op, graph)
+    if any(not 2 <= len(s) <= 4 for s in (ashape, bshape, oshape)):
         return "inputs and output must have rank 2..4"
     if a.data is not None and a.dtype != np.float32 or b.data is not None and b.dtype != np.float32:
         return "constant operands must be float32"
     adj_x, adj_y = bool(op.opt("adj_x", False)), bool(op.opt("adj_y", False))
-    m, k = a.shape[-2:][::-1] if adj_x else a.shape[-2:]
-    k2, n = b.shape[-2:][::-1] if adj_y else b.shape[-2:]
+    m, k = ashape[-2:][::-1] if adj_x else ashape[-2:]
+    k2, n = bshape[-2:][::-1] if adj_y else bshape[-2:]
     if k != k2:
         return f"inner dimensions differ ({k} vs {k2})"
     try:
-        batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+        batch = np.broadcast_shapes(tuple(ashape[:-2]), tuple(bshape[:-2]))
     except ValueError:
-        return f"batch dims of {a.shape} and {b.shape} do not broadcast"
-    if tuple(out.shape) != (*batch, m, n):
-        return f"output shape {out.shape} is not {(*batch, m, n)}"
+        return f"batch dims of {ashape} and {bshape} do not broadcast"
+    if tuple(oshape) != (*batch, m, n):
+        return f"output shape {oshape} is not {(*batch, m, n)}"
+    try:
+        if op.opt(OUT_VIEW) and out_index(op.opt(OUT_VIEW)) is None:
+            return "the output view does not keep 4 adjacent channels together"
+        for i, key in enumerate(VIEW_OPTIONS):
+            if op.opt(key):
+                layout_view.reader(op.opt(key), "v", READER_PARAMS[len(logical_shape(op, graph, i))])
+    except ValueError as e:
+        return f"layout view: {e}"
     return None
 
 
-def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding, tuple[int, ...], bool]:
+# Option fields passes/fold_matmul_layout.py sets: layout_view Steps from the stored input (or the logical output)
+VIEW_OPTIONS = ("view_a", "view_b")
+OUT_VIEW = "view_out"
+READER_PARAMS = {2: ("row",), 3: ("i1", "row"), 4: ("i0", "i1", "row")}  # operand reader coordinates by logical rank
+
+
+def logical_shape(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
+    """The matmul's operand i as the op sees it: the stored tensor's shape, or its view's."""
+    steps = op.opt(VIEW_OPTIONS[i])
+    return tuple(steps[-1].out_shape) if steps else tuple(graph.tensors[op.inputs[i]].shape)
+
+
+def logical_out_shape(op: Op, graph: Graph) -> tuple[int, ...]:
+    steps = op.opt(OUT_VIEW)
+    return tuple(steps[0].in_shape) if steps else tuple(graph.tensors[op.outputs[0]].shape)
+
+
+def out_index(steps: tuple) -> str | None:
+    return layout_view.writer_index(steps, READER_PARAMS[len(steps[0].in_shape)][:-1] + ("m",))
+
+
+def output_locator(graph: Graph, out: int, oshape: tuple[int, ...], steps: tuple | None, sep: str) -> str:
+    """WGSL defining ob, oy, ox, os, oi (the epilogue's names) of the vec4 (i0, i1, m, ns) of the logical output
+    [..., M, N] in the tensor `out` written: directly, or through the output view's vec4 index."""
+    _, oh, ow, oc = to_bhwc(tuple(graph.tensors[out].shape))
+    so = slices(oc)
+    if steps:  # write where the layout ops after the matmul would have put the vec4; decode its coordinates
+        plane = oh * ow
+        lines = [f"let oi = {out_index(steps)};", f"let ox = oi % {ow}u;", f"let oy = oi / {ow}u % {oh}u;",
+                 f"let os = oi / {plane}u % {so}u;", f"let ob = oi / {plane * so}u;"]
+    else:
+        loc = {2: ("m", "0u", "0u"), 3: ("i1", "0u", "m"), 4: ("i0", "i1", "m")}[len(oshape)]
+        lines = [f"let ob = {loc[0]};", f"let oy = {loc[1]};", f"let ox = {loc[2]};", "let os = ns;",
+                 f"let oi = ((ob * {so}u + os) * {oh}u + oy) * {ow}u + ox;"]
+    return sep.join(lines)
+
+
+def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | None = None,
+             ) -> tuple[Code, Binding, tuple[int, ...], bool]:
     """`name_at(i0, i1, row, sl)`: stored vec4 (row, slice) of the operand for output batch (i0, i1).
 
-    A constant operand is transposed here when adjoint, so only runtime tensors keep `adj`."""
+    A constant operand is transposed here when adjoint, so only runtime tensors keep `adj`. A runtime operand may
+    be read through a layout view (kernels/layout_view.py) of the tensor t."""
     tensor = graph.tensors[t]
     shape = tuple(tensor.shape)
+    if view:
+        shape = tuple(view[-1].out_shape)
+        body, element, _ = layout_view.reader(view, name, READER_PARAMS[len(shape)])
+        fn = (f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n  {body}\n  return value;\n}}\n")
+        return Code(fn), Binding(name, tensor=t, element=element), shape, adj
     if tensor.data is not None:
         data = const_f32(graph, t)
         if adj:
@@ -186,7 +246,7 @@ def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding,
         binding = Binding(name, tensor=t)
     rows, ch = shape[-2], shape[-1]
     s = slices(ch)
-    d0, d1 = _batch2(shape)
+    d0, d1 = batch2(shape)
     i0 = "i0" if d0 > 1 else "0u"
     i1 = "i1" if d1 > 1 else "0u"
     if len(shape) == 2:
@@ -201,13 +261,13 @@ def _operand(graph: Graph, t: int, adj: bool, name: str) -> tuple[Code, Binding,
 
 def _bmm_build(op: Op, graph: Graph) -> Variants:
     out = op.outputs[0]
-    oshape = tuple(graph.tensors[out].shape)
-    fa, ba, ashape, adj_x = _operand(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa")
-    fb, bb, bshape, adj_y = _operand(graph, op.inputs[1], bool(op.opt("adj_y", False)), "yb")
+    oshape = logical_out_shape(op, graph)
+    fa, ba, ashape, adj_x = operand_reader(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa", op.opt("view_a"))
+    fb, bb, bshape, adj_y = operand_reader(graph, op.inputs[1], bool(op.opt("adj_y", False)), "yb", op.opt("view_b"))
     m, n = oshape[-2:]
     k = ashape[-2] if adj_x else ashape[-1]
     ks, so = slices(k), slices(n)
-    b0, b1 = _batch2(oshape)
+    b0, b1 = batch2(oshape)
     # a = X[m, 4*k4 .. 4*k4+3] as a vec4
     if adj_x:  # X stored [K, M]: lane j is row 4*k4 + j, channel m
         a_lanes = ", ".join(
@@ -221,42 +281,40 @@ def _bmm_build(op: Op, graph: Graph) -> Variants:
     # bm: column j = Y[4*k4 + j, 4*n4 .. 4*n4+3]
     if adj_y:  # Y stored [N, K]: row n holds Y[:, n] along lanes
         rows = ", ".join(
-            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(os * 4u + {lane}u, {n - 1}u), k4), "
-            f"os * 4u + {lane}u < {n}u)"
+            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(ns * 4u + {lane}u, {n - 1}u), k4), "
+            f"ns * 4u + {lane}u < {n}u)"
             for lane in range(4)
         )
         b_expr = f"transpose(mat4x4<f32>({rows}))"
     else:
         cols = ", ".join(
-            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(k4 * 4u + {j}u, {k - 1}u), os), k4 * 4u + {j}u < {k}u)"
+            f"select(vec4<f32>(0.0), yb_at(i0, i1, min(k4 * 4u + {j}u, {k - 1}u), ns), k4 * 4u + {j}u < {k}u)"
             for j in range(4)
         )
         b_expr = f"mat4x4<f32>({cols})"
-    ob_, oh_, ow_, _ = to_bhwc(oshape)
-    loc = {2: ("m", "0u", "0u"), 3: ("i1", "0u", "m"), 4: ("i0", "i1", "m")}[len(oshape)]
+    oc_ = to_bhwc(tuple(graph.tensors[out].shape))[3]
+    locate = output_locator(graph, out, oshape, op.opt(OUT_VIEW), "\n    ")
     fixed = {
-        "SO": so,
+        "NS": so,
         "KS": ks,
         "M": m,
         "B1": b1,
         "BATCH_LAST": b0 * b1 - 1,
-        "OH": oh_,
-        "OW": ow_,
         "READERS": Code(fa + fb),
         "A_EXPR": Code(a_expr),
         "B_EXPR": Code(b_expr),
-        "LOC_B": Code(loc[0]),
-        "LOC_Y": Code(loc[1]),
-        "LOC_X": Code(loc[2]),
+        "LOCATE": Code(locate),
     }
     tiles = m * so * b0 * b1
-    label = f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}"
+    views = "+".join(k.split("_")[1] for k in (*VIEW_OPTIONS, OUT_VIEW) if op.opt(k))
+    label = (f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}"
+             f"{f' (views {views})' if views else ''}")
 
     def make(d: Decomposition) -> KernelSpec:
         shared, dispatch = tiling.split_params(d, tiles, ["acc"])
         return KernelSpec("batch_matmul", {**fixed, **shared}, [ba, bb, Binding("dst", tensor=out, writable=True)],
                           grid=(tiles * d.split, 1, 1), workgroup=(d.invocations_per_workgroup, 1, 1),
-                          dispatch=dispatch, out_channels=n, label=f"{label} [{d.describe()}]")
+                          dispatch=dispatch, out_channels=oc_, label=f"{label} [{d.describe()}]")
 
     numbers = {k: v for k, v in fixed.items() if isinstance(v, int)}
     return tiling.variants("batch_matmul", numbers, [(1, 1)], ks, lambda _: tiles, lambda _: tiling.mat_step((4, 1)),

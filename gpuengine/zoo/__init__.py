@@ -9,18 +9,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from .bert import bert_tiny
 from .efficientnet import efficientnet_b0
 from .mobilenet import mobilenet_v1, mobilenet_v2
 from .mobilenet_v3 import mobilenet_v3_small
 from .quantize import mobilenet_v2_int8
 from .segmentation import segmentation
 from .tiny import tiny
+from .vit import vit_tiny
 
-__all__ = ["DEFAULT", "MODELS", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2", "mobilenet_v2_int8",
-           "mobilenet_v3_small", "segmentation", "tiny"]
+__all__ = ["DEFAULT", "MODELS", "bert_tiny", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2",
+           "mobilenet_v2_int8", "mobilenet_v3_small", "segmentation", "tiny", "vit_tiny"]
 
 # name -> build(seed: int = 0) -> .tflite bytes
 MODELS: dict[str, Callable[..., bytes]] = {
+    "bert_tiny": bert_tiny,
     "efficientnet_b0": efficientnet_b0,
     "mobilenet_v1": mobilenet_v1,
     "mobilenet_v2": mobilenet_v2,
@@ -28,6 +31,7 @@ MODELS: dict[str, Callable[..., bytes]] = {
     "mobilenet_v3_small": mobilenet_v3_small,
     "segmentation": segmentation,
     "tiny": tiny,
+    "vit_tiny": vit_tiny,
 }
 DEFAULT = "mobilenet_v2"
 

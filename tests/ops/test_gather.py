@@ -1,8 +1,10 @@
-"""GATHER with constant indices against LiteRT: ranks 1-4, every axis, indices of rank 0-2."""
+"""GATHER against LiteRT: constant indices (ranks 1-4, every axis, indices of rank 0-2), run-time int32 indices
+(token ids: any axis, batch_dims, scalar ids, int32 tables) read on the GPU."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,14 +53,46 @@ def test_scalar_index_gives_rank0():
     assert_matches_litert(gather_model((2, 3, 7), np.array(6, np.int64), -1))
 
 
-def test_unsupported_variants_fall_back():
-    model = gather_model((2, 5), np.array([1, 0], np.int32), 1, indices_input=True)
+@pytest.mark.parametrize("shape,ishape,axis,batch_dims", [
+    ((1000, 64), (1, 32), 0, 0),  # BERT word embeddings: [1, 32] token ids
+    ((11, 6), (5,), 0, 0),  # width not a multiple of 4
+    ((2, 5), (2,), 1, 0), ((3, 4, 7), (2, 2), -1, 0), ((2, 3, 4, 5), (3,), 2, 0),
+    ((9,), (), 0, 0),  # a scalar id: rank-0 output
+    ((2, 5), (2, 2), 1, 1), ((2, 3, 6, 4), (2, 3, 2), 2, 2), ((2, 6, 3), (2, 4), -2, -1),
+])
+def test_runtime_indices_on_the_gpu(shape, ishape, axis, batch_dims):
+    rng = np.random.default_rng(len(shape) + len(ishape))
+    indices = rng.integers(0, shape[axis], ishape).astype(np.int32)
+    indices.reshape(-1)[0] = shape[axis] - 1  # the last row too
+    model = gather_model(shape, indices, axis, batch_dims % max(len(ishape), 1), indices_input=True)
     graph = read_model(model).main
-    assert "constant" in (registry.check(graph.ops[0], graph) or "")
-    feeds = {0: np.arange(10, dtype=np.float32).reshape(2, 5), 1: np.array([4, 2], np.int32)}
-    assert_matches_litert(model, feeds, all_gpu=False)
+    assert registry.check(graph.ops[0], graph) is None
+    feeds = {0: rng.standard_normal(shape).astype(np.float32), 1: indices}
+    assert_matches_litert(model, feeds)
 
-    model = gather_model((2, 5), np.array([[1, 0], [4, 4]], np.int32), 1, batch_dims=1)
+
+def test_runtime_indices_into_int32_table_and_constant_batch_dims():
+    """An int32 table gathered by run-time ids stays exact; constant indices with batch_dims take the same kernel."""
+    mb = ModelBuilder()
+    table = mb.const("table", np.arange(40, dtype=np.int32).reshape(8, 5) * 3 - 50)
+    ids = mb.input("ids", (4,), np.int32)
+    mb.output(mb.op("GATHER", [table, ids], (4, 5), {"axis": 0}, dtype=np.int32))
+    assert_matches_litert(mb.build(), {ids: np.array([7, 0, 3, 3], np.int32)})
+
+    model = gather_model((2, 5), np.array([[1, 0], [4, 4]], np.int64), 1, batch_dims=1)
     graph = read_model(model).main
-    assert "batch_dims" in (registry.check(graph.ops[0], graph) or "")
-    assert_matches_litert(model, all_gpu=False)
+    assert registry.check(graph.ops[0], graph) is None
+    assert_matches_litert(model)
+
+
+def test_unsupported_variants_fall_back():
+    """Run-time int64 indices stay on LiteRT (int64 tensors do not live on the GPU), and say so."""
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 5))
+    i = mb.input("i", (2,), np.int64)
+    mb.output(mb.op("GATHER", [x, i], (2, 2), {"axis": 1}))
+    model = mb.build()
+    graph = read_model(model).main
+    assert "int64" in (registry.check(graph.ops[0], graph) or "")
+    feeds = {x: np.arange(10, dtype=np.float32).reshape(2, 5), i: np.array([4, 2], np.int64)}
+    assert_matches_litert(model, feeds, all_gpu=False)

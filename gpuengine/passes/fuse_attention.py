@@ -1,0 +1,117 @@
+"""Fuse scaled dot-product attention into one ATTENTION op (kernels/attention.py): one dispatch instead of three, and
+the [M, N] score and probability matrices are never written.
+
+Pattern: S = BATCH_MATMUL(Q, K) (adj_y: K stored [N, D]; else [D, N]), optionally S' = MUL(S, c) or DIV(S, c) with c
+a constant scalar, optionally S'' = ADD(S', mask) (a mask of rank >= 2 broadcasting to the scores), P = SOFTMAX (any
+beta), O = BATCH_MATMUL(P, V) without adjoints on P or V; S, S' and P read by the next op alone and no graph
+outputs; leading 1s added or dropped on the way (by the mask ADD's broadcast, or a RESHAPE before ·V folded as the
+second matmul's view) are allowed. The matmuls' layout views (passes/fold_matmul_layout.py, which runs first) carry
+over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import registry
+from ..kernels.attention import ATTENTION, K_ADJ, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..model.ir import Graph, Op, Options
+
+
+def fuse_attention(graph: Graph) -> Graph:
+    graph = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        readers = graph.consumers()
+        for i in range(len(graph.ops)):
+            found = _match(graph, i, readers)
+            if found is None:
+                continue
+            fused, members = found
+            if registry.check(fused, graph) is not None:
+                continue
+            last = members[-1]
+            graph.ops = [fused if j == last else o for j, o in enumerate(graph.ops) if j == last or j not in members]
+            changed = True
+            break
+    return graph
+
+
+def _sole_reader(graph: Graph, t: int, readers: dict[int, list[int]]) -> int | None:
+    ops = readers.get(t, [])
+    return ops[0] if len(ops) == 1 and t not in graph.outputs else None
+
+
+def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, list[int]] | None:
+    first = graph.ops[i]
+    if first.code != "BATCH_MATMUL" or first.opt("adj_x") or first.opt(OUT_VIEW):
+        return None
+    scale = 1.0
+    members = [i]
+    j = _sole_reader(graph, first.outputs[0], readers)
+    if j is None:
+        return None
+    op = graph.ops[j]
+    if op.code in ("MUL", "DIV") and int(op.opt("fused_activation_function", 0) or 0) == 0:
+        other = [t for t in op.inputs if t != first.outputs[0]]
+        data = graph.tensors[other[0]].data if len(other) == 1 and other[0] >= 0 else None
+        if data is None or np.asarray(data).size != 1 or (op.code == "DIV" and op.inputs[1] != other[0]):
+            return None
+        c = float(np.asarray(data, np.float64).reshape(-1)[0])
+        if c == 0 or not np.isfinite(c):
+            return None
+        scale = c if op.code == "MUL" else 1.0 / c
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
+    mask = -1
+    if op.code == "ADD" and int(op.opt("fused_activation_function", 0) or 0) == 0 and len(op.inputs) == 2:
+        scores = graph.ops[members[-1]].outputs[0]
+        others = [t for t in op.inputs if t != scores]
+        if len(others) != 1 or others[0] < 0 or _strip(graph.tensors[op.outputs[0]].shape) != _strip(
+                graph.tensors[scores].shape):
+            return None
+        mask = others[0]
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
+    if op.code != "SOFTMAX" or op.inputs[0] != graph.ops[members[-1]].outputs[0]:
+        return None
+    beta = float(op.opt("beta", 1.0) or 1.0)
+    scale *= beta
+    members.append(j)
+    j = _sole_reader(graph, op.outputs[0], readers)
+    if j is None:
+        return None
+    second = graph.ops[j]
+    if (second.code != "BATCH_MATMUL" or second.inputs[0] != op.outputs[0] or second.opt("adj_x")
+            or second.opt("adj_y") or not _unit_reshapes(second.opt("view_a") or ())):
+        return None
+    members.append(j)
+    fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": second.opt("view_b"),
+              OUT_VIEW: second.opt(OUT_VIEW), K_ADJ: bool(first.opt("adj_y")), SCALE: scale,
+              SOURCE_OPS: tuple(graph.ops[k].code for k in members)}
+    if mask >= 0:
+        fields[MASK_SCALE] = beta
+    fused = Op(index=second.index, code=ATTENTION,
+               inputs=[first.inputs[0], first.inputs[1], second.inputs[1], *([mask] if mask >= 0 else [])],
+               outputs=list(second.outputs), options=Options("AttentionOptions", fields))
+    return fused, members
+
+
+def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape without its leading 1s (converters add and drop them around the mask ADD and the SOFTMAX)."""
+    shape = tuple(shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _unit_reshapes(steps: tuple) -> bool:
+    """A view of the probabilities that only adds or drops leading 1s (the kernel never materializes them)."""
+    return all(step.kind == "RESHAPE" and _strip(step.in_shape) == _strip(step.out_shape) for step in steps)
