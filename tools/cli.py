@@ -94,7 +94,19 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"gpuengine: --resize {position}=...: the model has {len(inputs)} inputs")
             it.resize_tensor_input(inputs[position]["index"], shape)
         it.allocate_tensors()
-    compiled = it.compiled
+    ops_in_file, shape_cache = len(model.main.ops), it.shape_cache
+    input_shapes = [d["shape"].tolist() for d in it.get_input_details()]
+    if getattr(args, "signature", None):  # that signature's graph, compiled as its runner compiles it on first use
+        try:
+            runner = it.get_signature_runner(args.signature)
+        except ValueError as e:
+            raise SystemExit(f"gpuengine: --signature: {e}") from None
+        compiled = runner.compiled
+        ops_in_file = len(model.subgraphs[runner.subgraph_index].ops)
+        input_shapes = [d["shape"].tolist() for d in runner.get_input_details().values()]
+        shape_cache = runner.shape_cache
+    else:
+        compiled = it.compiled
     plan = compiled.plan
     graph = plan.graph
     memory: dict[str, int] = {}
@@ -110,7 +122,8 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
                       "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}
                      for p in compiled.gpu_programs for k, d in enumerate(p.dispatches)]
     return {
-        "ops_in_file": len(model.main.ops),
+        "signature": getattr(args, "signature", None),
+        "ops_in_file": ops_in_file,
         "ops_total": len(graph.ops),
         "ops_gpu": plan.ops_gpu,
         "partitions": [partition_report(plan, p) for p in plan.partitions],
@@ -121,8 +134,8 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "target": compiled.target.name if compiled.target else None,
         "precision": compiled.precision,
         "dispatch_list": dispatch_list,
-        "input_shapes": [d["shape"].tolist() for d in it.get_input_details()],
-        "shape_cache": it.shape_cache,
+        "input_shapes": input_shapes,
+        "shape_cache": shape_cache,
         "_interpreter": it,
     }
 
@@ -134,13 +147,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.dump_wgsl:
         folder = Path(args.dump_wgsl)
         folder.mkdir(parents=True, exist_ok=True)
-        dispatches = [d for p in it.compiled.gpu_programs for d in p.dispatches]
+        compiled = it.get_signature_runner(args.signature).compiled if args.signature else it.compiled
+        dispatches = [d for p in compiled.gpu_programs for d in p.dispatches]
         for k, d in enumerate(dispatches):
             (folder / f"{k:04d}_{d.spec.shader}.wgsl").write_text(d.source)
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}, precision {report['precision']})")
+    print(f"model: {name}" + (f" (signature {args.signature!r})" if args.signature else "")
+          + f"\nadapter: {report['adapter']} (target {report['target']}, precision {report['precision']})")
     print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
           f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
     print(f"input shapes: {report['input_shapes']}; shape cache: {report['shape_cache']}")
@@ -235,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("model")
     ins.add_argument("--json", action="store_true")
     ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
+    ins.add_argument("--signature", metavar="KEY", help="report this signature's graph (get_signature_list())")
     ins.add_argument("--resize", action="append", default=[], metavar="INDEX=D0,D1,...",
                      help="inspect the plan with input INDEX (its position) resized to this shape (repeatable)")
     add_engine_options(ins)
@@ -252,9 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(func=cmd_fetch)
     ops = sub.add_parser("ops", help="the ops that run on the GPU (a markdown table, from the kernel registry)")
     ops.set_defaults(func=cmd_ops)
-    from . import bench, fuzz, profile, tune
+    from . import bench, fuzz, precision, profile, tune
 
-    for module in (bench, profile, tune, fuzz):
+    for module in (bench, profile, tune, fuzz, precision):
         module.add_subcommand(sub)
     return parser
 
