@@ -168,6 +168,10 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
         graphs["cond"] = float_condition(callee["cond"])
     try:
         plans = {role: plan_graph(g, options, model) for role, g in graphs.items()}
+        if op.code == "WHILE" and graphs["cond"] is not callee["cond"] and not _compared_on_gpu(plans["cond"]):
+            # the comparison runs on LiteRT: a GPU program of the added select alone would only add a hop
+            graphs["cond"] = callee["cond"]
+            plans["cond"] = plan_graph(callee["cond"], options, model)
     except GpuEngineError as e:
         return f"a subgraph cannot be planned: {e}"
     if not any(p.device in ("gpu", "control") for plan in plans.values() for p in plan.partitions):
@@ -176,6 +180,17 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     if op.code == "WHILE":
         plan.resident = _resident_reason(plans)
     return plan
+
+
+def _compared_on_gpu(plan: Plan) -> bool:
+    """Whether the bool a cond's added SELECT_V2 (float_condition) reads is computed in a GPU partition."""
+    graph = plan.graph
+    producers = graph.producers()
+    select = producers.get(graph.outputs[0])
+    if select is None or graph.ops[select].code != "SELECT_V2":
+        return False
+    flag = producers.get(graph.ops[select].inputs[0])
+    return flag is not None and any(p.device == "gpu" and flag in p.ops for p in plan.partitions)
 
 
 def _shape(t: Tensor) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,9 @@ from .memory import STRATEGIES
 from .model import validate
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
-from .runtime.program import EngineOptions
+from .model.shapes import shape_key
+from .runtime.bounds import IndexChecks
+from .runtime.program import EngineOptions, GpuProgram
 from .tuning.target import check as check_target
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
@@ -74,6 +77,11 @@ class TensorBuffer:
         return f"TensorBuffer({self.shape} {np.dtype(self.dtype).name}, {self.buffer.size} bytes)"
 
 
+# Input shapes whose compiled programs (GPU buffers included) an Interpreter keeps: a resize back to one of them
+# allocates nothing; beyond this many, the least recently used is dropped.
+COMPILED_SHAPES = 4
+
+
 class Interpreter:
     """LiteRT-compatible interpreter backed by WebGPU kernels (CPU fallback through LiteRT for the rest)."""
 
@@ -115,12 +123,15 @@ class Interpreter:
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
         self._shape_cache = ShapeCache()  # plans per input shapes: a shape seen before compiles nothing again
         self._compiled: CompiledGraph | None = None
+        # what allocate_tensors built for the last few input shapes, so going back to one builds nothing
+        self._compiled_by_shape: OrderedDict[Any, tuple[Graph, CompiledGraph, IndexChecks]] = OrderedDict()
         self._values: dict[int, np.ndarray] = {}
         self._outputs: dict[int, np.ndarray] = {}
         self._runners: dict[str, SignatureRunner] = {}
         self._invoke_lock = threading.Lock()
         self._generation = 0  # allocate_tensors() calls: GPU buffers handed out are valid within one
         self._bound: set[int] = set()  # input tensors read from a user's GPU buffer or written on the GPU
+        self._index_checks: IndexChecks | None = None  # host-fed token ids / positions checked before upload
 
     # -- setup -------------------------------------------------------------------------------------------
     def allocate_tensors(self) -> None:
@@ -131,22 +142,35 @@ class Interpreter:
                 raise RuntimeError("the GPU device passed as device= was lost; create a new one "
                                    "(gpuengine.get_device()) and a new Interpreter on it")
             self._compiled = None
+            self._compiled_by_shape.clear()
         self._generation += 1
+        self._release_bindings()
+        if self._compiled is None:
+            entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
+            key = shape_key(self._shapes)
+            built = self._compiled_by_shape.get(key)
+            if built is None or (built[1].gpu is not None and not built[1].gpu.alive()):
+                compiled = CompiledGraph(entry.graph, self._options, self._num_threads, model=self._model,
+                                         plan=entry.plan)
+                built = (entry.graph, compiled, IndexChecks(entry.graph))
+            self._compiled_by_shape[key] = built
+            self._compiled_by_shape.move_to_end(key)
+            while len(self._compiled_by_shape) > COMPILED_SHAPES:
+                self._compiled_by_shape.popitem(last=False)
+            self._graph, self._compiled, self._index_checks = built
+        for t in self._graph.inputs:
+            tensor = self._graph.tensors[t]
+            if t not in self._values or self._values[t].shape != tensor.shape:
+                self._values[t] = np.zeros(tensor.shape, tensor.dtype)
+
+    def _release_bindings(self) -> None:
+        """Inputs bound to a user's GPU buffer read their host value again (a new allocation or input shape)."""
         if self._compiled is not None:
             for t in self._bound:
                 for prog in self._compiled.gpu_programs:
                     if t in prog.inputs:
                         prog.bind_input(t, None)
         self._bound.clear()
-        if self._compiled is None:
-            entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
-            self._graph = entry.graph
-            self._compiled = CompiledGraph(entry.graph, self._options, self._num_threads, model=self._model,
-                                           plan=entry.plan)
-        for t in self._graph.inputs:
-            tensor = self._graph.tensors[t]
-            if t not in self._values or self._values[t].shape != tensor.shape:
-                self._values[t] = np.zeros(tensor.shape, tensor.dtype)
 
     def _require_allocated(self) -> CompiledGraph:
         if self._compiled is None:
@@ -182,6 +206,7 @@ class Interpreter:
         self._shapes[input_index] = new_shape
         self._graph = dataclasses.replace(self._graph, tensors=list(self._graph.tensors))
         self._graph.tensors[input_index] = dataclasses.replace(tensor, shape=new_shape)
+        self._release_bindings()
         self._compiled = None
         self._values.pop(input_index, None)
 
@@ -221,6 +246,8 @@ class Interpreter:
         compiled = self._require_allocated()
         with self._invoke_lock:
             feeds = {t: self._values[t] for t in self._graph.inputs}
+            if self._index_checks:
+                self._index_checks.check(feeds)
             self._outputs = compiled.run(feeds)
 
     def invoke_async(self, feeds: dict[int, Any] | None = None, read_outputs: bool = True) -> InvokeJob:
@@ -236,6 +263,8 @@ class Interpreter:
         values = {t: self._values[t] for t in self._graph.inputs}
         for t, value in (feeds or {}).items():
             values[t] = self._checked(t, value)
+        if self._index_checks:
+            self._index_checks.check(values)
         with self._invoke_lock:
             return compiled.submit(values, read_outputs)
 
@@ -377,6 +406,7 @@ class Interpreter:
     def reset_all_variables(self) -> None:
         """Variables live in CPU partitions (LiteRT); a rebuild resets them."""
         self._compiled = None
+        self._compiled_by_shape.clear()
         self.allocate_tensors()
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
@@ -410,7 +440,10 @@ class Interpreter:
                  f"precision: {c.precision}" + (f" (asked for {self._options.precision})"
                                                 if c.precision != self._options.precision else ""),
                  f"ops: {len(plan.graph.ops)} after load-time folding ({plan.ops_gpu} on GPU), "
-                 f"dispatches per invoke: {c.dispatches}, compile: {c.compile_ms:.0f} ms"]
+                 f"dispatches per invoke: {c.dispatches}"
+                 + (f" (+ {sum(len(q.dispatches) for q in c.all_gpu_programs) - c.dispatches} in WHILE/IF "
+                    "subgraphs, run as often as the host decides)" if c.control_programs else "")
+                 + f", compile: {c.compile_ms:.0f} ms"]
         for k, p in enumerate(plan.partitions):
             names = [plan.graph.ops[i].code for i in p.ops]
             if p.device == "control":
@@ -431,7 +464,14 @@ class Interpreter:
 
 
 class SignatureRunner:
-    """LiteRT's SignatureRunner: call with named inputs, get a dict of named outputs."""
+    """LiteRT's SignatureRunner: call with named inputs, get a dict of named outputs.
+
+    Engine extras for loops whose state stays on the GPU (a decode loop's KV cache), keyed by signature names:
+    `output_buffer(name)` / `input_buffer(name)` / `set_input_buffer(name, buffer)` as the Interpreter's, and
+    `run(feeds, outputs=[...])`, which reads back only the outputs named. Binding an input to this runner's own
+    output buffer (`r.set_input_buffer("kv_cache_k_0", r.output_buffer("kv_cache_k_0"))`) feeds each call the
+    previous call's output, copied on the GPU.
+    """
 
     def __init__(self, interpreter: Interpreter, sig: Any) -> None:
         self._interpreter, self._sig = interpreter, sig
@@ -444,6 +484,10 @@ class SignatureRunner:
         self._graph = graph
         self._compiled: CompiledGraph | None = None
         self._shape_cache = ShapeCache()
+        self._index_checks: IndexChecks | None = None
+        self._names = {t: n for n, t in sig.inputs.items()}
+        self._generation = 0  # compilations: GPU buffers handed out are valid within one
+        self._bound: set[int] = set()  # inputs read from a GPU buffer (not given by the caller)
 
     def get_input_details(self) -> dict[str, dict[str, Any]]:
         return {n: tensor_details(self._graph.tensors[t]) for n, t in sorted(self._sig.inputs.items())}
@@ -452,18 +496,31 @@ class SignatureRunner:
         return {n: tensor_details(self._graph.tensors[t]) for n, t in sorted(self._sig.outputs.items())}
 
     def __call__(self, **kwargs: Any) -> dict[str, np.ndarray]:
-        missing = set(self._sig.inputs) - set(kwargs)
-        if missing:
-            raise ValueError(f"Missing inputs for signature {self._sig.key!r}: {sorted(missing)}")
-        unknown = set(kwargs) - set(self._sig.inputs)
+        return self.run(kwargs)
+
+    def run(self, feeds: dict[str, Any] | None = None, outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Run the signature: feeds by input name (inputs bound to GPU buffers may be left out; a value given for
+        one uploads it again and ends the binding); outputs: the names to read back (None: all), the others stay
+        on the GPU (output_buffer)."""
+        feeds = dict(feeds or {})
+        unknown = set(feeds) - set(self._sig.inputs)
         if unknown:
             raise ValueError(f"Invalid Input name ({sorted(unknown)[0]}) for SignatureDef")
         if self._compiled is not None and self._compiled.gpu is not None and self._compiled.gpu.lost:
             self._compiled = None  # the last call found the GPU lost: compile again on a new device
+            self._bound.clear()
+        missing = {n for n, t in self._sig.inputs.items() if n not in feeds and t not in self._bound}
+        if missing:
+            raise ValueError(f"Missing inputs for signature {self._sig.key!r}: {sorted(missing)}")
+        wanted = None if outputs is None else list(outputs)
+        if wanted is not None and set(wanted) - set(self._sig.outputs):
+            raise ValueError(f"Invalid output name ({sorted(set(wanted) - set(self._sig.outputs))[0]}) for "
+                             f"signature {self._sig.key!r}; outputs: {sorted(self._sig.outputs)}")
         values = {}
-        for name, t in self._sig.inputs.items():
+        for name, value in feeds.items():
+            t = self._sig.inputs[name]
             tensor = self._graph.tensors[t]
-            value = np.asarray(kwargs[name])
+            value = np.asarray(value)
             if value.dtype != tensor.dtype:
                 raise ValueError(f"Input {name!r} must be {tensor.dtype} of shape {tensor.shape}, got "
                                  f"{value.dtype} {value.shape}")
@@ -471,15 +528,135 @@ class SignatureRunner:
         shapes = {t: tuple(v.shape) for t, v in values.items()}
         if self._compiled is None or any(tuple(self._graph.tensors[t].shape) != s for t, s in shapes.items()):
             # inputs of another shape resize the signature's graph, as LiteRT's runner does (the shape cache keeps
-            # the plans of every shape seen)
-            interpreter = self._interpreter
-            entry = prepare(self._base, shapes, interpreter._options, interpreter._model, self._shape_cache)
-            self._graph = entry.graph
-            self._compiled = CompiledGraph(entry.graph, interpreter._options, interpreter._num_threads,
-                                           model=interpreter._model, plan=entry.plan)
-        feeds = values
-        outputs = self._compiled.run(feeds)
-        return {name: outputs[t] for name, t in self._sig.outputs.items()}
+            # the plans of every shape seen); bound inputs keep their shapes
+            for t in self._sig.inputs.values():
+                shapes.setdefault(t, tuple(self._graph.tensors[t].shape))
+            self._compile(shapes)
+        for t in [t for t in values if t in self._bound]:  # a host value again: upload it
+            self._bind(t, None)
+        if self._index_checks:
+            self._index_checks.check(values, self._names)
+        compiled = self._compiled
+        programs = compiled.programs
+        if len(programs) == 1 and isinstance(programs[0], GpuProgram):  # read back only what is asked for
+            program = programs[0]
+            program.set_readback(None if wanted is None else {self._sig.outputs[n] for n in wanted})
+            got = program.run(values)
+            return {name: got[t] if t in got else compiled.constants[t] for name, t in self._sig.outputs.items()
+                    if wanted is None or name in wanted}
+        got = compiled.run(values)
+        return {name: got[t] for name, t in self._sig.outputs.items() if wanted is None or name in wanted}
+
+    def _compile(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:
+        interpreter = self._interpreter
+        entry = prepare(self._base, shapes, interpreter._options, interpreter._model, self._shape_cache)
+        self._graph = entry.graph
+        self._compiled = CompiledGraph(entry.graph, interpreter._options, interpreter._num_threads,
+                                       model=interpreter._model, plan=entry.plan)
+        self._index_checks = IndexChecks(entry.graph)
+        self._generation += 1  # buffers handed out and bindings belong to the previous compilation
+        self._bound.clear()
+        return self._compiled
+
+    # -- GPU-resident inputs and outputs, by signature name ---------------------------------------------------
+    def output_buffer(self, name: str) -> TensorBuffer:
+        """The GPU buffer holding output `name` after each call (BHWC row-major float32); valid until the
+        runner compiles again (inputs of another shape)."""
+        t = self._name(name, self._sig.outputs, "output")
+        compiled = self.compiled
+        prog = next((p for p in compiled.gpu_programs if t in p.outputs), None)
+        tensor = self._graph.tensors[t]
+        if prog is None or tensor.dtype != np.float32:
+            raise ValueError(f"output {name!r} ({tensor.dtype}) is not a float32 output computed on the GPU: "
+                             "read it from the call's result")
+        return TensorBuffer(prog.output_buffer(t), tensor.dtype, tensor.shape, weakref.ref(self), self._generation)
+
+    def input_buffer(self, name: str) -> TensorBuffer:
+        """The GPU buffer input `name` is read from; asking for it hands the input to the GPU (calls stop
+        uploading it: write the buffer on the device) until a call gives it a host value again."""
+        t, progs = self._gpu_input(name)
+        for prog in progs:
+            prog.set_resident(t, True)
+        self._bound.add(t)
+        tensor = self._graph.tensors[t]
+        return TensorBuffer(progs[0].input_buffer(t), tensor.dtype, tensor.shape, weakref.ref(self), self._generation)
+
+    def set_input_buffer(self, name: str, buffer: Any) -> None:
+        """Read input `name` from a GPU buffer of this runner's device: a wgpu.GPUBuffer (STORAGE usage, BHWC
+        float32) or a TensorBuffer (another runner's or interpreter's output_buffer, or this runner's own: then
+        each call reads the previous call's value, copied on the GPU before the call overwrites it). None: back to
+        host values. The binding lasts until a call gives the input a host value or the runner compiles again."""
+        t, progs = self._gpu_input(name)
+        if buffer is None:
+            self._bind(t, None)
+            return
+        tensor = self._graph.tensors[t]
+        if isinstance(buffer, TensorBuffer):
+            owner = buffer.owner()
+            if owner is None or owner._generation != buffer.generation or owner._compiled is None:
+                raise ValueError("this GPU buffer came from a runner or interpreter that has compiled again or been "
+                                 "deleted since; ask for it again")
+            if np.dtype(buffer.dtype) != tensor.dtype:
+                raise ValueError(f"input {name!r} is {tensor.dtype}, the buffer holds {buffer.dtype}")
+            buffer = buffer.buffer
+        import wgpu
+
+        if not isinstance(buffer, wgpu.GPUBuffer):
+            raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got "
+                             f"{type(buffer).__name__}")
+        if buffer._device is not self._compiled.gpu.device:  # noqa: SLF001
+            raise ValueError("the buffer belongs to another GPU device than this runner's; create the interpreters "
+                             "with device=gpuengine.get_device() to share one")
+        need = tensor.size * 4
+        if buffer.size < need:
+            raise ValueError(f"input {name!r} ({tensor.shape} float32) needs {need} bytes, the buffer has "
+                             f"{buffer.size}")
+        if not buffer.usage & wgpu.BufferUsage.STORAGE:
+            raise ValueError("the buffer needs STORAGE usage to be read by the model's kernels")
+        own = any(buffer is b for p in progs for b in p.raw_out.values())
+        if own and not buffer.usage & wgpu.BufferUsage.COPY_SRC:
+            raise ValueError("an output buffer fed back to an input needs COPY_SRC usage")
+        self._bind(t, buffer)
+
+    def _bind(self, t: int, buffer: Any | None) -> None:
+        for prog in self._compiled.gpu_programs:
+            if t in prog.inputs:
+                prog.bind_input(t, buffer)
+        (self._bound.add if buffer is not None else self._bound.discard)(t)
+
+    def _name(self, name: str, names: dict[str, int], role: str) -> int:
+        if name not in names:
+            raise ValueError(f"{name!r} is not an {role} of signature {self._sig.key!r}; {role}s: {sorted(names)}")
+        return names[name]
+
+    def _gpu_input(self, name: str) -> tuple[int, list[Any]]:
+        """Input `name`'s tensor and the GPU programs reading it; ValueError when the host must provide it."""
+        t = self._name(name, self._sig.inputs, "input")
+        compiled = self.compiled
+        tensor = self._graph.tensors[t]
+        progs = [p for p in compiled.gpu_programs if t in p.inputs]
+        on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in compiled.gpu_programs)
+        if not progs or on_cpu or tensor.dtype != np.float32:
+            raise ValueError(f"input {name!r} ({tensor.dtype}) is read by the CPU fallback or is not float32: only "
+                             "float inputs of GPU partitions can live in GPU buffers")
+        return t, progs
+
+    @property
+    def compiled(self) -> CompiledGraph:
+        """The signature's compiled graph (plan, GPU programs), compiled at its declared input shapes unless a call
+        compiled it already (inspect --signature reports it)."""
+        if self._compiled is None:
+            self._compile({t: tuple(self._base.tensors[t].shape) for t in self._sig.inputs.values()})
+        return self._compiled
+
+    @property
+    def shape_cache(self) -> dict[str, int]:
+        return self._shape_cache.report()
+
+    @property
+    def subgraph_index(self) -> int:
+        """The model subgraph this signature runs."""
+        return self._sig.subgraph
 
 
 def _type_name(dtype: np.dtype) -> str:

@@ -113,12 +113,14 @@ def test_profile_times_add_up(capsys):
     assert len(report["dispatches"]) > 0
     total = sum(d["gpu_ns"] for d in report["dispatches"]) / 1e6
     assert total == pytest.approx(report["gpu_total_ms"], rel=1e-9)
-    # Per-dispatch medians against the separately measured span of the whole sequence.
-    assert abs(report["gpu_total_ms"] - report["gpu_span_ms"]) <= 0.1 * report["gpu_span_ms"]
+    # Per-dispatch medians against the separately measured span of the whole sequence. Lavapipe's "GPU" is the
+    # CPU, which the op-test reruns share during scripts/test.sh: within 35% tells a double count or a missing
+    # dispatch (2x, 0.5x) from load jitter.
+    assert abs(report["gpu_total_ms"] - report["gpu_span_ms"]) <= 0.35 * report["gpu_span_ms"]
     # The host's share of an invoke: the parts add up to the invoke (medians of each part, so roughly).
     parts = ("host_critical_ms", "upload_ms", "readback_ms", "host_overlapped_ms", "gpu_wait_ms")
     assert all(report[k] >= 0 for k in parts) and report["submit_ms"] <= report["host_critical_ms"]
-    assert sum(report[k] for k in parts) == pytest.approx(report["invoke_ms"], rel=0.1)
+    assert sum(report[k] for k in parts) == pytest.approx(report["invoke_ms"], rel=0.35)
     assert report["host_encode_ms"] > 0 and report["target"] in ("discrete", "integrated", "cpu")
     assert all(d["invocations"] >= 1 for d in report["dispatches"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -14,6 +15,7 @@ from gpuengine.memory import (
     STRATEGIES,
     MemoryPlan,
     UsageRecord,
+    aligned_lower_bound,
     compare,
     format_table,
     lifetimes_overlap,
@@ -23,6 +25,7 @@ from gpuengine.memory import (
     plan_memory,
     plan_mincostflow,
     plan_naive,
+    plan_offsets,
     plot,
     records_from_schedule,
 )
@@ -506,3 +509,111 @@ def test_pool_helpers_keep_order():
     assert pool.take_closest(20) == 0
     assert pool.take_closest(64) == 2
     assert len(pool) == 1
+
+
+# -- the exact offsets planner (memory/exact.py) ------------------------------------------------------------------
+def _best_offsets_total(recs: list[UsageRecord], alignment: int) -> int:
+    """Exhaustive optimum over `alignment`-aligned offsets in one arena (tiny inputs only): the best over every
+    order of placing each tensor at the lowest aligned offset that clears those placed before it. (Exact: placing
+    an optimal plan's tensors by increasing offset this way moves none of them up.)"""
+    sizes = {r.tensor: -(-r.size // 4) * 4 for r in recs}
+    best = None
+    for order in itertools.permutations(recs):
+        placed: list[tuple[UsageRecord, int]] = []
+        for r in order:
+            off = 0
+            while True:
+                clash = [o + sizes[q.tensor] for q, o in placed if lifetimes_overlap(q, r)
+                         and off < o + sizes[q.tensor] and o < off + sizes[r.tensor]]
+                if not clash:
+                    break
+                off = -(-max(clash) // alignment) * alignment
+            placed.append((r, off))
+        top = max((o + sizes[q.tensor] for q, o in placed), default=0)
+        best = top if best is None else min(best, top)
+    return best or 0
+
+
+# (alignment, [(size, first, last)]): greedy_by_size is above the optimum on each; on the first two the optimum
+# is above the aligned lower bound too, so only the solver's proof can call it optimal.
+HEURISTIC_MISSES = [
+    (16, [(32, 3, 3), (16, 4, 6), (8, 2, 4), (8, 4, 6), (12, 5, 5)]),
+    (16, [(32, 0, 0), (4, 0, 1), (32, 3, 6), (12, 1, 4)]),
+    (16, [(12, 3, 5), (4, 1, 1), (28, 0, 0), (20, 3, 6), (24, 3, 6), (20, 3, 5)]),
+    (16, [(8, 5, 6), (20, 4, 7), (20, 0, 3), (16, 0, 0), (28, 4, 5), (20, 0, 1)]),
+    (16, [(20, 3, 5), (16, 4, 7), (16, 4, 7)]),
+]
+
+
+@pytest.mark.parametrize("alignment, spec", HEURISTIC_MISSES)
+def test_exact_offsets_proven_optimal_equals_brute_force(alignment, spec):
+    recs = _records(spec)
+    best = _best_offsets_total(recs, alignment)
+    assert plan_greedy_by_size(recs, alignment=alignment).total_bytes > best  # the solver had work to do
+    assert aligned_lower_bound(recs, alignment) <= best  # the bound is sound
+    plan = plan_offsets(recs, alignment=alignment, time_budget=30.0)
+    plan.validate(recs)
+    assert plan.optimal and plan.total_bytes == best
+    assert all(off % alignment == 0 for _, off in plan.placement.values())
+
+
+def test_exact_offsets_proof_beyond_the_bound():
+    """Where the optimum is above the aligned lower bound, `optimal` comes from HiGHS's proof alone."""
+    for alignment, spec in HEURISTIC_MISSES[:2]:
+        recs = _records(spec)
+        assert aligned_lower_bound(recs, alignment) < _best_offsets_total(recs, alignment)
+        assert plan_offsets(recs, alignment=alignment, time_budget=30.0).optimal
+
+
+@PROPERTY_SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(1, 64), st.integers(0, 8), st.integers(0, 4)), min_size=1, max_size=6),
+    st.sampled_from([4, 16, 64]),
+)
+def test_exact_offsets_never_worse_than_the_heuristic_and_match_brute_force(spec, alignment):
+    recs = _records([(size, first, first + span) for size, first, span in spec])
+    heuristic = plan_greedy_by_size(recs, alignment=alignment)
+    plan = plan_offsets(recs, alignment=alignment, time_budget=30.0)
+    plan.validate(recs)
+    best = _best_offsets_total(recs, alignment)
+    assert aligned_lower_bound(recs, alignment) <= best <= plan.total_bytes <= heuristic.total_bytes
+    assert plan.optimal  # tiny problems: HiGHS proves them well within the budget
+    assert plan.total_bytes == best
+
+
+def test_exact_offsets_without_budget_fall_back_to_the_heuristic():
+    alignment, spec = HEURISTIC_MISSES[0]
+    recs = _records(spec)
+    plan = plan_offsets(recs, alignment=alignment, time_budget=0)
+    plan.validate(recs)
+    heuristic = plan_greedy_by_size(recs, alignment=alignment)
+    assert plan.strategy == "offsets" and not plan.optimal
+    assert plan.total_bytes == heuristic.total_bytes and plan.placement == heuristic.placement
+
+
+def test_exact_offsets_without_scipy_fall_back_to_the_heuristic(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    alignment, spec = HEURISTIC_MISSES[2]
+    recs = _records(spec)
+    plan = plan_offsets(recs, alignment=alignment)
+    assert not plan.optimal and plan.total_bytes == plan_greedy_by_size(recs, alignment=alignment).total_bytes
+
+
+def test_exact_offsets_at_the_bound_solve_nothing(monkeypatch):
+    """A heuristic plan at the aligned lower bound is optimal as it is: no integer program is built."""
+    from gpuengine.memory import exact
+
+    monkeypatch.setattr(exact, "_solve", lambda *a: pytest.fail("solved a plan already at the bound"))
+    recs = _records([(256, 0, 1), (512, 1, 2), (256, 2, 3)])
+    plan = plan_offsets(recs)
+    assert plan.optimal and plan.total_bytes == aligned_lower_bound(recs) == 768
+
+
+def test_exact_offsets_in_compare_and_best():
+    alignment, spec = HEURISTIC_MISSES[3]
+    recs = _records(spec)
+    report = compare({"m": recs}, strategies=["greedy_by_size", "offsets"], alignment=alignment)["m"]
+    assert report["strategies"]["offsets"]["optimal"] is True
+    assert report["strategies"]["offsets"]["bytes"] == _best_offsets_total(recs, alignment)
+    assert report["strategies"]["greedy_by_size"]["optimal"] is False
+    assert "proven" in format_table({"m": report})

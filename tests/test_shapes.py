@@ -73,10 +73,15 @@ def test_resizes_run_on_the_gpu_match_litert_and_hit_the_cache() -> None:
     ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
     ours.allocate_tensors()
     shapes = [(1, 16, 12, 3), (1, 9, 7, 3), (1, 16, 12, 3), (1, 8, 8, 3)]
+    seen = {(1, 8, 8, 3)}
     for k, shape in enumerate(shapes):
+        pipelines = len(ours.compiled.gpu.pipelines)
         for it in (ours, theirs):
             it.resize_tensor_input(0, list(shape))
             it.allocate_tensors()
+        if shape in seen:  # back to a shape planned before: no kernel compiled again (pipelines keyed by WGSL)
+            assert len(ours.compiled.gpu.pipelines) == pipelines
+        seen.add(shape)
         plan = ours.compiled.plan
         assert [p.device for p in plan.partitions] == ["gpu"], plan.unsupported  # fully convolutional: all GPU
         assert not any(op.code in ("SHAPE", "SLICE", "PACK") for op in plan.graph.ops)  # the chains folded
@@ -89,14 +94,45 @@ def test_resizes_run_on_the_gpu_match_litert_and_hit_the_cache() -> None:
     assert "shape cache: 3 input shapes planned, 2 hits, 3 misses" in ours.describe()
 
 
+def test_back_to_a_recent_shape_reuses_its_programs_and_stays_correct() -> None:
+    """The last COMPILED_SHAPES input shapes keep their compiled programs (buffers included): going back to one
+    builds nothing and still equals LiteRT; an older one is built again."""
+    from gpuengine.interpreter import COMPILED_SHAPES
+
+    data = fcn_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    shapes = [(1, 8 + 2 * k, 6 + k, 3) for k in range(COMPILED_SHAPES + 1)]
+    built = {}
+    for k, shape in enumerate(shapes):
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        built[shape] = ours.compiled
+        _compare(ours, theirs, seed=k)
+    for k, shape in enumerate(reversed(shapes[1:])):  # the most recent COMPILED_SHAPES, newest first
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        assert ours.compiled is built[shape]
+        _compare(ours, theirs, seed=10 + k)
+    for it in (ours, theirs):  # evicted when the fifth shape came
+        it.resize_tensor_input(0, list(shapes[0]))
+        it.allocate_tensors()
+    assert ours.compiled is not built[shapes[0]]
+    _compare(ours, theirs, seed=20)
+
+
 def test_value_dependent_shapes_are_known_at_allocation() -> None:
     graph = read_model(fcn_model()).main
     done = propagate(graph, {graph.inputs[0]: (1, 20, 14, 3)})
     names = {t.name: tuple(t.shape) for t in done.graph.tensors}
     assert not done.runtime
-    assert names["resize_bilinear_5_0"] == (1, 20, 14, 8)  # RESIZE to sizes sliced from SHAPE(x)
-    assert names["reshape_10_0"] == (1, 10 * 7 * 8)  # RESHAPE to PACK(SHAPE(d)[0], -1)
+    # the builder names an op's outputs "<code>_<op index>_<output>": op 4 is the RESIZE, op 9 the RESHAPE
+    assert [op.code for op in graph.ops[4:10:5]] == ["RESIZE_BILINEAR", "RESHAPE"]
     assert names["conv_2d_0_0"] == (1, 10, 7, 8)
+    assert names["resize_bilinear_4_0"] == (1, 20, 14, 8)  # RESIZE to sizes sliced from SHAPE(x)
+    assert names["conv_2d_5_0"] == (1, 20, 14, 2)
+    assert names["reshape_9_0"] == (1, 10 * 7 * 8)  # RESHAPE to PACK(SHAPE(d)[0], -1)
     assert done.values[graph.ops[3].outputs[0]].tolist() == [20, 14]  # the SLICE of SHAPE(x)
 
 

@@ -87,11 +87,14 @@ def _int32_softmax() -> bytes:
     return mb.build()
 
 
-def _composite() -> bytes:
-    """A STABLEHLO_COMPOSITE written without the options that name its decomposition subgraph."""
+def _composite(empty_options: bool = False) -> bytes:
+    """A STABLEHLO_COMPOSITE written without the options that name its decomposition subgraph (the builder would
+    write an empty StableHLOCompositeOptions table: `empty_options` keeps it, whose index 0 is the op's own)."""
     mb = ModelBuilder()
     x = mb.input("x", (1, 4))
     mb.output(mb.op("STABLEHLO_COMPOSITE", [x], (1, 4)))
+    if not empty_options:
+        mb.ops[0].options = None
     return mb.build()
 
 
@@ -160,6 +163,9 @@ MALFORMED = {
                      r"op 1 \(DEPTHWISE_CONV_2D\): output tensor \d+ \('.*'\) is also written by op 0"),
     "composite without options": (lambda: _composite(), r"op 0 \(STABLEHLO_COMPOSITE\): has no "
                                                         r"StableHLOCompositeOptions"),
+    "composite calling itself": (lambda: _composite(empty_options=True),
+                                 r"op 0 \(STABLEHLO_COMPOSITE\): decomposition_subgraph_index 0 refers to the op's "
+                                 r"own subgraph"),
     "never written": (lambda: _graph_edit(lambda g: g.inputs.clear()),
                       r"op 0 \(CONV_2D\): input 0 \(tensor 0 'input'\) is never written"),
 }
