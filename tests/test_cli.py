@@ -114,7 +114,7 @@ def test_profile_times_add_up(capsys):
     total = sum(d["gpu_ns"] for d in report["dispatches"]) / 1e6
     assert total == pytest.approx(report["gpu_total_ms"], rel=1e-9)
     # Per-dispatch medians against the separately measured span of the whole sequence. Lavapipe's "GPU" is the
-    # CPU, which the op-test reruns share during scripts/test.sh: within 35% tells a double count or a missing
+    # CPU, which the other test worker shares during scripts/test.sh: within 35% tells a double count or a missing
     # dispatch (2x, 0.5x) from load jitter.
     assert abs(report["gpu_total_ms"] - report["gpu_span_ms"]) <= 0.35 * report["gpu_span_ms"]
     # The host's share of an invoke: the parts add up to the invoke (medians of each part, so roughly).
