@@ -82,6 +82,32 @@ class TensorBuffer:
 COMPILED_SHAPES = 4
 
 
+def checked_input_buffer(buffer: Any, tensor: Tensor, what: str, device: Any) -> Any:
+    """The wgpu.GPUBuffer a set_input_buffer() call may bind to `tensor` (a TensorBuffer unwrapped), or the
+    ValueError saying why not: stale, another dtype, not a buffer, another device, too small, not STORAGE."""
+    import wgpu
+
+    if isinstance(buffer, TensorBuffer):
+        owner = buffer.owner()
+        if owner is None or owner._generation != buffer.generation or owner._compiled is None:  # noqa: SLF001
+            raise ValueError("this GPU buffer came from an interpreter or runner that has been re-allocated or "
+                             "deleted since (buffers are valid until it compiles again); ask for it again")
+        if np.dtype(buffer.dtype) != tensor.dtype:
+            raise ValueError(f"{what} is {tensor.dtype}, the buffer holds {buffer.dtype}")
+        buffer = buffer.buffer
+    if not isinstance(buffer, wgpu.GPUBuffer):
+        raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got {type(buffer).__name__}")
+    if buffer._device is not device:  # noqa: SLF001
+        raise ValueError("the buffer belongs to another GPU device than this interpreter's; create the "
+                         "interpreters with device=gpuengine.get_device() to share one")
+    need = tensor.size * 4
+    if buffer.size < need:
+        raise ValueError(f"{what} ({tensor.shape} float32) needs {need} bytes, the buffer has {buffer.size}")
+    if not buffer.usage & wgpu.BufferUsage.STORAGE:
+        raise ValueError("the buffer needs STORAGE usage to be read by the model's kernels")
+    return buffer
+
+
 class Interpreter:
     """LiteRT-compatible interpreter backed by WebGPU kernels (CPU fallback through LiteRT for the rest)."""
 
@@ -303,28 +329,7 @@ class Interpreter:
         set_tensor() gives the input a host value or allocate_tensors() is called."""
         t, progs = self._gpu_input(i)
         tensor = self._graph.tensors[t]
-        if isinstance(buffer, TensorBuffer):
-            owner = buffer.owner()
-            if owner is None or owner._generation != buffer.generation or owner._compiled is None:
-                raise ValueError("this GPU buffer came from an interpreter that has been re-allocated or deleted "
-                                 "since (buffers are valid until allocate_tensors()); ask for it again")
-            if np.dtype(buffer.dtype) != tensor.dtype:
-                raise ValueError(f"input {i} ({tensor.name!r}) is {tensor.dtype}, the buffer holds {buffer.dtype}")
-            buffer = buffer.buffer
-        import wgpu
-
-        if not isinstance(buffer, wgpu.GPUBuffer):
-            raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got "
-                             f"{type(buffer).__name__}")
-        if buffer._device is not self._compiled.gpu.device:  # noqa: SLF001
-            raise ValueError("the buffer belongs to another GPU device than this interpreter's; create both "
-                             "interpreters with device=gpuengine.get_device() to share one")
-        need = tensor.size * 4
-        if buffer.size < need:
-            raise ValueError(f"input {i} ({tensor.name!r}, {tensor.shape} float32) needs {need} bytes, the buffer "
-                             f"has {buffer.size}")
-        if not buffer.usage & wgpu.BufferUsage.STORAGE:
-            raise ValueError("the buffer needs STORAGE usage to be read by the model's kernels")
+        buffer = checked_input_buffer(buffer, tensor, f"input {i} ({tensor.name!r})", self._compiled.gpu.device)
         for prog in progs:
             prog.bind_input(t, buffer)
         self._bound.add(t)
@@ -591,28 +596,9 @@ class SignatureRunner:
             self._bind(t, None)
             return
         tensor = self._graph.tensors[t]
-        if isinstance(buffer, TensorBuffer):
-            owner = buffer.owner()
-            if owner is None or owner._generation != buffer.generation or owner._compiled is None:
-                raise ValueError("this GPU buffer came from a runner or interpreter that has compiled again or been "
-                                 "deleted since; ask for it again")
-            if np.dtype(buffer.dtype) != tensor.dtype:
-                raise ValueError(f"input {name!r} is {tensor.dtype}, the buffer holds {buffer.dtype}")
-            buffer = buffer.buffer
+        buffer = checked_input_buffer(buffer, tensor, f"input {name!r}", self._compiled.gpu.device)
         import wgpu
 
-        if not isinstance(buffer, wgpu.GPUBuffer):
-            raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got "
-                             f"{type(buffer).__name__}")
-        if buffer._device is not self._compiled.gpu.device:  # noqa: SLF001
-            raise ValueError("the buffer belongs to another GPU device than this runner's; create the interpreters "
-                             "with device=gpuengine.get_device() to share one")
-        need = tensor.size * 4
-        if buffer.size < need:
-            raise ValueError(f"input {name!r} ({tensor.shape} float32) needs {need} bytes, the buffer has "
-                             f"{buffer.size}")
-        if not buffer.usage & wgpu.BufferUsage.STORAGE:
-            raise ValueError("the buffer needs STORAGE usage to be read by the model's kernels")
         own = any(buffer is b for p in progs for b in p.raw_out.values())
         if own and not buffer.usage & wgpu.BufferUsage.COPY_SRC:
             raise ValueError("an output buffer fed back to an input needs COPY_SRC usage")
