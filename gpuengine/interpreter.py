@@ -82,6 +82,18 @@ class TensorBuffer:
 COMPILED_SHAPES = 4
 
 
+def gpu_readers(compiled: CompiledGraph, t: int, tensor: Tensor, what: str) -> list[GpuProgram]:
+    """The GPU programs reading input tensor t, or the ValueError saying the host must provide it (a CPU partition
+    reads it, or it is not float32)."""
+    gpu = compiled.gpu_programs
+    progs = [p for p in gpu if t in p.inputs]
+    on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in gpu)
+    if not progs or on_cpu or tensor.dtype != np.float32:
+        raise ValueError(f"{what} is read by the CPU fallback or is not float32: only float inputs of GPU "
+                         "partitions can live in GPU buffers")
+    return progs
+
+
 def checked_input_buffer(buffer: Any, tensor: Tensor, what: str, device: Any) -> Any:
     """The wgpu.GPUBuffer a set_input_buffer() call may bind to `tensor` (a TensorBuffer unwrapped), or the
     ValueError saying why not: stale, another dtype, not a buffer, another device, too small, not STORAGE."""
@@ -349,14 +361,8 @@ class Interpreter:
     def _gpu_input(self, i: int) -> tuple[int, list[Any]]:
         """Input i's tensor and the GPU programs reading it; ValueError when the host must provide it."""
         t = self._position(i, self._graph.inputs, "input")
-        compiled = self._require_allocated()
         tensor = self._graph.tensors[t]
-        progs = [p for p in compiled.gpu_programs if t in p.inputs]
-        on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in compiled.gpu_programs)
-        if not progs or on_cpu or tensor.dtype != np.float32:
-            raise ValueError(f"input {i} ({tensor.name!r}, {tensor.dtype}) is read by the CPU fallback or is not "
-                             "float32: only float inputs of GPU partitions can live in GPU buffers")
-        return t, progs
+        return t, gpu_readers(self._require_allocated(), t, tensor, f"input {i} ({tensor.name!r}, {tensor.dtype})")
 
     def _checked(self, t: int, value: Any) -> np.ndarray:
         """A host value for input tensor t, checked as set_tensor checks it."""
@@ -618,14 +624,8 @@ class SignatureRunner:
     def _gpu_input(self, name: str) -> tuple[int, list[Any]]:
         """Input `name`'s tensor and the GPU programs reading it; ValueError when the host must provide it."""
         t = self._name(name, self._sig.inputs, "input")
-        compiled = self.compiled
         tensor = self._graph.tensors[t]
-        progs = [p for p in compiled.gpu_programs if t in p.inputs]
-        on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in compiled.gpu_programs)
-        if not progs or on_cpu or tensor.dtype != np.float32:
-            raise ValueError(f"input {name!r} ({tensor.dtype}) is read by the CPU fallback or is not float32: only "
-                             "float inputs of GPU partitions can live in GPU buffers")
-        return t, progs
+        return t, gpu_readers(self.compiled, t, tensor, f"input {name!r} ({tensor.dtype})")
 
     @property
     def compiled(self) -> CompiledGraph:

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..model.builder import ModelBuilder
-from .vit import LN_STYLES, Shape, layer_norm
+from .vit import LN_STYLES, Shape, layer_norm, scaled_softmax_context, split_heads
 
 VOCAB, TOKENS, WIDTH, HEADS, LAYERS, MLP, TYPES = 1000, 32, 64, 4, 2, 128, 2
 EPSILON = 1e-12  # BERT's LayerNorm epsilon
@@ -65,29 +65,17 @@ class _Bert:
         return self.norm(x, "keras", "embeddings/ln")
 
     def heads(self, t: int, name: str) -> int:
-        """[1, T, H*D] -> RESHAPE [1, T, H, D] -> TRANSPOSE [1, H, T, D]."""
-        mb, d = self.mb, WIDTH // HEADS
-        split = mb.op("RESHAPE", [t, mb.const(f"{name}/split_shape", np.array([1, TOKENS, HEADS, d], np.int32))],
-                      (1, TOKENS, HEADS, d), name=f"{name}/split")
-        return mb.op("TRANSPOSE", [split, mb.const(f"{name}/perm", np.array([0, 2, 1, 3], np.int32))],
-                     (1, HEADS, TOKENS, d), name=f"{name}/heads")
+        return split_heads(self.mb, t, name, TOKENS, HEADS, WIDTH)
 
     def attention(self, x: int, layer: int) -> int:
-        mb, d, name, shape = self.mb, WIDTH // HEADS, f"layer{layer}/attention", (1, TOKENS, WIDTH)
+        mb, name, shape = self.mb, f"layer{layer}/attention", (1, TOKENS, WIDTH)
         q = self.dense(x, shape, WIDTH, f"{name}/query", gain=2.0)
         k = self.dense(x, shape, WIDTH, f"{name}/key", gain=2.0)
         v = self.dense(x, shape, WIDTH, f"{name}/value")
         qh, kh, vh = self.heads(q, f"{name}/q"), self.heads(k, f"{name}/k"), self.heads(v, f"{name}/v")
         scores_shape = (1, HEADS, TOKENS, TOKENS)
         scores = mb.op("BATCH_MATMUL", [qh, kh], scores_shape, {"adj_y": True}, name=f"{name}/scores")
-        scores = mb.op("MUL", [scores, mb.const(f"{name}/scale", np.array(1.0 / math.sqrt(d), np.float32))],
-                       scores_shape, name=f"{name}/scaled_scores")
-        probs = mb.op("SOFTMAX", [scores], scores_shape, {"beta": 1.0}, name=f"{name}/softmax")
-        ctx = mb.op("BATCH_MATMUL", [probs, vh], (1, HEADS, TOKENS, d), name=f"{name}/context")
-        merged = mb.op("TRANSPOSE", [ctx, mb.const(f"{name}/merge_perm", np.array([0, 2, 1, 3], np.int32))],
-                       (1, TOKENS, HEADS, d), name=f"{name}/merge")
-        merged = mb.op("RESHAPE", [merged, mb.const(f"{name}/merge_shape", np.array(shape, np.int32))], shape,
-                       name=f"{name}/merged")
+        merged = scaled_softmax_context(mb, scores, vh, name, TOKENS, HEADS, WIDTH)
         return self.dense(merged, shape, WIDTH, f"{name}/output")
 
     def build(self) -> bytes:

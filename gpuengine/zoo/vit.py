@@ -94,6 +94,29 @@ def rms_norm(mb: ModelBuilder, x: int, shape: Shape, weight: np.ndarray | None, 
     return y
 
 
+def split_heads(mb: ModelBuilder, t: int, name: str, tokens: int, heads: int, width: int) -> int:
+    """[1, T, H*D] -> RESHAPE [1, T, H, D] -> TRANSPOSE [1, H, T, D], as converters split attention heads."""
+    d = width // heads
+    split = mb.op("RESHAPE", [t, mb.const(f"{name}/split_shape", np.array([1, tokens, heads, d], np.int32))],
+                  (1, tokens, heads, d), name=f"{name}/split")
+    return mb.op("TRANSPOSE", [split, mb.const(f"{name}/perm", np.array([0, 2, 1, 3], np.int32))],
+                 (1, heads, tokens, d), name=f"{name}/heads")
+
+
+def scaled_softmax_context(mb: ModelBuilder, scores: int, vh: int, name: str, tokens: int, heads: int,
+                           width: int) -> int:
+    """Scores [1, H, T, T] scaled by 1/sqrt(D), SOFTMAX, times V [1, H, T, D], heads merged back to [1, T, H*D]."""
+    d, scores_shape, shape = width // heads, (1, heads, tokens, tokens), (1, tokens, width)
+    scores = mb.op("MUL", [scores, mb.const(f"{name}/scale", np.array(1.0 / math.sqrt(d), np.float32))],
+                   scores_shape, name=f"{name}/scaled_scores")
+    probs = mb.op("SOFTMAX", [scores], scores_shape, {"beta": 1.0}, name=f"{name}/softmax")
+    ctx = mb.op("BATCH_MATMUL", [probs, vh], (1, heads, tokens, d), name=f"{name}/context")
+    merged = mb.op("TRANSPOSE", [ctx, mb.const(f"{name}/merge_perm", np.array([0, 2, 1, 3], np.int32))],
+                   (1, tokens, heads, d), name=f"{name}/merge")
+    return mb.op("RESHAPE", [merged, mb.const(f"{name}/merge_shape", np.array(shape, np.int32))], shape,
+                 name=f"{name}/merged")
+
+
 class _Vit:
     def __init__(self, seed: int) -> None:
         self.mb = ModelBuilder(f"gpuengine.zoo vit_tiny (random weights, seed={seed})")
@@ -113,12 +136,7 @@ class _Vit:
             self.rng.normal(0.0, 0.05, WIDTH).astype(np.float32)
 
     def heads(self, t: int, name: str) -> int:
-        """[1, T, H*D] -> RESHAPE [1, T, H, D] -> TRANSPOSE [1, H, T, D]."""
-        mb, d = self.mb, WIDTH // HEADS
-        split = mb.op("RESHAPE", [t, mb.const(f"{name}/split_shape", np.array([1, TOKENS, HEADS, d], np.int32))],
-                      (1, TOKENS, HEADS, d), name=f"{name}/split")
-        return mb.op("TRANSPOSE", [split, mb.const(f"{name}/perm", np.array([0, 2, 1, 3], np.int32))],
-                     (1, HEADS, TOKENS, d), name=f"{name}/heads")
+        return split_heads(self.mb, t, name, TOKENS, HEADS, WIDTH)
 
     def attention(self, x: int, layer: int) -> int:
         mb, d, name = self.mb, WIDTH // HEADS, f"layer{layer}/attention"
@@ -135,14 +153,7 @@ class _Vit:
             kt = mb.op("TRANSPOSE", [kh, mb.const(f"{name}/kt_perm", np.array([0, 1, 3, 2], np.int32))],
                        (1, HEADS, d, TOKENS), name=f"{name}/key_transposed")
             scores = mb.op("BATCH_MATMUL", [qh, kt], scores_shape, name=f"{name}/scores")
-        scores = mb.op("MUL", [scores, mb.const(f"{name}/scale", np.array(1.0 / math.sqrt(d), np.float32))],
-                       scores_shape, name=f"{name}/scaled_scores")
-        probs = mb.op("SOFTMAX", [scores], scores_shape, {"beta": 1.0}, name=f"{name}/softmax")
-        ctx = mb.op("BATCH_MATMUL", [probs, vh], (1, HEADS, TOKENS, d), name=f"{name}/context")
-        merged = mb.op("TRANSPOSE", [ctx, mb.const(f"{name}/merge_perm", np.array([0, 2, 1, 3], np.int32))],
-                       (1, TOKENS, HEADS, d), name=f"{name}/merge")
-        merged = mb.op("RESHAPE", [merged, mb.const(f"{name}/merge_shape", np.array(shape, np.int32))], shape,
-                       name=f"{name}/merged")
+        merged = scaled_softmax_context(mb, scores, vh, name, TOKENS, HEADS, WIDTH)
         return self.dense(merged, shape, WIDTH, f"{name}/output")
 
     def build(self) -> bytes:
