@@ -19,60 +19,18 @@ from ..model.ir import Graph, Op
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, keep_nan, operand
 from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
+from .wgsl_math import helpers_for
 
-# Abramowitz & Stegun 7.1.26, |error| < 1.5e-7. |x| is capped at 10 (erf is exactly +-1 in f32 from ~3.9 on), so
-# the divisor stays in [1, 4.3]: GPUs divide accurately only by |d| < 2^126 and an infinite x would give inf / inf.
-_ERF = ("fn erf4(x: vec4<f32>) -> vec4<f32> {\n"
-        "  let z = min(abs(x), vec4<f32>(10.0));\n"
-        "  let t = 1.0 / (1.0 + 0.3275911 * z);\n"
-        "  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t"
-        " + 0.254829592) * t * exp(-z * z);\n"
-        "  return sign(x) * y;\n}\n")
-# exp form: WGSL's tanh may return NaN for large |x| (it is sinh/cosh on some drivers); exp(-2|x|) -> 0.
-_TANH = ("fn tanh4(x: vec4<f32>) -> vec4<f32> {\n  let e = exp(-2.0 * abs(x));\n"
-         "  return sign(x) * (1.0 - e) / (1.0 + e);\n}\n")
-# std::pow semantics: x^0 = 1, 0^y = 0 or inf, negative bases only with integral exponents (NaN otherwise).
-_POW = ("fn pow4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {\n"
-        "  let zero = vec4<f32>(0.0);\n"
-        "  let inf = vec4<f32>(bitcast<f32>(0x7f800000u));\n"
-        "  let nan = vec4<f32>(bitcast<f32>(0x7fc00000u));\n"
-        "  let m = exp2(b * log2(abs(a)));\n"
-        "  let integral = floor(b) == b;\n"
-        "  let odd = integral & (abs(b - 2.0 * floor(b * 0.5)) == vec4<f32>(1.0));\n"
-        "  var r = select(m, -m, (a < zero) & odd);\n"
-        "  r = select(r, nan, (a < zero) & !integral);\n"
-        "  r = select(r, select(inf, zero, b > zero), a == zero);\n"
-        "  return select(r, vec4<f32>(1.0), b == zero);\n}\n")
-# Vulkan bounds sin/cos error only on [-pi, pi]: reduce by 2*pi first (Cody-Waite, 2*pi split as 6.28125 +
-# rest so k * 6.28125 is exact), accurate for |x| up to ~1e5.
-_TURNS = ("fn turns4(x: vec4<f32>) -> vec4<f32> {\n  let k = round(x * 0.15915494309189535);\n"
-          "  return (x - k * 6.28125) - k * 0.0019353071795864769;\n}\n")
-# exp with an accuracy that does not depend on x. WGSL allows exp an error of 3 + 2|x| ULP (lavapipe computes
-# exp2(x * log2(e)), whose rounded argument costs ~|x| ULP): LOGISTIC(-20) was 17 ULP off where XNNPACK is within
-# 3.4, EXP(80) 60 ULP (tests/test_accuracy.py). exp(x) = 2^n exp(r): n = round(x / ln 2), r = x - n ln 2 in
-# [-0.35, 0.35] with ln 2 split in two (n * 0.693145751953125 is exact for |n| < 256), exp(r) by its Taylor
-# polynomial of degree 7 (truncation 0.1 ULP): within 1.2 ULP on lavapipe. x is clamped so 2^n stays in ldexp's
-# range; results past f32's range are set as LiteRT's (inf, 0), NaN passes.
-_EXP = ("fn exp4(x: vec4<f32>) -> vec4<f32> {\n"
-        "  let c = clamp(x, vec4<f32>(-104.0), vec4<f32>(88.72283935546875));\n"
-        "  let n = round(c * 1.4426950408889634);\n"
-        "  let r = (c - n * 0.693145751953125) - n * 1.4286068203094173e-06;\n"
-        "  let p = 1.0 + r * (1.0 + r * (0.5 + r * (0.16666666666666666 + r * (0.041666666666666664 + r * (\n"
-        "    0.008333333333333333 + r * (0.001388888888888889 + r * 0.0001984126984126984))))));\n"
-        "  var e = select(ldexp(p, vec4<i32>(n)), vec4<f32>(0.0), x < vec4<f32>(-104.0));\n"
-        "  e = select(e, vec4<f32>(bitcast<f32>(0x7f800000u)), x > vec4<f32>(88.72283935546875));\n"
-        "  return select(e, x, (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));\n}\n")
-_HELPERS = {"erf4(": _ERF, "tanh4(": _TANH, "pow4(": _POW, "turns4(": _TURNS, "exp4(": _EXP}
 # No intermediate may overflow where the result does not (found on an NVIDIA H100 with inputs +-1e30, 3e38):
 # 1 / (1 + exp(-a)) divides by inf for a << 0, which a GPU's fast division may turn into NaN, so LOGISTIC takes
 # e = exp(-|a|) in (0, 1] and divides e (a < 0) or 1 by 1 + e in [1, 2]; HARD_SWISH scales the clamp to [0, 1]
-# before multiplying by a (a * 6 overflows for a > 5.7e37, where LiteRT's result is a). exp is exp4 (above).
+# before multiplying by a (a * 6 overflows for a > 5.7e37, where LiteRT's result is a). exp is exp4 (wgsl_math.py).
 _LOGISTIC = "select(exp4(-abs(a)), vec4<f32>(1.0), a >= vec4<f32>(0.0)) / (1.0 + exp4(-abs(a)))"
 _HARD_SWISH = "a * (clamp(a + 3.0, vec4<f32>(0.0), vec4<f32>(6.0)) * (1.0 / 6.0))"
 
 UNARY = {
     "ABS": "abs(a)", "CEIL": "ceil(a)", "COS": "cos(turns4(a))", "EXP": "exp4(a)", "FLOOR": "floor(a)",
-    "ELU": "select(exp(a) - 1.0, a, a > vec4<f32>(0.0))",
+    "ELU": "select(expm1_4(a), a, a > vec4<f32>(0.0))",
     "HARD_SWISH": _HARD_SWISH,
     "LOG": "log(a)", "LOGISTIC": _LOGISTIC, "NEG": "-a",
     "RELU": keep_nan("max(a, vec4<f32>(0.0))", "a"), "RELU6": keep_nan("clamp(a, vec4<f32>(0.0), vec4<f32>(6.0))", "a"),
@@ -116,7 +74,7 @@ def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[
         readers.append(fn)
         bindings += binds
         body.append(f"let {name} = read_{name}(ob, oy, ox, os);")
-    helpers = [code for key, code in _HELPERS.items() if key in expr]
+    helpers = helpers_for(expr)
     body.append(f"var value = {expr};")
     return KernelSpec(
         "elementwise",
@@ -180,7 +138,7 @@ class ElementwiseKernel:
         """Statements setting `value` from operands `a` (and `b`), fused activation included, and the helper
         functions they call."""
         expr = self._expr(op, graph)
-        helpers = [Code(code) for key, code in _HELPERS.items() if key in expr]
+        helpers = [Code(code) for code in helpers_for(expr)]
         return [Code(f"value = {expr};"), *(activation(op) if op.code in _FUSED else [])], helpers
 
     def as_expression(self, op: Op) -> tuple[list[Code], list[Code]] | None:

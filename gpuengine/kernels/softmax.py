@@ -16,6 +16,7 @@ from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering
 from .common import bhwc, float_tensors
 from .reduce import FLT_MAX
+from .wgsl_math import helpers_for
 
 L2_EPSILON = 1e-6  # TFLite's l2norm kernel: x / max(sqrt(sum x^2), 1e-6)
 
@@ -24,11 +25,11 @@ def _math(op: Op) -> dict[str, Code | bool]:
     """SUM_TERM(v, mx) summed over channels, PREPARE (uses `total`), OUT(v) per vec4."""
     if op.code == "SOFTMAX":
         beta = literal(float(op.opt("beta", 0.0) or 0.0))
-        term = f"exp((v - vec4<f32>(mx)) * {beta})"
+        term = f"exp4((v - vec4<f32>(mx)) * {beta})"
         return {"NEEDS_MAX": True, "SUM_TERM": Code(term), "PREPARE": Code(""),
                 "OUT": Code(f"{term} / total")}
     if op.code == "LOG_SOFTMAX":
-        return {"NEEDS_MAX": True, "SUM_TERM": Code("exp(v - vec4<f32>(mx))"),
+        return {"NEEDS_MAX": True, "SUM_TERM": Code("exp4(v - vec4<f32>(mx))"),
                 "PREPARE": Code("let lse = log(total);"), "OUT": Code("v - vec4<f32>(mx) - vec4<f32>(lse)")}
     return {"NEEDS_MAX": False, "SUM_TERM": Code("v * v"),
             "PREPARE": Code(f"let norm = max(sqrt(total), {literal(L2_EPSILON)});"), "OUT": Code("v / norm")}
@@ -62,6 +63,7 @@ class SoftmaxKernel:
                        "LOWEST": Code(literal(-FLT_MAX)), **{k: v for k, v in math.items() if k != "NEEDS_MAX"}}
         bindings = [Binding("src", tensor=op.inputs[0]), Binding("dst", tensor=op.outputs[0], writable=True)]
         tiles = b * h * w
+        functions = [Code(f) for f in helpers_for(str(math["SUM_TERM"]))]
 
         def make(d: Decomposition) -> KernelSpec:
             shared, dispatch = tiling.split_params(d, tiles, ["m"], "max({a}, {b})")
@@ -73,7 +75,7 @@ class SoftmaxKernel:
                             "    m = max(m, v);\n  }\n  " + shared["REDUCE"])
             params = {**fixed, **shared, "MAX_PASS": Code(max_pass),
                       "REDUCE_SUM": codegen.lane_reduce(["acc"], d, first=not math["NEEDS_MAX"])}
-            return KernelSpec("softmax", params, bindings, grid=(tiles * d.split, 1, 1),
+            return KernelSpec("softmax", params, bindings, grid=(tiles * d.split, 1, 1), functions=functions,
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,
                               label=f"{op.code} [{d.describe()}]")
 
