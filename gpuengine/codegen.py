@@ -52,20 +52,33 @@ PRECISIONS = ("fp32", "fp16")
 STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (kernels/base.py Binding.element)
 
 
-def preamble(precision: str, enable_f16: bool | None = None) -> str:
-    """The storage type aliases every shader starts with (kernels/base.py's template contract). enable_f16:
-    whether f16 is enabled (default: when the aliases are f16; a dispatch writing integers in an fp16 program
-    has f32 aliases and may still read f16 tensors)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+def preamble(precision: str, enable_f16: bool | None = None, store: str | None = None) -> str:
+    """The storage type aliases every shader starts with (kernels/base.py's template contract): S1, S4, SM, the
+    types a dispatch computes its products in and holds constants as, and D4, the type it stores (store: its
+    precision, default the same). enable_f16: whether f16 is enabled (default: when an alias is f16; a dispatch
+    computing in f32 in an fp16 program may still read and write f16 tensors)."""
+    for p in (precision, store or precision):
+        if p not in PRECISIONS:
+            raise ValueError(f"precision {p!r} is not one of {', '.join(PRECISIONS)}")
     scalar = "f16" if precision == "fp16" else "f32"
-    enable = "enable f16;\n" if (precision == "fp16" if enable_f16 is None else enable_f16) else ""
-    return f"{enable}alias S1 = {scalar};\nalias S4 = vec4<{scalar}>;\nalias SM = mat4x4<{scalar}>;\n"
+    stored = "f16" if (store or precision) == "fp16" else "f32"
+    if enable_f16 is None:
+        enable_f16 = "f16" in (scalar, stored)
+    enable = "enable f16;\n" if enable_f16 else ""
+    return (f"{enable}alias S1 = {scalar};\nalias S4 = vec4<{scalar}>;\nalias SM = mat4x4<{scalar}>;\n"
+            f"alias D4 = vec4<{stored}>;\n")
 
 
 def dispatch_precision(spec: KernelSpec, precision: str) -> str:
-    """The storage precision of a dispatch's aliases: f32 when it writes integers (kernels/common.py EXACT_TYPES:
-    int32 / bool tensors stay f32 in fp16 programs), else the program's."""
+    """The precision of a dispatch's arithmetic aliases: f32 when it writes integers (kernels/common.py
+    EXACT_TYPES: int32 / bool tensors stay f32 in fp16 programs) or reads or writes a tensor kept in f32 (mixed
+    precision: converting it to f16 for the products would undo the point), else the program's."""
+    return "fp32" if any((b.exact and b.writable) or b.wide for b in spec.bindings) else precision
+
+
+def store_precision(spec: KernelSpec, precision: str) -> str:
+    """The storage precision of what a dispatch writes (alias D4): f32 for integer and kept-f32 tensors (a dispatch
+    writes one kind, runtime/program.py kept_f32), else the program's."""
     return "fp32" if any(b.exact and b.writable for b in spec.bindings) else precision
 
 
@@ -144,7 +157,7 @@ STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
   let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
   var value = v;
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }"""
 
 
@@ -159,7 +172,7 @@ def render(spec: KernelSpec, precision: str = "fp32") -> str:
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
     try:
-        text = (preamble(dispatch_precision(spec, precision), precision == "fp16")
+        text = (preamble(dispatch_precision(spec, precision), precision == "fp16", store_precision(spec, precision))
                 + load_template(spec.shader).substitute(params))
         # Fused readers and helpers, each once (a helper may already be in the producer's own text, or inside
         # a prologue reader appended before it).

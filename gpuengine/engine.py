@@ -235,6 +235,11 @@ class CompiledGraph:
         return self.gpu_programs + [q for p in self.control_programs for q in p.gpu_programs]
 
     @property
+    def f32_tensors(self) -> int:
+        """Stored tensors an fp16 program keeps in f32 (mixed precision, EngineOptions.f32_tensors)."""
+        return sum(len(p.f32) for p in self.all_gpu_programs)
+
+    @property
     def tuned_dispatches(self) -> int:
         return sum(p.tuned for p in self.gpu_programs)
 

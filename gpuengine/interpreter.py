@@ -11,6 +11,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .control_flow import describe_control
 from .engine import CompiledGraph, InvokeJob, ShapeCache, prepare
 from .errors import ModelError
 from .memory import STRATEGIES
+from .mixed_precision import f32_tensor_names
 from .model import validate
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
@@ -133,7 +135,8 @@ class Interpreter:
                  experimental_force_delegate_node_profiling: bool = False,
                  *, adapter: str | None = None, precision: str | None = None, memory_strategy: str = "best",
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
-                 device: Any = None, max_inflight: int = 2) -> None:
+                 device: Any = None, max_inflight: int = 2,
+                 f32_tensors: str | os.PathLike | Iterable[str | int] | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -155,7 +158,8 @@ class Interpreter:
             optimize = os.environ.get("GPUENGINE_OPTIMIZE", "1").strip().lower() not in ("0", "false", "no", "off")
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                       workgroup_cache=workgroup_cache, optimize=optimize, target=target,
-                                      device=device, max_inflight=max_inflight)
+                                      device=device, max_inflight=max_inflight,
+                                      f32_tensors=f32_tensor_names(self._model.main, f32_tensors))
         self._num_threads = num_threads
         self._graph: Graph = self._model.main  # with the shapes of the last allocate_tensors() (and resizes since)
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
@@ -449,7 +453,8 @@ class Interpreter:
         lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
                  f"target: {c.target.describe() if c.target else 'none'}",
                  f"precision: {c.precision}" + (f" (asked for {self._options.precision})"
-                                                if c.precision != self._options.precision else ""),
+                                                if c.precision != self._options.precision else "")
+                 + (f", mixed: {c.f32_tensors} stored tensors kept in f32" if c.f32_tensors else ""),
                  f"ops: {len(plan.graph.ops)} after load-time folding ({plan.ops_gpu} on GPU), "
                  f"dispatches per invoke: {c.dispatches}"
                  + (f" (+ {sum(len(q.dispatches) for q in c.all_gpu_programs) - c.dispatches} in WHILE/IF "

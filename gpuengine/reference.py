@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -752,7 +752,8 @@ def feed_value(t: Tensor, value: Any) -> np.ndarray:
 
 def run_reference(model: bytes | str | os.PathLike | Model | Graph,
                   feeds: Mapping[int, Any] | Sequence[Any], *, all_tensors: bool = False,
-                  round_to: Any = None) -> dict[int, np.ndarray]:
+                  round_to: Any = None, round_only: Collection[int] | None = None,
+                  given: Mapping[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
     """Evaluate the model's main graph in float64 (a path, .tflite bytes, a read Model or a Graph).
 
     feeds: {input tensor index: value} or the values in the graph's input order; quantized inputs are given as
@@ -764,7 +765,12 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
     round_to (e.g. np.float32 or np.float16): every real result is rounded to that type once, after its op is
     evaluated exactly — an engine whose every op is correctly rounded, the least error any engine holding
     tensors in that type can have on the model (its distance from the exact run measures how ill-conditioned
-    the model is; tests/test_accuracy.py).
+    the model is; tests/test_accuracy.py). round_only: round only these tensors (inputs included): an engine that
+    stores just those in that type (mixed precision, gpuengine/mixed_precision.py).
+
+    given: values to take as they are for tensors no rounded tensor feeds (an earlier run's all_tensors values of
+    the ops before the first rounded one): ops whose outputs are all given are skipped, so a run that rounds only
+    late tensors costs only the ops after them.
     """
     graph = _graph(model)
     if not isinstance(feeds, Mapping):
@@ -773,6 +779,13 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
     if missing:
         raise ValueError(f"no value fed for inputs {missing}")
     values: dict[int, np.ndarray] = {t: feed_value(graph.tensors[t], feeds[t]) for t in graph.inputs}
+
+    def rounded(t: int) -> bool:
+        return round_to is not None and is_real(graph.tensors[t]) and (round_only is None or t in round_only)
+
+    for t in graph.inputs:
+        if round_only is not None and rounded(t):
+            values[t] = values[t].astype(round_to).astype(F64)
 
     def value(t: int) -> np.ndarray:
         if t not in values:
@@ -783,6 +796,9 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
         return values[t]
 
     for op in graph.ops:
+        if given is not None and op.outputs and all(t in given and not rounded(t) for t in op.outputs):
+            values.update((t, given[t]) for t in op.outputs)
+            continue
         fn = (CUSTOM_OPS if op.is_custom else BUILTIN_OPS).get(op.code)
         if fn is None:
             raise NotImplementedError(f"op {op.index} ({op.code}) has no float64 reference definition")
@@ -792,7 +808,7 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
             raise ValueError(f"op {op.index} ({op.code}): {len(outs)} results for {len(op.outputs)} outputs")
         for t, v in zip(op.outputs, outs):
             values[t] = _as_declared(graph.tensors[t], v)
-            if round_to is not None and is_real(graph.tensors[t]):
+            if rounded(t):
                 values[t] = values[t].astype(round_to).astype(F64)
     if all_tensors:
         for t in range(len(graph.tensors)):

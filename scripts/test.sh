@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tests: set up, fetch the reference models (tests that need them skip with the reason if offline),
-# lint, the whole suite, then every op test again with graph passes and fusion switched off, and in fp16.
+# lint, the whole suite, then every op test again with graph passes and fusion switched off, in fp16, and in
+# fp16 with half the tensors kept in f32 (mixed precision).
 # Each pytest run uses two worker processes (pytest-xdist): most of the time goes to compiling shaders on
 # lavapipe, which is single-threaded per process.
 set -euo pipefail
@@ -15,3 +16,5 @@ echo "test: op tests again with passes and fusion off (GPUENGINE_OPTIMIZE=0)"
 GPUENGINE_OPTIMIZE=0 .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/ops "$@"
 echo "test: op tests again in fp16 (GPUENGINE_PRECISION=fp16, the fp16 tolerance)"
 GPUENGINE_PRECISION=fp16 .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/ops "$@"
+echo "test: op tests again in fp16 with every odd-indexed tensor kept in f32 (mixed precision, GPUENGINE_TEST_MIXED)"
+GPUENGINE_PRECISION=fp16 GPUENGINE_TEST_MIXED=odd .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/ops "$@"

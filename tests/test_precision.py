@@ -21,7 +21,9 @@ from gpuengine.tuning.target import named
 
 
 def test_preamble_and_element_sizes():
-    assert preamble("fp32") == "alias S1 = f32;\nalias S4 = vec4<f32>;\nalias SM = mat4x4<f32>;\n"
+    assert preamble("fp32") == ("alias S1 = f32;\nalias S4 = vec4<f32>;\nalias SM = mat4x4<f32>;\n"
+                                "alias D4 = vec4<f32>;\n")
+    assert preamble("fp32", True, "fp16").endswith("alias SM = mat4x4<f32>;\nalias D4 = vec4<f16>;\n")
     assert preamble("fp16").startswith("enable f16;\nalias S1 = f16;")
     assert (element_bytes("S4", "fp16"), element_bytes("SM", "fp16"), element_bytes("S1", "fp16")) == (8, 32, 2)
     fixed = (element_bytes("S4", "fp32"), element_bytes("vec4<f32>", "fp16"), element_bytes("u32", "fp16"))
@@ -67,7 +69,7 @@ def test_memory_plans_halve(name):
     for precision, scalar in (("fp32", 4), ("fp16", 2)):
         total = 0
         for part in (p for p in plan.partitions if p.device == "gpu"):
-            specs, root, _ = partition_specs(plan.graph, part.ops, part.inputs, part.outputs, True,
+            specs, root, _, _ = partition_specs(plan.graph, part.ops, part.inputs, part.outputs, True,
                                              Choices(named("discrete")))
             total += plan_memory(usage_records(specs, plan.graph, root, scalar), "best", 256).total_bytes
         totals[precision] = total

@@ -133,6 +133,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "adapter": compiled.gpu.name if compiled.gpu else None,
         "target": compiled.target.name if compiled.target else None,
         "precision": compiled.precision,
+        "f32_tensors": compiled.f32_tensors,
         "dispatch_list": dispatch_list,
         "input_shapes": input_shapes,
         "shape_cache": shape_cache,

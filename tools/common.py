@@ -43,7 +43,8 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
     try:
         it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
                          optimize=False if args.no_optimize else None, target=args.target, precision=args.precision,
-                         workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight)
+                         workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
+                         f32_tensors=getattr(args, "f32_tensors", None))
     except ValueError as e:  # a bad option value: say so, as argparse would
         raise SystemExit(f"gpuengine: {e}") from None
     it.allocate_tensors()
@@ -102,6 +103,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None,
                    help="fp32 (default; env GPUENGINE_PRECISION) or fp16: tensors and weights stored as f16, "
                         "products in f16, sums in f32 (needs the adapter's shader-f16)")
+    p.add_argument("--f32-tensors", default=None, metavar="FILE",
+                   help="fp16 only: keep these tensors in f32 (mixed precision; a JSON list of tensor names, or "
+                        "what `gpuengine precision --search-f32 --save FILE` wrote)")
     p.add_argument("--memory-strategy", default="best",
                    help="naive, greedy, mincostflow, greedy_by_size or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")

@@ -11,6 +11,11 @@ gpuengine, LiteRT's CPU kernels and the float64 reference executor (gpuengine/re
 * argmax_vs_litert, argmax_vs_float64: over classifier outputs (SOFTMAX results), on how many seeds the top
   class agrees;
 * memory_bytes: the chosen memory plan's bytes (all GPU programs), and memory_vs_fp32.
+
+Mixed precision (gpuengine/mixed_precision.py): `--search-f32 [TARGET]` searches the tensors an fp16 program keeps
+in f32 (with the float64 reference executor; `--save FILE` writes them for `--f32-tensors FILE` and the
+Interpreter's `f32_tensors=`), and adds an `fp16-mixed` row measured with them; `--f32-tensors FILE` adds that row
+for a set found earlier.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import json
 from typing import Any
 
 import numpy as np
+
+from gpuengine.mixed_precision import SEARCH_TARGET
 
 from .common import add_engine_options, models
 
@@ -57,8 +64,30 @@ def _argmax_agrees(got: dict[int, np.ndarray], ref: dict[int, np.ndarray], outpu
     return all(int(np.argmax(got[t])) == int(np.argmax(ref[t])) for t in outputs)
 
 
-def _precisions(args: argparse.Namespace) -> list[str]:
-    return [args.precision] if args.precision else ["fp32", "fp16"]
+def _precisions(args: argparse.Namespace, mixed: Any) -> list[tuple[str, str, Any]]:
+    """(label, precision, f32_tensors) of every run: fp32 and fp16 (or --precision's), and fp16-mixed when a set of
+    f32 tensors is given or found (not when the search keeps none)."""
+    runs = [(p, p, None) for p in ([args.precision] if args.precision else ["fp32", "fp16"])]
+    if mixed:
+        runs.append(("fp16-mixed", "fp16", mixed))
+    return runs
+
+
+def _search(data: bytes, args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """The f32 tensors of the fp16-mixed row: searched (--search-f32), or read (--f32-tensors)."""
+    if args.search_f32 is None:
+        return args.f32_tensors, None
+    from tqdm import tqdm
+
+    from gpuengine.mixed_precision import search
+
+    found = search(data, target=args.search_f32, progress=lambda xs: tqdm(xs, desc="sensitivity", leave=False))
+    if args.save:
+        found.save(args.save)
+    summary = {"target": found.target, "error_all_f16": found.error_all_f16, "error": found.error,
+               "f32_tensors": len(found.f32_tensors), "candidates": found.candidates,
+               "f32_elements": found.f32_elements}
+    return found.f32_tensors, summary
 
 
 def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
@@ -91,13 +120,20 @@ def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         return max(relative_error(real(graph.tensors[t], x[t]), real(graph.tensors[t], y[t]))
                    for x, y in zip(a, b) for t in graph.outputs)
 
+    mixed, searched = _search(data, args)
     report: dict[str, Any] = {"quantized": quantized, "seeds": len(seeds), "classifier_outputs": classifiers,
                               "litert_vs_float64": error(litert, exact) if litert is not None else None,
-                              "precisions": {}, "notes": notes}
-    for precision in _precisions(args):
-        it = Interpreter(model_content=data, precision=precision, adapter=args.adapter, target=args.target,
-                         memory_strategy=args.memory_strategy, optimize=False if args.no_optimize else None,
-                         workgroup_cache=args.cache)
+                              "precisions": {}, "notes": notes, "mixed_search": searched}
+    if searched and not mixed:
+        notes.append(f"mixed precision: no tensor needs f32 (all {searched['candidates']} in f16: "
+                     f"{searched['error_all_f16']:.2g} emulated, target {searched['target']:.2g})")
+    for name, precision, f32_tensors in _precisions(args, mixed):
+        try:
+            it = Interpreter(model_content=data, precision=precision, adapter=args.adapter, target=args.target,
+                             memory_strategy=args.memory_strategy, optimize=False if args.no_optimize else None,
+                             workgroup_cache=args.cache, f32_tensors=f32_tensors)
+        except ValueError as e:
+            raise SystemExit(f"gpuengine: {e}") from None
         it.allocate_tensors()
         got = []
         for feeds in inputs:
@@ -124,7 +160,9 @@ def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
                                     for g, r in zip(got, litert) for t in integer_outputs])
             row["steps_vs_litert"] = {"max": int(diffs.max(initial=0)),
                                       f"within_{QUANTIZED_STEPS}": float(np.mean(diffs <= QUANTIZED_STEPS))}
-        label = ("int8/" if quantized else "") + precision
+        if f32_tensors is not None:
+            row["f32_tensors"] = compiled.f32_tensors
+        label = ("int8/" if quantized else "") + name
         report["precisions"][label] = row
     base = next((r["memory_bytes"] for k, r in report["precisions"].items() if k.endswith("fp32")), None)
     for row in report["precisions"].values():
@@ -153,6 +191,11 @@ def format_table(reports: dict[str, dict[str, Any]]) -> str:
             lines.append(f"| {name} | {label} | {vs_litert} | {_fmt(row['err_vs_float64'])} "
                          f"| {_fmt(rep['litert_vs_float64'])} | {argmax} | {row['memory_bytes']} "
                          f"| {_fmt(row['memory_vs_fp32'])} |")
+        found = rep.get("mixed_search")
+        if found and found["f32_tensors"]:
+            lines.append(f"  {name}: mixed precision keeps {found['f32_tensors']} of {found['candidates']} stored "
+                         f"tensors in f32 ({found['f32_elements']:.0%} of their elements): emulated error "
+                         f"{found['error']:.2g} (all f16: {found['error_all_f16']:.2g}, target {found['target']:.2g})")
         lines += [f"  {name}: {note}" for note in rep["notes"]]
     return "\n".join(lines)
 
@@ -162,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("gpuengine: --seeds must be at least 1")
     if args.precision not in (None, "fp32", "fp16"):
         raise SystemExit(f"gpuengine: --precision must be fp32 or fp16, not {args.precision!r}")
+    if args.save and (args.search_f32 is None or len(args.models) != 1):
+        raise SystemExit("gpuengine: --save writes a --search-f32 result: give it with --search-f32 and one model")
     reports = {name.split(" ")[0].removesuffix(".tflite"): measure(data, args) for name, data in models(args)}
     print(json.dumps(reports) if args.json else format_table(reports))
     return 0
@@ -172,5 +217,9 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
     p.add_argument("--seeds", type=int, default=5, help="seeded random inputs per model (default 5)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--search-f32", type=float, nargs="?", const=SEARCH_TARGET, default=None, metavar="TARGET",
+                   help="search the tensors fp16 keeps in f32 for an emulated error within TARGET (default "
+                        f"{SEARCH_TARGET:g}) and add an fp16-mixed row")
+    p.add_argument("--save", metavar="FILE", help="with --search-f32 and one model: write the tensors found")
     add_engine_options(p)
     p.set_defaults(func=run)

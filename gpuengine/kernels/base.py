@@ -6,7 +6,7 @@ it, which tensors and prepared constant arrays to bind, and the grid. The runtim
 Template contract (shaders/*.wgsl, filled by codegen.render):
   * Element types: tensors are stored as `S4` (vec4; `S1` for a scalar view, `SM` for mat4x4 weight blocks),
     which codegen's preamble makes f16 or f32 by the program's precision. Arithmetic is f32: every load from
-    storage converts (`vec4<f32>(src[i])`) and every store converts back (`dst[oi] = S4(value)`), except the
+    storage converts (`vec4<f32>(src[i])`) and every store converts back (`dst[oi] = D4(value)`), except the
     inner products of the conv family, FC and BATCH_MATMUL, which multiply in storage precision and accumulate
     in f32 (`acc += vec4<f32>(w * s)`).
   * `${BINDINGS}` is replaced by the storage declarations of `spec.bindings`, in order (binding i = index i).
@@ -51,9 +51,11 @@ class Binding:
     element: str = "S4"
     raw: bool = False  # a BHWC (not PHWC4) boundary buffer: only the layout converters use it
     shared: bool = False  # set by the runtime: another binding of this dispatch lives in the same buffer
-    # set by the runtime (mark_exact): the binding holds integers (an int32 / bool tensor, or a constant of a
-    # dispatch writing one), so its storage types are f32 whatever the precision
+    # set by the runtime (mark_exact): the binding is stored as f32 whatever the precision: it holds integers (an
+    # int32 / bool tensor), a float tensor kept in f32 (mixed precision), or a constant of a dispatch computing in
+    # f32 (codegen.dispatch_precision)
     exact: bool = False
+    wide: bool = False  # set by the runtime: a float tensor kept in f32 (mixed precision): its readers compute in f32
 
 
 @dataclass(frozen=True)

@@ -385,7 +385,7 @@ def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: 
 
     def make(d: Decomposition) -> KernelSpec:
         xt, st = d.tile
-        taps = [f"let s_{t} = select(S4(0.0), src[si + cx_{t}], ok_{t});" for t in range(xt)]
+        taps = [f"let s_{t} = select(S4(0.0), S4(src[si + cx_{t}]), ok_{t});" for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
         taps += mat_taps(d.tile)
         params = {"COLS": column_reads(g, xt), "TAPS": lines(taps, 8), "STORE": _stores(d.tile),
@@ -404,7 +404,7 @@ def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int,
         xt, st = d.tile
         pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
         if reader is None:
-            taps = [f"let s_{t} = src[si + p_{t}];" for t in range(xt)]
+            taps = [f"let s_{t} = S4(src[si + p_{t}]);" for t in range(xt)]
         else:  # fused elementwise ops evaluated as the input is loaded
             taps = [f"let s_{t} = S4(load_src(si + p_{t}, ob, sl));" for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
@@ -448,7 +448,7 @@ def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: in
         for ky in range(g.kh):
             for kx in range(g.kw):
                 tap = [
-                    f"let s_{t} = select(S4(0.0), src[ry_{ky} + cx_{t}_{kx}], oky_{ky} && okx_{t}_{kx});"
+                    f"let s_{t} = select(S4(0.0), S4(src[ry_{ky} + cx_{t}_{kx}]), oky_{ky} && okx_{t}_{kx});"
                     for t in range(xt)
                 ]
                 for j in range(st):

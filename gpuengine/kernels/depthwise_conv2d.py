@@ -52,15 +52,15 @@ def load_fn(g: ConvGeometry, mult: int) -> Code:
         f"  let base = ob * {g.si * plane}u + iy * {g.iw}u + ix;\n"
     )
     if mult == 1:
-        return Code(head + f"  return src[base + os * {plane}u];\n}}\n")
+        return Code(head + f"  return S4(src[base + os * {plane}u]);\n}}\n")
     if mult % 4 == 0:
         return Code(
             head
             + f"  let c = os * 4u / {mult}u;\n"
-            + f"  return S4(src[base + c / 4u * {plane}u][c % 4u]);\n}}\n"
+            + f"  return S4(S1(src[base + c / 4u * {plane}u][c % 4u]));\n}}\n"
         )
     body = "".join(f"  let c{lane} = min((os * 4u + {lane}u) / {mult}u, {g.ic - 1}u);\n" for lane in range(4))
-    vals = ", ".join(f"src[base + c{lane} / 4u * {plane}u][c{lane} % 4u]" for lane in range(4))
+    vals = ", ".join(f"S1(src[base + c{lane} / 4u * {plane}u][c{lane} % 4u])" for lane in range(4))
     return Code(head + body + f"  return S4({vals});\n}}\n")
 
 
@@ -137,7 +137,7 @@ def depthwise_variants(
                     f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
                 )
                 taps += [
-                    f"let v{r}_{c} = select(S4(0.0), src[ry{r} + cx{c}], oky{r} && okx{c});"
+                    f"let v{r}_{c} = select(S4(0.0), S4(src[ry{r} + cx{c}]), oky{r} && okx{c});"
                     for c in range(ncols)
                 ]
                 taps += [f"acc_0_{t} += vec4<f32>(w{r * 3 + kx} * v{r}_{t * s + kx});"

@@ -112,7 +112,8 @@ class FullyConnectedKernel:
         def make(d: Decomposition) -> KernelSpec:
             rt, st = d.tile
             sg = -(-so // st)
-            taps = [f"let s_{t} = src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)];" for t in range(rt)]
+            taps = [f"let s_{t} = S4(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]);"
+                    for t in range(rt)]
             taps += [f"let w_{j} = weights[(os0 + {j}u) * {depth}u + q];" for j in range(st)]
             taps += mat_taps(d.tile)
             store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]

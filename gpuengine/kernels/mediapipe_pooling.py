@@ -56,7 +56,7 @@ def _argmax_steps(fw: int, c: int) -> tuple[str, str, str]:
             f"let better = v > best; best = select(best, v, better); "
             f"arg = select(arg, vec4<f32>(f32(fy * {fw} + fx)), better);",
             f"let lanes = vec4<u32>(os * 4u) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>({c}u); "
-            "indices[oi] = S4(select(vec4<f32>(0.0), arg + vec4<f32>(0.1), lanes)); var value = best;")
+            "indices[oi] = D4(select(vec4<f32>(0.0), arg + vec4<f32>(0.1), lanes)); var value = best;")
 
 
 def _pad(stride: int, in_size: int, filt: int, out_size: int) -> int:

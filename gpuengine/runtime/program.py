@@ -42,6 +42,7 @@ class EngineOptions:
 
     adapter: str | None = None
     precision: str = "fp32"  # "fp16": tensors and weights stored as f16 where the adapter has shader-f16
+    f32_tensors: frozenset[str] = frozenset()  # fp16 only: tensors (by name) kept in f32 (mixed precision)
     memory_strategy: str = "best"
     workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
     optimize: bool = True  # graph transformations and fusion
@@ -109,9 +110,11 @@ class CompiledInfo:
     compile_ms: float = 0.0
 
 
-def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes: int = 4) -> list[UsageRecord]:
+def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes: int = 4,
+                  f32: frozenset[int] = frozenset()) -> list[UsageRecord]:
     """First/last dispatch and bytes of every PHWC4 tensor the partition keeps on the GPU (raw boundary buffers
-    excluded); scalar_bytes: 2 when tensors are stored as f16."""
+    excluded); scalar_bytes: 2 when tensors are stored as f16; f32: tensors stored as f32 whatever the precision
+    (kept_f32; integer tensors always are)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for step, spec in enumerate(specs):
@@ -121,20 +124,42 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes
             t = root(b.tensor)
             first.setdefault(t, step)
             last[t] = step
-    return [UsageRecord(tensor=t, size=phwc4_elements(graph.tensors[t].shape)
-                        * (4 if holds_integers(graph.tensors[t]) else scalar_bytes), first=first[t], last=last[t])
+    return [UsageRecord(tensor=t, first=first[t], last=last[t], size=phwc4_elements(graph.tensors[t].shape)
+                        * (4 if holds_integers(graph.tensors[t]) or t in f32 else scalar_bytes))
             for t in sorted(first)]
 
 
-def mark_exact(spec: KernelSpec, graph: Graph) -> None:
-    """Bindings of int32 / bool tensors hold integers, stored f32 whatever the precision; so do the constants of
-    a dispatch that writes such a tensor (its storage aliases are f32, codegen.dispatch_precision)."""
+def mark_exact(spec: KernelSpec, graph: Graph, f32: frozenset[int] = frozenset()) -> None:
+    """Bindings of int32 / bool tensors hold integers, stored f32 whatever the precision, and so are the float
+    tensors of `f32` (kept_f32: mixed precision; `wide`, so their readers compute in f32 too); so are the constants
+    of a dispatch computing in f32 (codegen.dispatch_precision)."""
     for b in spec.bindings:
-        b.exact = b.tensor is not None and holds_integers(graph.tensors[b.tensor])
-    if any(b.exact and b.writable for b in spec.bindings):
+        integers = b.tensor is not None and holds_integers(graph.tensors[b.tensor])
+        b.wide = b.tensor is not None and not integers and b.tensor in f32
+        b.exact = integers or b.wide
+    if codegen.dispatch_precision(spec, "fp16") == "fp32":
         for b in spec.bindings:
             if b.data is not None and b.element in codegen.STORAGE_TYPES:
                 b.exact = True
+
+
+def kept_f32(specs: list[KernelSpec], graph: Graph, root: Callable[[int], int],
+             names: frozenset[str]) -> frozenset[int]:
+    """The stored tensors (alias roots) that mixed precision keeps in f32: those named, and every tensor written
+    by a dispatch that writes one of them (a dispatch's stores have one storage type)."""
+    if not names:
+        return frozenset()
+    keep = {root(t.index) for t in graph.tensors if t.name in names}
+    changed = True
+    while changed:
+        changed = False
+        for spec in specs:
+            written = {b.tensor for b in spec.bindings if b.writable and b.tensor is not None and b.data is None
+                       and not b.scratch_bytes and not holds_integers(graph.tensors[b.tensor])}
+            if written & keep and not written <= keep:
+                keep |= written
+                changed = True
+    return frozenset(keep)
 
 
 def host_value(value: np.ndarray, tensor: Any) -> np.ndarray:
@@ -204,9 +229,11 @@ class Choices:
 
 
 def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
-                    choices: Choices) -> tuple[list[KernelSpec], Callable[[int], int], list[bool]]:
+                    choices: Choices, f32_names: frozenset[str] = frozenset(),
+                    ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
     """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
-    `choices`; the alias-root function; and which dispatches the tuner may change."""
+    `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
+    fp16 program (f32_names: mixed precision, kept_f32)."""
     specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide)
 
     def root(t: int) -> int:
@@ -220,8 +247,10 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
     for spec in specs:
         tunable.append(spec.workgroup is None or spec.variants is not None)
         finish(spec, root, choices)
-        mark_exact(spec, graph)
-    return specs, root, tunable
+    f32 = kept_f32(specs, graph, root, f32_names)
+    for spec in specs:
+        mark_exact(spec, graph, f32)
+    return specs, root, tunable, f32
 
 
 def finish(spec: KernelSpec, root: Callable[[int], int], choices: Choices) -> None:
@@ -279,11 +308,13 @@ class GpuProgram:
         self.target = target or gpu.target(options.target)
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.choices = Choices(self.target, tuned, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
-        specs, self.root, self.tunable = partition_specs(graph, ops, self.inputs, self.outputs, options.optimize,
-                                                         self.choices)
+        f32_names = options.f32_tensors if self.precision == "fp16" else frozenset()
+        specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
+                                                                   options.optimize, self.choices, f32_names)
         self.tuned = self.choices.from_cache
         self.info = CompiledInfo(specs=specs)
-        self.info.records = usage_records(specs, graph, self.root, codegen.element_bytes("S1", self.precision))
+        self.info.records = usage_records(specs, graph, self.root, codegen.element_bytes("S1", self.precision),
+                                          self.f32)
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment)
         self._mark_shared(specs)
         self._validate(specs)
@@ -322,7 +353,7 @@ class GpuProgram:
         if decomposition is not None:
             spec = redecompose(d.spec, decomposition)
             finish(spec, self.root, self.choices)
-            mark_exact(spec, self.graph)
+            mark_exact(spec, self.graph, self.f32)
             self._mark_shared([spec])
             self._validate([spec])
             _, pipeline = self._compiled(spec)
