@@ -13,7 +13,7 @@ fn store(v: vec4<f32>, i0: u32, i1: u32, m: u32, ns: u32) {
   ${LOCATE}
   var value = v;
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }
 
 ${PARTIALS}

@@ -26,6 +26,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ${LOCATE}
     var value = acc;
     ${EPILOGUE}
-    dst[oi] = S4(value);
+    dst[oi] = D4(value);
   }
 }

@@ -15,5 +15,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let ib = ((y % ${BH}u) * ${BW}u + x % ${BW}u) * ${B}u + ob;
   var value = vec4<f32>(src[((ib * ${S}u + os) * ${IH}u + y / ${BH}u) * ${IW}u + x / ${BW}u]);
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

@@ -16,5 +16,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   }
   let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

@@ -9,7 +9,7 @@ fn store(v: vec4<f32>, r: u32, os: u32) {
 ${STORE}
   var value = v;
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }
 
 ${LANE_MEMORY}

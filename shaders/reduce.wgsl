@@ -24,6 +24,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
     var value = ${FINISH};
     ${EPILOGUE}
-    dst[oi] = S4(value);
+    dst[oi] = D4(value);
   }
 }

@@ -23,5 +23,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   var value = src_at(ob, os, y0, x0) * ty.w * tx.w + src_at(ob, os, y1, x0) * ty.z * tx.w
             + src_at(ob, os, y0, x1) * ty.w * tx.z + src_at(ob, os, y1, x1) * ty.z * tx.z;
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

@@ -14,5 +14,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let ix = u32(tab[${H}u + ox].x);
   var value = vec4<f32>(src[((ob * ${S}u + os) * ${IH}u + iy) * ${IW}u + ix]);
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

@@ -34,7 +34,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       let v = vec4<f32>(src[oi]);
       var value = ${OUT};
       ${EPILOGUE}
-      dst[oi] = S4(value);
+      dst[oi] = D4(value);
     }
   }
 }

@@ -19,5 +19,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     value = vec4<f32>(src[((b * ${S}u + os) * ${IH}u + u32(iy)) * ${IW}u + u32(ix)]);
   }
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

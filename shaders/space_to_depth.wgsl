@@ -30,5 +30,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
   }
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

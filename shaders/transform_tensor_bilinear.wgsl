@@ -33,5 +33,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     value = lower * bottom + (1.0 - lower) * top;
   }
   ${EPILOGUE}
-  dst[oi] = S4(value);
+  dst[oi] = D4(value);
 }

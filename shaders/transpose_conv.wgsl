@@ -24,7 +24,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
       var wi = ((os0 * ${KH}u + ky) * ${KW}u + kx) * ${SI}u;
       var si = (ob * ${SI}u * ${IH}u + u32(iy)) * ${IW}u + u32(ix);
       for (var sl = 0u; sl < ${SI}u; sl++) {
-        let s = src[si];
+        let s = S4(src[si]);
         ${TAPS}
         wi += 1u;
         si += ${PLANE}u;
