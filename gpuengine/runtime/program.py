@@ -143,6 +143,11 @@ def mark_exact(spec: KernelSpec, graph: Graph, f32: frozenset[int] = frozenset()
                 b.exact = True
 
 
+def stores_tensor(b: Binding) -> bool:
+    """The binding is a PHWC4 tensor of the partition's memory plan (not a constant, scratch or raw boundary buffer)."""
+    return b.tensor is not None and b.data is None and not b.raw and not b.scratch_bytes
+
+
 def kept_f32(specs: list[KernelSpec], graph: Graph, root: Callable[[int], int],
              names: frozenset[str]) -> frozenset[int]:
     """The stored tensors (alias roots) that mixed precision keeps in f32: those named, and every tensor written
@@ -154,8 +159,8 @@ def kept_f32(specs: list[KernelSpec], graph: Graph, root: Callable[[int], int],
     while changed:
         changed = False
         for spec in specs:
-            written = {b.tensor for b in spec.bindings if b.writable and b.tensor is not None and b.data is None
-                       and not b.scratch_bytes and not holds_integers(graph.tensors[b.tensor])}
+            written = {b.tensor for b in spec.bindings
+                       if b.writable and stores_tensor(b) and not holds_integers(graph.tensors[b.tensor])}
             if written & keep and not written <= keep:
                 keep |= written
                 changed = True
@@ -406,8 +411,7 @@ class GpuProgram:
 
     def _mark_shared(self, specs: list[KernelSpec]) -> None:
         for spec in specs:
-            tensors = [b for b in spec.bindings if b.tensor is not None and not b.raw and b.data is None
-                       and not b.scratch_bytes]
+            tensors = [b for b in spec.bindings if stores_tensor(b)]
             objects = [self.info.plan.placement[b.tensor][0] for b in tensors]
             for b, obj in zip(tensors, objects):
                 b.shared = objects.count(obj) > 1
