@@ -184,7 +184,7 @@ class AttentionKernel:
         # the merge goes through workgroup memory, one state per invocation (with subgroups too: there they only
         # place a row's invocations inside one subgroup), within WebGPU's default size
         variants.candidates = [c for c in variants.candidates
-                               if c.invocations_per_workgroup * (vs + 1) <= tiling.LANE_MEMORY_VEC4]
+                               if c.split == 1 or c.invocations_per_workgroup * (vs + 1) <= tiling.LANE_MEMORY_VEC4]
         return [variants]
 
 
