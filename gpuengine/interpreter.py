@@ -70,6 +70,7 @@ class TensorBuffer:
     `dtype`; valid until its interpreter's next allocate_tensors(). Unpacks as (buffer, dtype)."""
 
     def __init__(self, buffer: Any, dtype: Any, shape: tuple[int, ...], owner: Any, generation: int) -> None:
+        # int32 tensors live on the GPU as exact f32 values (|x| < 2^24): their buffers hold f32
         self.buffer, self.dtype, self.shape, self.owner, self.generation = buffer, dtype, shape, owner, generation
 
     def __iter__(self) -> Any:
@@ -90,9 +91,9 @@ def gpu_readers(compiled: CompiledGraph, t: int, tensor: Tensor, what: str) -> l
     gpu = compiled.gpu_programs
     progs = [p for p in gpu if t in p.inputs]
     on_cpu = any(t in p.part.inputs for p in compiled.programs if p not in gpu)
-    if not progs or on_cpu or tensor.dtype != np.float32:
-        raise ValueError(f"{what} is read by the CPU fallback or is not float32: only float inputs of GPU "
-                         "partitions can live in GPU buffers")
+    if not progs or on_cpu or tensor.dtype not in (np.float32, np.int32):
+        raise ValueError(f"{what} is read by the CPU fallback or is neither float32 nor int32: only float and "
+                         "int32 inputs of GPU partitions can live in GPU buffers")
     return progs
 
 
@@ -562,6 +563,39 @@ class SignatureRunner:
                     if wanted is None or name in wanted}
         got = compiled.run(values)
         return {name: got[t] for name, t in self._sig.outputs.items() if wanted is None or name in wanted}
+
+    def submit(self, feeds: dict[str, Any] | None = None, after: Iterable[Any] = ()) -> Any:
+        """Run the signature without waiting and without reading anything back (the outputs stay in their GPU
+        buffers); `after`: the caller's wgpu command buffers, run right after the signature in the same queue
+        submission (a decode loop's sampler reading the logits and writing the next step's token). Only for a
+        signature that is one GPU program at the shapes it was compiled for; returns a job whose `done` says
+        when the GPU has finished it."""
+        feeds = dict(feeds or {})
+        compiled = self.compiled
+        if len(compiled.programs) != 1 or not isinstance(compiled.programs[0], GpuProgram):
+            raise ValueError(f"signature {self._sig.key!r} is not one GPU program (it has CPU partitions): "
+                             "use run()")
+        unknown = set(feeds) - set(self._sig.inputs)
+        if unknown:
+            raise ValueError(f"Invalid Input name ({sorted(unknown)[0]}) for SignatureDef")
+        missing = {n for n, t in self._sig.inputs.items() if n not in feeds and t not in self._bound}
+        if missing:
+            raise ValueError(f"Missing inputs for signature {self._sig.key!r}: {sorted(missing)}")
+        values = {}
+        for name, value in feeds.items():
+            t = self._sig.inputs[name]
+            tensor = self._graph.tensors[t]
+            value = np.asarray(value)
+            if value.dtype != tensor.dtype or tuple(value.shape) != tuple(tensor.shape):
+                raise ValueError(f"Input {name!r} must be {tensor.dtype} of shape {tensor.shape}, got "
+                                 f"{value.dtype} {value.shape}")
+            if t in self._bound:
+                self._bind(t, None)
+            values[t] = value
+        if self._index_checks:
+            self._index_checks.check(values, self._names)
+        program = compiled.programs[0]
+        return program.submit(values, read=False, after=tuple(after))
 
     def _compile(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:
         interpreter = self._interpreter

@@ -60,7 +60,7 @@ def test_signature_runner_buffer_api_checks_names_and_types():
     np.testing.assert_allclose(again["rows"], values[[1, 2]], rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="not an input"):
         runner.input_buffer("nope")
-    with pytest.raises(ValueError, match="not float32"):
+    with pytest.raises(ValueError, match="is int32, the buffer holds float32"):
         runner.set_input_buffer("ids", runner.output_buffer("rows"))
     with pytest.raises(ValueError, match="Invalid output name"):
         runner.run({"ids": np.array([1, 2], np.int32)}, outputs=["logits"])

@@ -581,21 +581,24 @@ class GpuProgram:
         """One blocking invoke: outputs as numpy BHWC arrays."""
         return self.collect(self.submit(feeds))
 
-    def submit(self, feeds: dict[int, np.ndarray], read: bool = True, track: bool = False) -> Submitted:
+    def submit(self, feeds: dict[int, np.ndarray], read: bool = True, track: bool = False,
+               after: tuple[Any, ...] = ()) -> Submitted:
         """Upload the inputs and submit an invoke; `collect` gives its outputs. read=False: the outputs stay on
-        the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished."""
+        the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished.
+        after: the caller's command buffers, run right after this invoke in the same queue submission (a decode
+        loop's sampler reading the logits buffer)."""
         with self._lock:  # slots, recorded command buffers and bindings are shared by every caller
             if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
                 raise RuntimeError(DEVICE_LOST)
             try:
-                return self._submit(feeds, read, track)
+                return self._submit(feeds, read, track, after)
             except Exception as e:  # wgpu's errors, or AttributeError from a destroyed device's poller
                 if not self.gpu.alive():
                     self._recorded.update(read=None, gpu_only=None)  # never to be submitted: that would abort
                     raise RuntimeError(DEVICE_LOST) from e
                 raise
 
-    def _submit(self, feeds: dict[int, np.ndarray], read: bool, track: bool) -> Submitted:
+    def _submit(self, feeds: dict[int, np.ndarray], read: bool, track: bool, after: tuple[Any, ...] = ()) -> Submitted:
         clock = time.perf_counter
         queue = self._queue
         if self.gpu.orphans:  # what collected programs recorded: submitted before this invoke, never leaked
@@ -622,7 +625,7 @@ class GpuProgram:
         key = "read" if read else "gpu_only"
         command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
         self._recorded[key] = None
-        queue.submit([*self._feedback_copies(), command])
+        queue.submit([*self._feedback_copies(), command, *after])
         t2 = clock()
         job = Submitted(slot if read else None, readback=self._readback if read else frozenset())
         # While the GPU runs this invoke: release the slot's previous command buffer (wgpu-native drops its

@@ -1,0 +1,74 @@
+"""Next-token sampler of a GPU decode loop (shaders/sampler.wgsl): argmax, top-k, top-p and temperature with a
+seeded counter-based generator, reading a decode step's logits buffer and writing the next step's token and
+position where the decode signature reads them, so a decode step needs no host round trip but the 4 bytes of
+its token id. gpuengine/llm/sampling.py is the same sampler in numpy (the host loop, and the test's reference).
+
+Not a TFLite op: a dispatch the language-model layer appends to a decode signature's submission
+(SignatureRunner.submit(after=...)). Only numbers made here are baked into the WGSL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import codegen
+
+MAX_TOP_K = 64  # candidates the GPU sampler keeps (rounds of a workgroup argmax); top-p works within them
+LANES = 256
+HISTORY = 8  # the state buffer's header (u32 words) before the token history
+STEP, SEED, TOP_K, TOP_P, TEMPERATURE = range(5)
+
+
+def source(vocab: int) -> str:
+    """The sampler's WGSL for a vocabulary of `vocab` logits."""
+    if not 0 < vocab < 1 << 24:
+        raise ValueError(f"vocabulary of {vocab} tokens: ids must be exact in f32 (< 2^24)")
+    return codegen.load_template("sampler").substitute(VOCAB=codegen.literal(int(vocab)),
+                                                         MAX_K=codegen.literal(MAX_TOP_K),
+                                                         LANES=codegen.literal(LANES),
+                                                         HISTORY=codegen.literal(HISTORY))
+
+
+def header(seed: int, top_k: int, top_p: float, temperature: float, step: int = 0) -> np.ndarray:
+    """The state buffer's header words for these settings (what the host writes before a generation)."""
+    words = np.zeros(HISTORY, np.uint32)
+    words[STEP] = step
+    words[SEED] = int(seed) & 0xFFFFFFFF
+    words[TOP_K] = max(1, min(int(top_k), MAX_TOP_K))
+    words[TOP_P] = np.float32(top_p).view(np.uint32)
+    words[TEMPERATURE] = np.float32(temperature).view(np.uint32)
+    return words
+
+
+class GpuSampler:
+    """One compiled sampler bound to a decode signature's buffers: `record(encoder)` appends its dispatch."""
+
+    def __init__(self, device: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
+        import wgpu
+
+        self.device, self.vocab, self.steps = device, vocab, steps
+        self.state = device.create_buffer(size=(HISTORY + steps) * 4, usage=wgpu.BufferUsage.STORAGE
+                                          | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
+        module = device.create_shader_module(code=source(vocab))
+        self.pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module,
+                                                                                "entry_point": "main"})
+        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                   for i, b in enumerate([logits, tokens, position, self.state])]
+        self.bind_group = device.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=entries)
+
+    def reset(self, seed: int, top_k: int, top_p: float, temperature: float) -> None:
+        """Step 0 with these settings (written through the queue, ordered before the next submission)."""
+        self.device.queue.write_buffer(self.state, 0, header(seed, top_k, top_p, temperature))
+
+    def record(self, encoder: Any) -> None:
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(self.pipeline)
+        compute.set_bind_group(0, self.bind_group)
+        compute.dispatch_workgroups(1, 1, 1)
+        compute.end()
+
+    def history_offset(self, step: int) -> int:
+        """Byte offset of step `step`'s token in the state buffer."""
+        return (HISTORY + step) * 4

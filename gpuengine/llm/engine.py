@@ -1,0 +1,479 @@
+"""The language-model layer above the Interpreter: an Engine opened from a bundle, Sessions that keep the KV cache
+across turns, generate() / generate_stream(), and the two decode loops.
+
+The model is driven only through the Interpreter's public API: signature runners, their GPU buffers
+(output_buffer / input_buffer / set_input_buffer) and SignatureRunner.submit(after=...).
+
+State: the KV cache lives in the decode signature's output buffers. Decode reads its own outputs (each step's
+inputs are the last step's outputs, copied on the GPU); a prefill signature reads those buffers and its outputs
+are copied back into them on the GPU. As LiteRT-LM does, a prompt's tokens but the last go through the
+`prefill_N` signatures (chunks whose N positions fit in the cache; the rest one by one through `decode`) and the
+last one is the first decode step's input, whose logits give the first generated token.
+
+The GPU loop (the default where `tokens` and `input_pos` of `decode` are GPU inputs): each step is the decode
+signature followed, in the same submission, by the sampler kernel (kernels/sampler.py), which writes the next
+token and position where the next step reads them and appends the token to a history buffer; 4 bytes of it are
+copied to a small staging buffer per step. `steps_ahead` steps are in flight; the host maps the oldest staging
+buffer (4 bytes) to stream its token. The host loop reads each step's logits back and samples in numpy
+(sampling.py): the same tokens for the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+from .bundle import Bundle, open_bundle
+from .sampling import SamplerConfig, sample
+from .tokenizer import StreamDecoder
+
+PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
+LOOPS = ("auto", "gpu", "host")
+
+
+@dataclass
+class LoopStats:
+    """What the last generation did on the host's side of the GPU (the structure the tests check)."""
+
+    loop: str = ""
+    steps: int = 0  # decode steps submitted
+    reads: int = 0  # host waits for a GPU result (token ids, or logits in the host loop)
+    bytes_read: int = 0  # bytes the host read back during the decode loop
+    uploads: int = 0  # host writes during the decode loop (after the first token)
+    max_in_flight: int = 0  # decode steps submitted and not yet read back, at most
+
+
+@dataclass
+class Timing:
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0  # prompt submitted until the first generated token is on the host
+    decode_tokens: int = 0
+    decode_s: float = 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill_s
+
+
+def _cache_length(k_shape: tuple[int, ...], v_shape: tuple[int, ...]) -> int:
+    """Positions of a litert-torch KV cache: [1, T, N, H] for K and V (BTNH), or the transposed layout LiteRT-LM's
+    GPU runtime prefers (K [1, N, H, T], V [1, N, T, H])."""
+    if tuple(k_shape) == tuple(v_shape):
+        return int(k_shape[1])
+    return int(k_shape[-1])
+
+
+def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) -> list[tuple[int, int]]:
+    """How `count` prompt tokens from position `start` go into the cache: (N, tokens) per prefill_N call, padded
+    to N, or (0, 1) for a token through decode. A call writes N positions (the cache update of litert-torch is
+    one DYNAMIC_UPDATE_SLICE, clamped to fit), so a chunk must fit whole: start + N <= cache_length."""
+    plan, k = [], 0
+    while k < count:
+        left, at = count - k, start + k
+        fits = [n for n in lengths if at + n <= cache_length and n > 1]
+        whole = [n for n in fits if n >= left]
+        n = min(whole) if whole else (max(fits) if fits else 0)
+        take = min(n, left) if n else 1
+        plan.append((n, take))
+        k += take
+    return plan
+
+
+class Engine:
+    """A language model opened from a `.litertlm` bundle, a MediaPipe `.task` or a `.tflite` plus a tokenizer.
+
+    engine = Engine("model.litertlm"); print(engine.create_session().generate("Hello", max_tokens=32))
+    Interpreter options (precision, adapter, ...) pass through; steps_ahead: decode steps in flight in the GPU
+    loop; loop: "auto" (the GPU loop where the model allows it), "gpu" or "host"; progress: a tqdm bar on stderr
+    while the signatures compile.
+    """
+
+    def __init__(self, model_path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, *,
+                 sampler: SamplerConfig | None = None, steps_ahead: int = 4, loop: str = "auto",
+                 progress: bool = False, bundle: Bundle | None = None, **options: Any) -> None:
+        from ..interpreter import Interpreter
+
+        if loop not in LOOPS:
+            raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+        if isinstance(steps_ahead, bool) or not isinstance(steps_ahead, int) or steps_ahead < 1:
+            raise ValueError(f"steps_ahead must be an integer >= 1, got {steps_ahead!r}")
+        self.bundle = bundle if bundle is not None else open_bundle(model_path, tokenizer)
+        self.tokenizer = self.bundle.tokenizer
+        try:
+            self.interpreter = Interpreter(model_content=self.bundle.model, **options)
+        except ModelError as e:
+            raise ModelError(f"{self.bundle.source}: TFLiteModel section: {e}") from e
+        self.steps_ahead = steps_ahead
+        self._find_signatures()
+        self.default_sampler = sampler or self._metadata_sampler()
+        self._compile(progress)
+        self._bind_state()
+        want_gpu = loop in ("auto", "gpu")
+        self.loop = "gpu" if want_gpu and self.gpu_loop_reason is None else "host"
+        if loop == "gpu" and self.gpu_loop_reason is not None:
+            raise ValueError(f"the GPU decode loop is not available for this model: {self.gpu_loop_reason}")
+        self._sampler_kernel: Any = None
+        self._staging: list[Any] = []
+        self.stats = LoopStats()
+        self.timing = Timing()
+
+    # -- set-up ---------------------------------------------------------------------------------------------
+    def _metadata_sampler(self) -> SamplerConfig:
+        """The bundle's sampler parameters (top_k clamped to what the GPU sampler keeps); greedy without them."""
+        from ..kernels.sampler import MAX_TOP_K
+
+        p = self.bundle.sampler
+        if not p:
+            return SamplerConfig()
+        try:
+            return SamplerConfig(top_k=max(1, min(p["top_k"], MAX_TOP_K)), top_p=p["top_p"] or 1.0,
+                                 temperature=max(0.0, p["temperature"]), seed=max(0, p["seed"]))
+        except ValueError as e:
+            raise ModelError(f"{self.bundle.source}: LlmMetadata section: sampler_params: {e}") from e
+
+    def _find_signatures(self) -> None:
+        it = self.interpreter
+        sigs = it.get_signature_list()
+        source = self.bundle.source
+        if "decode" not in sigs:
+            raise ModelError(f"{source}: TFLiteModel section: no `decode` signature (signatures: {sorted(sigs)}); "
+                             "a litert-torch decoder has `prefill_N` and `decode`")
+        self.decode = it.get_signature_runner("decode")
+        inputs, outputs = self.decode.get_input_details(), self.decode.get_output_details()
+        for name in ("tokens", "input_pos"):
+            if name not in inputs:
+                raise ModelError(f"{source}: TFLiteModel section: `decode` has no `{name}` input")
+        if "logits" not in outputs:
+            raise ModelError(f"{source}: TFLiteModel section: `decode` has no `logits` output")
+        self.cache_names = sorted(set(inputs) & set(outputs))
+        if not self.cache_names:
+            raise ModelError(f"{source}: TFLiteModel section: `decode` has no KV-cache inputs that are also outputs")
+        self.vocab = int(outputs["logits"]["shape"][-1])
+        ks = [n for n in self.cache_names if "_k_" in n]
+        vs = [n for n in self.cache_names if "_v_" in n]
+        k_shape = tuple(inputs[ks[0] if ks else self.cache_names[0]]["shape"])
+        v_shape = tuple(inputs[vs[0] if vs else self.cache_names[0]]["shape"])
+        self.cache_length = _cache_length(k_shape, v_shape)
+        if self.bundle.max_num_tokens:
+            self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
+        self.prefills: dict[int, Any] = {}
+        for key in sigs:
+            if PREFILL.match(key):
+                runner = it.get_signature_runner(key)
+                details = runner.get_input_details()
+                if "tokens" in details and "input_pos" in details:
+                    self.prefills[int(details["tokens"]["shape"][-1])] = runner
+        tok = self.tokenizer.vocab_size
+        if tok > self.vocab:
+            raise ModelError(f"{source}: tokenizer section: {tok} tokens, more than the model's {self.vocab} logits")
+        bad = [t for ids in [self.bundle.start_ids, *self.bundle.stop_ids] for t in ids if not 0 <= t < self.vocab]
+        if bad:
+            raise ModelError(f"{source}: LlmMetadata section: start/stop token {bad[0]} is outside the model's "
+                             f"vocabulary of {self.vocab}")
+
+    def _compile(self, progress: bool) -> None:
+        runners = [("decode", self.decode), *((f"prefill_{n}", r) for n, r in sorted(self.prefills.items()))]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(runners), desc="compiling", unit="signature", leave=False)
+        start = time.perf_counter()
+        for name, runner in runners:
+            if bar is not None:
+                bar.set_postfix_str(name)
+            runner.compiled  # noqa: B018 - compiles the signature
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        self.compile_s = time.perf_counter() - start
+
+    def _bind_state(self) -> None:
+        """The KV cache stays in decode's output buffers (see the module docstring); token and position inputs of
+        decode are GPU buffers the host or the sampler writes, where the model allows."""
+        decode = self.decode
+        self.kv_on_gpu = True
+        try:
+            for name in self.cache_names:
+                decode.set_input_buffer(name, decode.output_buffer(name))
+            for runner in self.prefills.values():
+                for name in self.cache_names:
+                    runner.set_input_buffer(name, decode.output_buffer(name))
+        except ValueError:
+            self.kv_on_gpu = False  # the cache is read on the CPU: it goes through the host
+            for runner in [decode, *self.prefills.values()]:
+                for name in self.cache_names:
+                    try:
+                        runner.set_input_buffer(name, None)
+                    except ValueError:
+                        pass
+            self._host_cache = {n: np.zeros(d["shape"], d["dtype"])
+                                for n, d in decode.get_input_details().items() if n in self.cache_names}
+        self.gpu_loop_reason: str | None = None
+        self._token_buffer = self._position_buffer = None
+        if not self.kv_on_gpu:
+            self.gpu_loop_reason = "the KV cache is read by a CPU partition"
+        else:
+            try:
+                self._token_buffer = decode.input_buffer("tokens").buffer
+                self._position_buffer = decode.input_buffer("input_pos").buffer
+            except ValueError as e:
+                self.gpu_loop_reason = f"`tokens` / `input_pos` of decode are not GPU inputs ({e})"
+            compiled = decode.compiled
+            if len(compiled.programs) != 1 or compiled.gpu is None:
+                self.gpu_loop_reason = "decode is not one GPU program (it has CPU partitions)"
+        if self._token_buffer is not None:
+            self._feed(0, 0, read=True)  # fixes decode's readback set once (a later change would re-record)
+
+    @property
+    def device(self) -> Any:
+        return self.decode.compiled.gpu.device
+
+    # -- feeding the model ------------------------------------------------------------------------------------
+    def _write_step(self, token: int, position: int) -> None:
+        queue = self.device.queue
+        queue.write_buffer(self._token_buffer, 0, np.array([token], np.float32))
+        queue.write_buffer(self._position_buffer, 0, np.array([position], np.float32))
+
+    def _feed(self, token: int, position: int, read: bool) -> np.ndarray | None:
+        """One decode step with this token at this position; its logits when read."""
+        if self._token_buffer is not None:
+            self._write_step(token, position)
+            if read:
+                return self.decode.run({}, outputs=["logits"])["logits"].reshape(-1)
+            self.decode.submit()
+            return None
+        feeds = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
+        if not self.kv_on_gpu:
+            out = self.decode.run({**feeds, **self._host_cache})
+            self._host_cache = {n: out[n] for n in self.cache_names}
+            return out["logits"].reshape(-1)
+        return self.decode.run(feeds, outputs=["logits"])["logits"].reshape(-1)
+
+    def _prefill(self, ids: list[int], start: int) -> None:
+        """Write the KV cache of `ids` at positions start..: prefill chunks that fit, the rest through decode."""
+        k = 0
+        for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
+            if n == 0:  # no prefill signature fits here: one token through decode
+                self._feed(ids[k], start + k, read=False)
+                k += 1
+                continue
+            tokens = np.zeros((1, n), np.int32)
+            tokens[0, :take] = ids[k:k + take]
+            feeds = {"tokens": tokens, "input_pos": np.arange(start + k, start + k + n, dtype=np.int32)}
+            runner = self.prefills[n]
+            if self.kv_on_gpu:
+                runner.run(feeds, outputs=[])
+                self._copy_cache(runner)
+            else:
+                out = runner.run({**feeds, **self._host_cache})
+                self._host_cache = {name: out[name] for name in self.cache_names}
+            k += take
+
+    def _copy_cache(self, runner: Any) -> None:
+        """A prefill's cache outputs into decode's output buffers (where the state lives), on the GPU."""
+        encoder = self.device.create_command_encoder()
+        for name in self.cache_names:
+            src = runner.output_buffer(name).buffer
+            dst = self.decode.output_buffer(name).buffer
+            encoder.copy_buffer_to_buffer(src, 0, dst, 0, min(src.size, dst.size))
+        self.device.queue.submit([encoder.finish()])
+
+    # -- the two decode loops -----------------------------------------------------------------------------------
+    def _host_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
+                   stop: set[int]) -> Iterator[int]:
+        stats = self.stats = LoopStats(loop="host")
+        for k in range(count):
+            logits = self._feed(token, position + k, read=True)
+            stats.steps += 1
+            stats.reads += 1
+            stats.bytes_read += logits.nbytes
+            stats.uploads += 1 if k else 0
+            stats.max_in_flight = 1
+            token = sample(logits, config, step0 + k)
+            yield token
+            if token in stop:
+                return
+
+    def _ensure_sampler(self) -> Any:
+        if self._sampler_kernel is None:
+            import wgpu
+
+            from ..kernels.sampler import GpuSampler
+
+            logits = self.decode.output_buffer("logits").buffer
+            self._sampler_kernel = GpuSampler(self.device, self.vocab, logits, self._token_buffer,
+                                              self._position_buffer, self.cache_length + 1)
+            self._staging = [self.device.create_buffer(size=16, usage=wgpu.BufferUsage.MAP_READ
+                                                       | wgpu.BufferUsage.COPY_DST)
+                             for _ in range(self.steps_ahead + 1)]
+        return self._sampler_kernel
+
+    def _gpu_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
+                  stop: set[int]) -> Iterator[int]:
+        sampler = self._ensure_sampler()
+        stats = self.stats = LoopStats(loop="gpu")
+        self._write_step(token, position)
+        temperature = 0.0 if config.greedy else config.temperature
+        sampler.reset(config.seed, config.top_k, config.top_p, temperature)
+        self.device.queue.write_buffer(sampler.state, 0, np.array([step0], np.uint32))
+        pending: deque[tuple[int, Any]] = deque()
+        submitted = 0
+        ring = len(self._staging)
+        try:
+            while True:
+                while submitted < count and len(pending) < self.steps_ahead:
+                    staging = self._staging[submitted % ring]
+                    encoder = self.device.create_command_encoder()
+                    sampler.record(encoder)
+                    encoder.copy_buffer_to_buffer(sampler.state, sampler.history_offset(step0 + submitted),
+                                                  staging, 0, 4)
+                    self.decode.submit(after=[encoder.finish()])
+                    pending.append((submitted, staging))
+                    submitted += 1
+                    stats.steps += 1
+                    stats.max_in_flight = max(stats.max_in_flight, len(pending))
+                if not pending:
+                    return
+                _, staging = pending.popleft()
+                staging.map_async("READ_NOSYNC").sync_wait()
+                try:
+                    token = int(np.frombuffer(staging.read_mapped(copy=False), np.uint32, count=1)[0])
+                finally:
+                    staging.unmap()
+                stats.reads += 1
+                stats.bytes_read += 4
+                yield token
+                if token in stop:
+                    return
+        finally:
+            for _, staging in pending:  # steps past a stop token: finished, not read
+                staging.map_async("READ_NOSYNC").sync_wait()
+                staging.unmap()
+
+    def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
+                       loop: str | None = None) -> Session:
+        return Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
+
+    def gpu_memory_bytes(self) -> int:
+        """GPU memory the signatures' programs hold: planned tensors, boundary buffers, weights (shared ones once)."""
+        seen: set[int] = set()
+        total = 0
+        runners = [self.decode, *self.prefills.values()]
+        for runner in runners:
+            for prog in runner.compiled.gpu_programs:
+                held = getattr(prog, "_held", {})  # the constant buffers its bind groups read (shared by content)
+                for buf in [*prog.objects, *prog.raw_in.values(), *prog.raw_out.values(), *held.values()]:
+                    if id(buf) not in seen:
+                        seen.add(id(buf))
+                        total += int(buf.size)
+        return total
+
+
+class Session:
+    """One conversation: the KV cache carries over from turn to turn (position, the last sampled token)."""
+
+    def __init__(self, engine: Engine, sampler: SamplerConfig, apply_prompt_template: bool, loop: str) -> None:
+        if loop not in ("gpu", "host"):
+            raise ValueError(f"loop must be 'gpu' or 'host', got {loop!r}")
+        if loop == "gpu" and engine.gpu_loop_reason is not None:
+            raise ValueError(f"the GPU decode loop is not available for this model: {engine.gpu_loop_reason}")
+        self.engine, self.sampler, self.apply_prompt_template, self.loop = engine, sampler, apply_prompt_template, loop
+        self.position = 0  # positions of the KV cache written so far
+        self.pending: list[int] = []  # the last sampled token, fed before the next prompt
+        self.steps = 0  # sampler draws so far (the generator's counter)
+        self.history: list[int] = []  # every token fed or generated
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The tokens a prompt adds: the start token first in a session (also without the template, as LiteRT-LM's
+        session with apply_prompt_template=False), the user/model turn affixes with the template."""
+        if not isinstance(prompt, str):
+            raise ValueError(f"the prompt must be a string, got {type(prompt).__name__}")
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one character")
+        bundle, tok = self.engine.bundle, self.engine.tokenizer
+        text = prompt
+        if self.apply_prompt_template and bundle.templates:
+            user, model = bundle.templates.get("user"), bundle.templates.get("model")
+            text = (user.prefix if user else "") + prompt + (user.suffix if user else "") + \
+                (model.prefix if model else "")
+        ids = tok.encode(text)
+        if self.position == 0 and not self.pending:
+            ids = list(bundle.start_ids) + ids
+        if not ids:
+            raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
+        return ids
+
+    def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None
+                        ) -> Iterator[int]:
+        """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive."""
+        engine = self.engine
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        new = [int(t) if isinstance(t, (int, np.integer)) else t for t in ids]
+        ids = [*self.pending, *new]
+        bad = [t for t in ids if not isinstance(t, (int, np.integer)) or not 0 <= int(t) < engine.vocab]
+        if bad:
+            raise ValueError(f"token id {bad[0]!r} is outside the vocabulary [0, {engine.vocab - 1}]")
+        if not ids:
+            raise ValueError("nothing to feed: the prompt has no tokens")
+        room = engine.cache_length - self.position
+        if len(ids) > room:
+            raise ValueError(f"the prompt ({len(ids)} tokens after {self.position} in the session) does not fit the "
+                             f"KV cache of {engine.cache_length} positions with room for a generated token; start a "
+                             "new session or shorten it")
+        config = sampler or self.sampler
+        stop = engine.bundle.stop_tokens
+        start = time.perf_counter()
+        engine._prefill([int(t) for t in ids[:-1]], self.position)  # noqa: SLF001
+        first_position = self.position + len(ids) - 1
+        count = min(max_tokens, engine.cache_length - first_position)
+        loop = engine._gpu_loop if self.loop == "gpu" else engine._host_loop  # noqa: SLF001
+        self.history.extend(new)
+        self.position += len(ids) - 1
+        self.pending = [int(ids[-1])]
+        generated = 0
+        timing = engine.timing = Timing(prefill_tokens=len(ids))
+        first_at = None
+        for token in loop(int(ids[-1]), first_position, count, config, self.steps, stop):
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+                timing.prefill_s = now - start
+            generated += 1
+            timing.decode_tokens = generated - 1
+            timing.decode_s = now - first_at
+            # the token fed before this one is in the cache now; this one is fed next
+            self.position += 1
+            self.pending = [token]
+            self.history.append(token)
+            self.steps += 1
+            yield token
+
+    def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None
+                        ) -> Iterator[str]:
+        """Text pieces as tokens arrive (stop tokens end the reply and are not shown)."""
+        ids = self.prompt_ids(prompt)
+        stop = self.engine.bundle.stop_tokens
+        text = StreamDecoder(self.engine.tokenizer)
+        for token in self.generate_tokens(ids, max_tokens, sampler):
+            if token in stop:
+                break
+            piece = text.push(token)
+            if piece:
+                yield piece
+        rest = text.flush()
+        if rest:
+            yield rest
+
+    def generate(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None) -> str:
+        return "".join(self.generate_stream(prompt, max_tokens, sampler))

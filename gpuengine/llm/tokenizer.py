@@ -1,0 +1,100 @@
+"""Tokenizers through their own libraries: SentencePiece (`sentencepiece`) or Hugging Face (`tokenizers`), never
+hand-written. `pip install 'gpuengine[llm]'`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ModelError
+
+
+class Tokenizer:
+    """encode(text) -> ids (no start token), decode(ids) -> text; start/stop ids the tokenizer knows."""
+
+    kind = ""
+    vocab_size = 0
+    bos_id: int | None = None
+    eos_id: int | None = None
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+
+class SentencePieceTokenizer(Tokenizer):
+    kind = "sentencepiece"
+
+    def __init__(self, model: bytes, section: str = "tokenizer") -> None:
+        try:
+            import sentencepiece
+        except ImportError as e:
+            raise ImportError("a SentencePiece tokenizer needs `sentencepiece` (pip install 'gpuengine[llm]')") from e
+        self._sp = sentencepiece.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(bytes(model))
+        except Exception as e:  # noqa: BLE001 - sentencepiece raises RuntimeError / OSError by version
+            raise ModelError(f"{section}: not a SentencePiece model ({e})") from e
+        self.vocab_size = int(self._sp.vocab_size())
+        self.bos_id = int(self._sp.bos_id()) if self._sp.bos_id() >= 0 else None
+        self.eos_id = int(self._sp.eos_id()) if self._sp.eos_id() >= 0 else None
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self._sp.encode(text)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._sp.decode([int(t) for t in ids])
+
+
+class HuggingFaceTokenizer(Tokenizer):
+    kind = "huggingface"
+
+    def __init__(self, json_text: bytes | str, section: str = "tokenizer") -> None:
+        try:
+            from tokenizers import Tokenizer as HF
+        except ImportError as e:
+            raise ImportError("a Hugging Face tokenizer needs `tokenizers` (pip install 'gpuengine[llm]')") from e
+        text = json_text.decode("utf-8", "replace") if isinstance(json_text, bytes) else json_text
+        try:
+            self._tok: Any = HF.from_str(text)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type
+            raise ModelError(f"{section}: not a Hugging Face tokenizer.json ({e})") from e
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode([int(t) for t in ids], skip_special_tokens=False)
+
+
+def load_tokenizer(data: bytes, name: str = "tokenizer") -> Tokenizer:
+    """A tokenizer file's bytes: tokenizer.json (Hugging Face) when it is JSON, else a SentencePiece model."""
+    if data.lstrip()[:1] == b"{":
+        return HuggingFaceTokenizer(data, name)
+    return SentencePieceTokenizer(data, name)
+
+
+class StreamDecoder:
+    """Text pieces as tokens arrive: decodes the whole reply so far and hands out what is new (a SentencePiece
+    piece's leading space, or a character split over several byte tokens, comes out right); holds back a trailing
+    U+FFFD until the rest of its character arrives."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer, self.ids, self.sent = tokenizer, [], ""
+
+    def push(self, token: int) -> str:
+        self.ids.append(int(token))
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return ""
+        piece = text[len(self.sent):] if text.startswith(self.sent) else text
+        self.sent = text
+        return piece
+
+    def flush(self) -> str:
+        text = self.tokenizer.decode(self.ids)
+        piece = text[len(self.sent):] if text.startswith(self.sent) else ""
+        self.sent = text
+        return piece
