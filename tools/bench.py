@@ -140,6 +140,10 @@ def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
 def run(args: argparse.Namespace) -> int:
     from gpuengine.oracle import relative_error
 
+    if getattr(args, "llm", False):
+        from .llm import run_bench
+
+        return run_bench(args)
     if getattr(args, "signature", None):
         name, data = models(args)[0]
         return run_signature(args, name, data)
@@ -204,5 +208,8 @@ def add_subcommand(sub: Any) -> None:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--signature", help="time this signature's calls in a loop carrying its state (decode "
                                             "steps per second), beside LiteRT CPU")
+    from .llm import add_bench_options
+
+    add_bench_options(bench)
     add_engine_options(bench)
     bench.set_defaults(func=run)

@@ -1,0 +1,231 @@
+"""gpuengine.llm: a .litertlm bundle built here (a SentencePiece tokenizer trained on a few lines, vocabulary 150 as
+the toy decoder's logits, LlmMetadata with start/stop tokens) driven by the Engine; tokens equal to LiteRT's
+Interpreter driving the same signatures; the GPU decode loop equal to the host loop for the same seed, with one
+4-byte read per token and 4 steps in flight; bad bundles and prompts are clear errors."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ai_edge_litert.interpreter")
+spm = pytest.importorskip("sentencepiece")
+builder = pytest.importorskip("litert_lm_builder.litertlm_builder")
+
+from gpuengine.errors import ModelError  # noqa: E402
+from gpuengine.llm import Engine, SamplerConfig, open_bundle  # noqa: E402
+from gpuengine.llm.reference import LiteRTDecoder  # noqa: E402
+
+TOY = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+pytestmark = pytest.mark.skipif(not TOY.is_file(), reason=f"shared model {TOY.name} not found")
+
+TEXT = """The quick brown fox jumps over the lazy dog.
+A language model reads tokens and writes tokens.
+The GPU runs the decode loop while the host streams text.
+Small models are good for tests because they compile quickly.
+Once upon a time there was a little engine that could.
+Rain falls on the green hills and the river runs to the sea.
+She sells sea shells by the sea shore every summer morning.
+Numbers like one two three four five six seven eight nine ten."""
+PROMPT = "The quick brown fox"
+
+
+def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100) -> Path:
+    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer and LlmMetadata, with litert-lm-builder."""
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT.splitlines() * 4), model_writer=proto,
+                                   vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+    tok = directory / "tokenizer.model"
+    tok.write_bytes(proto.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    md = llm_metadata_pb2.LlmMetadata()
+    md.start_token.token_ids.ids.append(sp.bos_id())
+    md.stop_tokens.add().token_ids.ids.append(sp.eos_id() if stop is None else stop)
+    md.max_num_tokens = max_tokens
+    meta = directory / "metadata.pb"
+    meta.write_bytes(md.SerializeToString())
+    b = builder.LitertLmFileBuilder()
+    b.add_llm_metadata(str(meta))
+    b.add_sentencepiece_tokenizer(str(tok))
+    b.add_tflite_model(str(model), builder.TfLiteModelType.PREFILL_DECODE)
+    out = directory / "toy.litertlm"
+    with open(out, "wb") as f:
+        b.build(f)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_bundle(tmp_path_factory.mktemp("llm"), TOY)
+
+
+@pytest.fixture(scope="module")
+def engine(bundle: Path) -> Engine:
+    return Engine(bundle)
+
+
+@pytest.fixture(scope="module")
+def litert_tokens(engine: Engine) -> list[int]:
+    ids = engine.create_session(apply_prompt_template=False).prompt_ids(PROMPT)
+    return LiteRTDecoder(engine.bundle.model, engine.cache_length).generate(ids, 64, SamplerConfig(),
+                                                                           engine.bundle.stop_tokens)
+
+
+def test_bundle_sections(bundle: Path) -> None:
+    b = open_bundle(bundle)
+    assert b.tokenizer.kind == "sentencepiece" and b.tokenizer.vocab_size == 150
+    assert b.start_ids == [1] and b.stop_ids == [[2]] and b.max_num_tokens == 100
+    assert {"TFLiteModel", "SP_Tokenizer", "LlmMetadataProto"} <= set(b.sections)
+    assert b.model == TOY.read_bytes()
+
+
+def test_greedy_64_tokens_equal_litert(engine: Engine, litert_tokens: list[int]) -> None:
+    """GPU loop, host loop and LiteRT's Interpreter (CPU, cache through the host): the same 64 greedy tokens."""
+    assert engine.loop == "gpu", engine.gpu_loop_reason
+    for loop in ("gpu", "host"):
+        session = engine.create_session(apply_prompt_template=False, loop=loop)
+        ours = list(session.generate_tokens(session.prompt_ids(PROMPT), 64))
+        assert ours == litert_tokens, loop
+    assert len(litert_tokens) == 64 or litert_tokens[-1] in engine.bundle.stop_tokens
+
+
+def test_gpu_loop_round_trips(engine: Engine, litert_tokens: list[int]) -> None:
+    """A decode step reads back its 4-byte token id and nothing else, uploads nothing, 4 steps in flight."""
+    session = engine.create_session(apply_prompt_template=False, loop="gpu")
+    tokens = list(session.generate_tokens(session.prompt_ids(PROMPT), 16))
+    stats = engine.stats
+    assert tokens == litert_tokens[:16]
+    assert stats.reads == 16 and stats.bytes_read == 16 * 4 and stats.uploads == 0
+    assert stats.max_in_flight >= 4 and stats.steps >= 16
+    assert engine.decode.compiled.programs[0].uploaded == {}  # token and position were written on the GPU
+    session = engine.create_session(apply_prompt_template=False, loop="host")
+    list(session.generate_tokens(session.prompt_ids(PROMPT), 4))
+    assert engine.stats.bytes_read == 4 * engine.vocab * 4 and engine.stats.max_in_flight == 1
+
+
+@pytest.mark.parametrize("seed", [7, 123])
+def test_sampled_gpu_equals_host(engine: Engine, seed: int) -> None:
+    config = SamplerConfig(top_k=8, top_p=0.9, temperature=0.8, seed=seed)
+    runs = {}
+    for loop in ("gpu", "host"):
+        session = engine.create_session(apply_prompt_template=False, loop=loop, sampler_config=config)
+        runs[loop] = list(session.generate_tokens(session.prompt_ids(PROMPT), 12))
+    assert runs["gpu"] == runs["host"]
+    greedy = engine.create_session(apply_prompt_template=False)
+    assert runs["gpu"] != list(greedy.generate_tokens(greedy.prompt_ids(PROMPT), 12))  # it does sample
+
+
+def test_session_keeps_cache_across_turns(engine: Engine) -> None:
+    session = engine.create_session(apply_prompt_template=False)
+    first = list(session.generate_tokens(session.prompt_ids(PROMPT), 8))
+    position, steps = session.position, session.steps
+    second_ids = session.prompt_ids("the sea")
+    assert second_ids[0] != 1  # no start token after the first turn
+    second = list(session.generate_tokens(second_ids, 8))
+    ref = LiteRTDecoder(engine.bundle.model, engine.cache_length)
+    assert ref.generate(engine.create_session(apply_prompt_template=False).prompt_ids(PROMPT), 8) == first
+    assert ref.generate([first[-1], *second_ids], 8, start=position, step0=steps) == second
+    assert session.position == position + 1 + len(second_ids) + len(second) - 1
+
+
+def test_stream_is_the_text(engine: Engine) -> None:
+    session = engine.create_session(apply_prompt_template=False)
+    fed = len(session.prompt_ids(PROMPT))
+    pieces = list(session.generate_stream(PROMPT, 12))
+    tokens = session.history[fed:]
+    assert "".join(pieces) == engine.tokenizer.decode([t for t in tokens if t not in engine.bundle.stop_tokens])
+    assert len(pieces) > 1
+
+
+def test_no_template_feeds_start_token(engine: Engine, bundle: Path) -> None:
+    """apply_prompt_template=False: the start token, then the prompt's tokens (what LiteRT-LM's session feeds)."""
+    ids = engine.create_session(apply_prompt_template=False).prompt_ids(PROMPT)
+    assert ids == [1, *engine.tokenizer.encode(PROMPT)]
+    litert_lm = pytest.importorskip("litert_lm")
+    lm = litert_lm.Engine(str(bundle), backend=litert_lm.Backend.CPU())
+    try:
+        assert [lm.bos_token_id, *lm.tokenize(PROMPT)] == ids and lm.eos_token_ids == [[2]]
+    finally:
+        lm.close()
+
+
+def test_bad_prompts(engine: Engine) -> None:
+    session = engine.create_session(apply_prompt_template=False)
+    with pytest.raises(ValueError, match="empty"):
+        session.generate("")
+    with pytest.raises(ValueError, match="does not fit the KV cache of 100"):
+        session.generate("sea " * 200)
+    with pytest.raises(ValueError, match=r"token id 150 is outside the vocabulary \[0, 149\]"):
+        list(session.generate_tokens([3, 150], 4))
+    with pytest.raises(ValueError, match="max_tokens"):
+        list(session.generate_tokens([3], 0))
+    with pytest.raises(ValueError, match="top_k"):
+        SamplerConfig(top_k=0)
+    assert session.position == 0  # nothing was fed
+
+
+def test_bad_bundles(bundle: Path, tmp_path: Path) -> None:
+    data = bundle.read_bytes()
+    cases = {"truncated.litertlm": (data[:len(data) // 2], "section .*outside the file"),
+             "header.litertlm": (data[:40], "header: ends at byte"),
+             "magic.litertlm": (b"LITERTLX" + data[8:], "preamble: not a LiteRT-LM bundle"),
+             "garbage.litertlm": (data[:32] + bytes(range(256)) * 64, "header|section"),
+             "zip.task": (b"PK\x03\x04" + b"\0" * 64, r"\.task zip: corrupt")}
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(ModelError, match=message):
+            open_bundle(path)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("TF_LITE_PREFILL_DECODE", TOY.read_bytes())
+    (tmp_path / "notok.task").write_bytes(archive.getvalue())
+    with pytest.raises(ModelError, match="no TOKENIZER_MODEL"):
+        open_bundle(tmp_path / "notok.task")
+    with pytest.raises(ValueError, match="tokenizer file"):
+        open_bundle(TOY)
+
+
+def test_stop_token_outside_vocabulary(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="LlmMetadata: start/stop token 500"):
+        open_bundle(build_bundle(tmp_path, TOY, stop=500))
+
+
+def test_task_bundle(bundle: Path, tmp_path: Path) -> None:
+    b = open_bundle(bundle)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("TF_LITE_PREFILL_DECODE", b.model)
+        z.writestr("TOKENIZER_MODEL", (bundle.parent / "tokenizer.model").read_bytes())
+    (tmp_path / "toy.task").write_bytes(archive.getvalue())
+    task = open_bundle(tmp_path / "toy.task")
+    assert task.model == b.model and task.start_ids == [1] and task.stop_ids == [[2]]
+    assert task.tokenizer.encode(PROMPT) == b.tokenizer.encode(PROMPT)
+
+
+def test_host_sampler_matches_definition() -> None:
+    from gpuengine.llm.sampling import sample, uniform
+
+    logits = np.array([0.5, 2.0, 2.0, -1.0, np.nan, 1.0], np.float32)
+    assert sample(logits, SamplerConfig(), 0) == 1  # ties: the lower id
+    assert 0.0 <= uniform(7, 3) < 1.0 and uniform(7, 3) != uniform(7, 4)
+    picks = {sample(logits, SamplerConfig(top_k=3, temperature=1.0, seed=s), 0) for s in range(40)}
+    assert picks == {1, 2, 5}  # top-3 only, each reachable
+    assert {sample(logits, SamplerConfig(top_k=3, top_p=0.5, temperature=1.0, seed=s), 0)
+            for s in range(40)} == {1, 2}  # top-p keeps the two most likely
+
+
+def test_cli_generate(bundle: Path, engine: Engine, capsys: pytest.CaptureFixture) -> None:
+    from gpuengine.tools.cli import main
+
+    assert main(["generate", str(bundle), "--prompt", PROMPT, "--max-tokens", "10", "--no-template"]) == 0
+    out, err = capsys.readouterr()
+    session = engine.create_session(apply_prompt_template=False)
+    assert out == session.generate(PROMPT, 10) + "\n"
+    assert "tokens/s" in err and "gpu loop" in err
