@@ -1,27 +1,32 @@
-"""Greedy decoding with a litert-torch decoder (prefill + decode signatures) whose KV cache stays on the GPU.
+"""Text in, text out: a language-model bundle (.litertlm, MediaPipe .task, or a litert-torch .tflite with its
+tokenizer) generates a reply with the decode loop on the GPU, and the tokens are checked against LiteRT's
+Interpreter driving the same signatures on the CPU (greedy; the exit status is 1 on a mismatch).
 
-The prompt goes through the `prefill` signature; each `decode` step then takes one token and its position. The
-KV-cache outputs of one call are the next call's inputs without leaving the GPU: the decode runner reads the
-prefill runner's cache buffers first, then its own outputs of the step before (copied on the GPU at the start of
-each step), and reads back only the logits. A step uploads 8 bytes (token and position) and reads back the
-vocabulary's logits. The tokens are checked against LiteRT's greedy decode of the same prompt (the caches
-passed through the host, as LiteRT users do); the exit status is 1 on a mismatch.
+The GPU loop: each decode step is followed, in the same submission, by a sampler kernel that writes the next
+token and position where the next step reads them; 4 steps are in flight and the host reads back only the 4-byte
+token ids (gpuengine/llm/engine.py).
 
-Run: .venv/bin/python examples/generate.py [--model toy_decoder_kv.tflite] [--tokens 32] [--prompt 3,14,15,92]
+A bare .tflite without a tokenizer runs the signatures by hand on token ids (--prompt-ids): prefill, then greedy
+decode steps with the KV cache kept on the GPU (decode reads its own last outputs, copied on the GPU), reading
+back the logits: what the engine does under the hood, with the Interpreter's GPU-buffer API.
+
+Run: .venv/bin/python examples/generate.py MODEL [--tokenizer FILE] [--prompt TEXT] [--max-tokens 32]
+     .venv/bin/python examples/generate.py MODEL.tflite --prompt-ids 3,14,15,92 [--max-tokens 32]
+     e.g. MODEL = a bundle `litert-lm-builder` packed from ../shared/models/toy_decoder_kv.tflite
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from gpuengine import Interpreter
-
-DEFAULT_MODEL = Path(os.environ.get("GPUENGINE_SHARED_MODELS", "/work/shared/models")) / "toy_decoder_kv.tflite"
+from gpuengine.llm import Engine, SamplerConfig
+from gpuengine.llm.reference import LiteRTDecoder
 
 
 def cache_names(runner: object) -> list[str]:
@@ -84,26 +89,48 @@ def generate_gpu(interpreter: Interpreter, prompt: list[int], steps: int) -> tup
     return tokens, (steps - 1) / max(time.perf_counter() - start, 1e-9)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--tokens", type=int, default=32, help="tokens to generate")
-    parser.add_argument("--prompt", default="3,14,15,92,65,35,89,79", help="comma-separated token ids")
-    args = parser.parse_args()
-    prompt = [int(v) for v in args.prompt.split(",")]
-    interpreter = Interpreter(model_path=args.model)
+def run_signatures(model: str, prompt: list[int], steps: int) -> int:
+    """The signatures by hand on token ids: gpuengine (cache on the GPU) against LiteRT (cache through the host)."""
+    interpreter = Interpreter(model_path=model)
     generate_gpu(interpreter, prompt, 3)  # compile both signatures before timing
-    ours, ours_rate = generate_gpu(interpreter, prompt, args.tokens)
-    theirs, theirs_rate = generate_litert(args.model, prompt, args.tokens)
-    print(f"adapter: {interpreter.get_signature_runner('decode').compiled.gpu.name}")
+    ours, ours_rate = generate_gpu(interpreter, prompt, steps)
+    theirs, theirs_rate = generate_litert(model, prompt, steps)
     print(f"prompt {prompt} -> {ours}")
-    print(f"gpuengine (KV cache on the GPU): {ours_rate:8.1f} tokens/s")
-    print(f"LiteRT CPU (cache through the host): {theirs_rate:8.1f} tokens/s")
+    print(f"gpuengine (KV cache on the GPU): {ours_rate:8.1f} tokens/s; LiteRT CPU: {theirs_rate:8.1f} tokens/s")
     if ours != theirs:
-        first = next(k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-        print(f"MISMATCH at token {first}: LiteRT gives {theirs}")
+        print(f"MISMATCH: LiteRT gives {theirs}")
         return 1
     print(f"{len(ours)} tokens equal to LiteRT's greedy decode")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a .litertlm / .task bundle, or a .tflite with --tokenizer")
+    parser.add_argument("--tokenizer", help="SentencePiece .model or tokenizer.json for a bare .tflite")
+    parser.add_argument("--prompt", default="The quick brown fox")
+    parser.add_argument("--prompt-ids", help="comma-separated token ids: run a bare .tflite's signatures by hand")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    if args.prompt_ids:
+        return run_signatures(args.model, [int(v) for v in args.prompt_ids.split(",")], args.max_tokens)
+    engine = Engine(args.model, args.tokenizer, progress=True)
+    session = engine.create_session(apply_prompt_template=False, sampler_config=SamplerConfig())
+    ids = session.prompt_ids(args.prompt)
+    for piece in session.generate_stream(args.prompt, args.max_tokens):
+        print(piece, end="", flush=True)
+    print()
+    t, stats = engine.timing, engine.stats
+    ours = session.history[len(ids):]
+    print(f"{engine.loop} loop on {engine.decode.compiled.gpu.name}: first token after {t.ttft_s * 1e3:.0f} ms, "
+          f"decode {t.decode_tokens / max(t.decode_s, 1e-9):.1f} tokens/s, {stats.bytes_read} bytes read back, "
+          f"up to {stats.max_in_flight} steps in flight", file=sys.stderr)
+    theirs = LiteRTDecoder(engine.bundle.model, engine.cache_length).generate(ids, args.max_tokens,
+                                                                             stop=engine.bundle.stop_tokens)
+    if ours != theirs:
+        print(f"MISMATCH: gpuengine {ours}\n          LiteRT    {theirs}", file=sys.stderr)
+        return 1
+    print(f"{len(ours)} tokens equal to LiteRT's greedy decode (CPU)", file=sys.stderr)
     return 0
 
 
