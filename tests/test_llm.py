@@ -34,7 +34,8 @@ Numbers like one two three four five six seven eight nine ten."""
 PROMPT = "The quick brown fox"
 
 
-def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100) -> Path:
+def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
+                 templates: bool = False, hf: bool = False) -> Path:
     """A .litertlm of `model`, a 150-piece SentencePiece tokenizer and LlmMetadata, with litert-lm-builder."""
     from litert_lm_builder.runtime.proto import llm_metadata_pb2
 
@@ -48,11 +49,24 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     md.start_token.token_ids.ids.append(sp.bos_id())
     md.stop_tokens.add().token_ids.ids.append(sp.eos_id() if stop is None else stop)
     md.max_num_tokens = max_tokens
+    if templates:
+        md.prompt_templates.user.prefix, md.prompt_templates.user.suffix = "user: ", "\n"
+        md.prompt_templates.model.prefix = "model: "
     meta = directory / "metadata.pb"
     meta.write_bytes(md.SerializeToString())
     b = builder.LitertLmFileBuilder()
     b.add_llm_metadata(str(meta))
-    b.add_sentencepiece_tokenizer(str(tok))
+    if hf:
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+        hf_tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        hf_tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        hf_tok.train_from_iterator(TEXT.splitlines(), trainers.BpeTrainer(
+            vocab_size=140, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+        hf_tok.save(str(directory / "tokenizer.json"))
+        b.add_hf_tokenizer(str(directory / "tokenizer.json"))
+    else:
+        b.add_sentencepiece_tokenizer(str(tok))
     b.add_tflite_model(str(model), builder.TfLiteModelType.PREFILL_DECODE)
     out = directory / "toy.litertlm"
     with open(out, "wb") as f:
@@ -85,6 +99,7 @@ def test_bundle_sections(bundle: Path) -> None:
     assert b.model == TOY.read_bytes()
 
 
+@pytest.mark.fp32_only("greedy tokens compared with LiteRT's float32 decode")
 def test_greedy_64_tokens_equal_litert(engine: Engine, litert_tokens: list[int]) -> None:
     """GPU loop, host loop and LiteRT's Interpreter (CPU, cache through the host): the same 64 greedy tokens."""
     assert engine.loop == "gpu", engine.gpu_loop_reason
@@ -95,6 +110,7 @@ def test_greedy_64_tokens_equal_litert(engine: Engine, litert_tokens: list[int])
     assert len(litert_tokens) == 64 or litert_tokens[-1] in engine.bundle.stop_tokens
 
 
+@pytest.mark.fp32_only("greedy tokens compared with LiteRT's float32 decode")
 def test_gpu_loop_round_trips(engine: Engine, litert_tokens: list[int]) -> None:
     """A decode step reads back its 4-byte token id and nothing else, uploads nothing, 4 steps in flight."""
     session = engine.create_session(apply_prompt_template=False, loop="gpu")
@@ -121,6 +137,7 @@ def test_sampled_gpu_equals_host(engine: Engine, seed: int) -> None:
     assert runs["gpu"] != list(greedy.generate_tokens(greedy.prompt_ids(PROMPT), 12))  # it does sample
 
 
+@pytest.mark.fp32_only("greedy tokens compared with LiteRT's float32 decode")
 def test_session_keeps_cache_across_turns(engine: Engine) -> None:
     session = engine.create_session(apply_prompt_template=False)
     first = list(session.generate_tokens(session.prompt_ids(PROMPT), 8))
@@ -207,6 +224,29 @@ def test_task_bundle(bundle: Path, tmp_path: Path) -> None:
     task = open_bundle(tmp_path / "toy.task")
     assert task.model == b.model and task.start_ids == [1] and task.stop_ids == [[2]]
     assert task.tokenizer.encode(PROMPT) == b.tokenizer.encode(PROMPT)
+
+
+def test_hf_tokenizer_templates_and_bare_tflite(bundle: Path, tmp_path: Path) -> None:
+    from gpuengine.llm.bundle import prompt_tokens
+
+    hf = open_bundle(build_bundle(tmp_path, TOY, templates=True, hf=True))
+    assert hf.tokenizer.kind == "huggingface" and "HF_Tokenizer_Zlib" in hf.sections
+    ids = hf.tokenizer.encode("the sea shore")
+    assert ids and hf.tokenizer.decode(ids).replace(" ", "") == "theseashore"
+    assert prompt_tokens(hf, "the sea", True, first=True) == [1, *hf.tokenizer.encode("user: the sea\nmodel: ")]
+    assert prompt_tokens(hf, "the sea", False, first=False) == hf.tokenizer.encode("the sea")
+    bare = open_bundle(TOY, tokenizer=bundle.parent / "tokenizer.model")
+    assert bare.start_ids == [1] and bare.stop_ids == [[2]] and bare.tokenizer.vocab_size == 150
+
+
+def test_interleaved_sessions(engine: Engine) -> None:
+    """Two sessions on one engine: the KV cache holds one session's tokens; the other's are written back."""
+    alone = engine.create_session(apply_prompt_template=False)
+    expected = [alone.generate("the sea", 6), alone.generate("the river", 6)]
+    a, b = (engine.create_session(apply_prompt_template=False) for _ in range(2))
+    first = a.generate("the sea", 6)
+    b.generate("Rain falls", 6)
+    assert [first, a.generate("the river", 6)] == expected
 
 
 def test_host_sampler_matches_definition() -> None:

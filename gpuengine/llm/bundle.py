@@ -57,6 +57,18 @@ class Bundle:
         return {s[0] for s in self.stop_ids if len(s) == 1}
 
 
+def prompt_tokens(bundle: Bundle, prompt: str, apply_template: bool, first: bool) -> list[int]:
+    """A user turn's tokens: the start token first in a session (also without the template: LiteRT-LM's session
+    with apply_prompt_template=False feeds it too), then with the template the user turn's prefix, the prompt, its
+    suffix and the model turn's prefix (LlmMetadata.prompt_templates; a Jinja template is not rendered)."""
+    text = prompt
+    if apply_template and bundle.templates:
+        user, model = bundle.templates.get("user"), bundle.templates.get("model")
+        text = (user.prefix if user else "") + prompt + (user.suffix if user else "") + (model.prefix if model else "")
+    ids = bundle.tokenizer.encode(text)
+    return (list(bundle.start_ids) if first else []) + ids
+
+
 def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Bundle:
     """A `.litertlm`, a `.task`, or a `.tflite` with `tokenizer` (a SentencePiece .model or a tokenizer.json)."""
     path = Path(path)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
-from .bundle import Bundle, open_bundle
+from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
 from .tokenizer import StreamDecoder
 
@@ -124,6 +124,7 @@ class Engine:
         self._staging: list[Any] = []
         self.stats = LoopStats()
         self.timing = Timing()
+        self._owner: Session | None = None  # the session whose tokens the KV cache holds
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
@@ -400,15 +401,8 @@ class Session:
             raise ValueError(f"the prompt must be a string, got {type(prompt).__name__}")
         if not prompt:
             raise ValueError("the prompt is empty: give at least one character")
-        bundle, tok = self.engine.bundle, self.engine.tokenizer
-        text = prompt
-        if self.apply_prompt_template and bundle.templates:
-            user, model = bundle.templates.get("user"), bundle.templates.get("model")
-            text = (user.prefix if user else "") + prompt + (user.suffix if user else "") + \
-                (model.prefix if model else "")
-        ids = tok.encode(text)
-        if self.position == 0 and not self.pending:
-            ids = list(bundle.start_ids) + ids
+        ids = prompt_tokens(self.engine.bundle, prompt, self.apply_prompt_template,
+                            first=self.position == 0 and not self.pending)
         if not ids:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
         return ids
@@ -434,6 +428,10 @@ class Session:
         config = sampler or self.sampler
         stop = engine.bundle.stop_tokens
         start = time.perf_counter()
+        if engine._owner is not self and self.position:  # noqa: SLF001
+            # another session used the engine's KV cache since: write this session's tokens back first
+            engine._prefill(self.history[:self.position], 0)  # noqa: SLF001
+        engine._owner = self  # noqa: SLF001
         engine._prefill([int(t) for t in ids[:-1]], self.position)  # noqa: SLF001
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
