@@ -113,7 +113,7 @@ def litert_lm_benchmark(path: str, backend: str, prefill: int, decode: int, time
         return result
     # LiteRT-LM logs its reason (an "E..." line) and may still return a benchmark of zeros
     errors = [ln.split("] ", 1)[-1].strip() for ln in done.stderr.splitlines()
-              if ln.startswith("E0") or "Error" in ln]
+              if ln.startswith("E0") or ln.startswith("RuntimeError")]
     return {"error": (errors[0] if errors else f"no figures (exit status {done.returncode})")[:300]}
 
 
@@ -140,6 +140,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if engine.gpu_loop_reason is not None:
         report["gpu_loop_unavailable"] = engine.gpu_loop_reason
     for loop in loops:
+        warm = engine.create_session(apply_prompt_template=False, loop=loop)
+        list(warm.generate_tokens(list(prompt[:2]), 2))  # compiles the sampler kernel outside the timings
         runs = []
         for _ in range(repeats):
             session = engine.create_session(apply_prompt_template=False, loop=loop)
