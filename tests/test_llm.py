@@ -269,3 +269,39 @@ def test_cli_generate(bundle: Path, engine: Engine, capsys: pytest.CaptureFixtur
     session = engine.create_session(apply_prompt_template=False)
     assert out == session.generate(PROMPT, 10) + "\n"
     assert "tokens/s" in err and "gpu loop" in err
+
+
+def test_gpu_sampler_kernel_large_vocabulary() -> None:
+    """The sampler kernel alone on 49,152 logits (SmolLM's vocabulary) with ties and a NaN: the token, position
+    and history it writes equal the numpy sampler's, greedy and sampled, step after step."""
+    import wgpu
+
+    from gpuengine import get_device
+    from gpuengine.kernels.sampler import HISTORY, GpuSampler
+    from gpuengine.llm.sampling import sample
+
+    device = get_device()
+    vocab, steps = 49152, 4
+    rng = np.random.default_rng(3)
+    storage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+    logits_buffer = device.create_buffer(size=vocab * 4, usage=storage)
+    tokens, position = (device.create_buffer(size=16, usage=storage) for _ in range(2))
+    sampler = GpuSampler(device, vocab, logits_buffer, tokens, position, steps)
+    for config in (SamplerConfig(), SamplerConfig(top_k=40, top_p=0.95, temperature=0.7, seed=11),
+                   SamplerConfig(top_k=64, top_p=1.0, temperature=1.5, seed=5)):
+        sampler.reset(config.seed, config.top_k, config.top_p, 0.0 if config.greedy else config.temperature)
+        device.queue.write_buffer(position, 0, np.array([10], np.float32))
+        expected = []
+        for step in range(steps):
+            logits = (rng.standard_normal(vocab) * 3).astype(np.float32)
+            logits[[7, 900, 40000]] = logits.max() + 1  # a three-way tie for the top
+            logits[123] = np.nan
+            device.queue.write_buffer(logits_buffer, 0, logits)
+            encoder = device.create_command_encoder()
+            sampler.record(encoder)
+            device.queue.submit([encoder.finish()])
+            expected.append(sample(logits, config, step))
+        state = np.frombuffer(device.queue.read_buffer(sampler.state), np.uint32)
+        assert state[0] == steps and list(state[HISTORY:HISTORY + steps]) == expected, config
+        assert np.frombuffer(device.queue.read_buffer(tokens), np.float32)[0] == expected[-1]
+        assert np.frombuffer(device.queue.read_buffer(position), np.float32)[0] == 10 + steps
