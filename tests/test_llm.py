@@ -1,7 +1,8 @@
-"""gpuengine.llm: a .litertlm bundle built here (a SentencePiece tokenizer trained on a few lines, vocabulary 150 as
-the toy decoder's logits, LlmMetadata with start/stop tokens) driven by the Engine; tokens equal to LiteRT's
-Interpreter driving the same signatures; the GPU decode loop equal to the host loop for the same seed, with one
-4-byte read per token and 4 steps in flight; bad bundles and prompts are clear errors."""
+"""gpuengine.llm: a .litertlm bundle built here with litert-lm-builder (the toy decoder with its KV cache in the
+[B, N, T, H] layout LiteRT-LM's runtime reads, a SentencePiece tokenizer trained on a few lines with the toy's
+vocabulary of 150, LlmMetadata with start/stop tokens) driven by the Engine: the same text as LiteRT-LM's CPU engine,
+the same tokens as LiteRT's Interpreter driving the signatures; the GPU decode loop equal to the host loop for the
+same seed, with one 4-byte read per token and 4 steps in flight; bad bundles and prompts are clear errors."""
 
 from __future__ import annotations
 
@@ -32,6 +33,46 @@ Rain falls on the green hills and the river runs to the sea.
 She sells sea shells by the sea shore every summer morning.
 Numbers like one two three four five six seven eight nine ten."""
 PROMPT = "The quick brown fox"
+
+
+def bnth_cache(data: bytes) -> bytes:
+    """The decoder with its KV-cache inputs and outputs in [B, N, T, H] (a TRANSPOSE at the signature boundary):
+    LiteRT-LM 0.18.1 reads the cache length from dimension 2 of the cache, the number of heads in litert-torch's
+    default [B, T, N, H] layout, so it runs the toy decoder only this way."""
+    from tflite.BuiltinOperator import BuiltinOperator
+
+    from gpuengine.model.builder import write_model
+    from gpuengine.model.ir import Op, Tensor
+    from gpuengine.model.reader import read_model
+
+    model = read_model(data)
+    for sig in model.signatures:
+        g = model.subgraphs[sig.subgraph]
+        perm = len(g.tensors)
+        g.tensors.append(Tensor(index=perm, name="bnth_perm", shape=(4,), dtype=np.dtype(np.int32),
+                                data=np.array([0, 2, 1, 3], np.int32)))
+        first, last = [], []
+        for names, is_input in ((sig.inputs, True), (sig.outputs, False)):
+            for name in sorted(n for n in names if n.startswith("kv_cache_")):
+                t = names[name]
+                old = g.tensors[t]
+                new = len(g.tensors)
+                b, positions, heads, width = old.shape
+                g.tensors.append(Tensor(index=new, name=f"{old.name}_bnth", shape=(b, heads, positions, width),
+                                        dtype=old.dtype))
+                edge = [new, perm] if is_input else [t, perm]
+                op = Op(index=0, code="TRANSPOSE", inputs=edge, outputs=[t] if is_input else [new],
+                        builtin_code=BuiltinOperator.TRANSPOSE)
+                (first if is_input else last).append(op)
+                if is_input:
+                    g.inputs = [new if x == t else x for x in g.inputs]
+                else:
+                    g.outputs = [new if x == t else x for x in g.outputs]
+                names[name] = new
+        g.ops = first + g.ops + last
+        for k, op in enumerate(g.ops):
+            op.index = k
+    return write_model(model)
 
 
 def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
@@ -76,7 +117,9 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_bundle(tmp_path_factory.mktemp("llm"), TOY)
+    directory = tmp_path_factory.mktemp("llm")
+    (directory / "toy_bnth.tflite").write_bytes(bnth_cache(TOY.read_bytes()))
+    return build_bundle(directory, directory / "toy_bnth.tflite")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +139,7 @@ def test_bundle_sections(bundle: Path) -> None:
     assert b.tokenizer.kind == "sentencepiece" and b.tokenizer.vocab_size == 150
     assert b.start_ids == [1] and b.stop_ids == [[2]] and b.max_num_tokens == 100
     assert {"TFLiteModel", "SP_Tokenizer", "LlmMetadataProto"} <= set(b.sections)
-    assert b.model == TOY.read_bytes()
+    assert b.model == (bundle.parent / "toy_bnth.tflite").read_bytes()
 
 
 @pytest.mark.fp32_only("greedy tokens compared with LiteRT's float32 decode")
@@ -158,6 +201,35 @@ def test_stream_is_the_text(engine: Engine) -> None:
     tokens = session.history[fed:]
     assert "".join(pieces) == engine.tokenizer.decode([t for t in tokens if t not in engine.bundle.stop_tokens])
     assert len(pieces) > 1
+
+
+@pytest.mark.fp32_only("greedy text compared with LiteRT-LM's float32 CPU engine")
+def test_greedy_64_tokens_equal_litert_lm(engine: Engine, bundle: Path) -> None:
+    """LiteRT-LM's own CPU engine (litert-lm-api, top-k 1, apply_prompt_template=False) on the same bundle: the same
+    text as gpuengine's GPU loop."""
+    litert_lm = pytest.importorskip("litert_lm")
+    lm = litert_lm.Engine(str(bundle), backend=litert_lm.Backend.CPU())
+    try:
+        session = lm.create_session(apply_prompt_template=False, max_output_tokens=64,
+                                    sampler_config=litert_lm.SamplerConfig(top_k=1, seed=0))
+        session.run_prefill([PROMPT])
+        theirs = session.run_decode().texts[0]
+        session.close()
+    finally:
+        lm.close()
+    ours = engine.create_session(apply_prompt_template=False).generate(PROMPT, 64)
+    assert engine.stats.loop == "gpu" and len(ours) > 64
+    assert ours == theirs
+
+
+def test_cache_length_layouts() -> None:
+    from gpuengine.llm.engine import _cache_length, chunk_plan
+
+    assert _cache_length((1, 256, 3, 64), (1, 256, 3, 64), 32) == 256  # BTNH (smollm_4l_int8)
+    assert _cache_length((1, 4, 100, 4), (1, 4, 100, 4), 100) == 100  # BNTH
+    assert _cache_length((1, 3, 64, 256), (1, 3, 256, 64), 32) == 256  # transposed K
+    assert chunk_plan(70, 0, [32], 256) == [(32, 32), (32, 32), (32, 6)]
+    assert chunk_plan(5, 98, [100], 100) == [(0, 1)] * 5  # a prefill past the cache's end: through decode
 
 
 def test_no_template_feeds_start_token(engine: Engine, bundle: Path) -> None:

@@ -63,12 +63,15 @@ class Timing:
         return self.prefill_s
 
 
-def _cache_length(k_shape: tuple[int, ...], v_shape: tuple[int, ...]) -> int:
-    """Positions of a litert-torch KV cache: [1, T, N, H] for K and V (BTNH), or the transposed layout LiteRT-LM's
-    GPU runtime prefers (K [1, N, H, T], V [1, N, T, H])."""
-    if tuple(k_shape) == tuple(v_shape):
-        return int(k_shape[1])
-    return int(k_shape[-1])
+def _cache_length(k_shape: tuple[int, ...], v_shape: tuple[int, ...], longest_prefill: int) -> int:
+    """Positions of a litert-torch KV cache: K and V of one shape, [1, T, N, H] (BTNH, litert-torch's default) or
+    [1, N, T, H] (the dimension that holds the longest prefill, BTNH when both do), or the transposed layout
+    (K [1, N, H, T], V [1, N, T, H])."""
+    if tuple(k_shape) != tuple(v_shape):
+        return int(k_shape[-1])
+    if len(k_shape) == 4 and k_shape[1] < longest_prefill <= k_shape[2]:
+        return int(k_shape[2])
+    return int(k_shape[1])
 
 
 def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) -> list[tuple[int, int]]:
@@ -162,9 +165,6 @@ class Engine:
         vs = [n for n in self.cache_names if "_v_" in n]
         k_shape = tuple(inputs[ks[0] if ks else self.cache_names[0]]["shape"])
         v_shape = tuple(inputs[vs[0] if vs else self.cache_names[0]]["shape"])
-        self.cache_length = _cache_length(k_shape, v_shape)
-        if self.bundle.max_num_tokens:
-            self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         self.prefills: dict[int, Any] = {}
         for key in sigs:
             if PREFILL.match(key):
@@ -172,6 +172,9 @@ class Engine:
                 details = runner.get_input_details()
                 if "tokens" in details and "input_pos" in details:
                     self.prefills[int(details["tokens"]["shape"][-1])] = runner
+        self.cache_length = _cache_length(k_shape, v_shape, max(self.prefills, default=1))
+        if self.bundle.max_num_tokens:
+            self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         tok = self.tokenizer.vocab_size
         if tok > self.vocab:
             raise ModelError(f"{source}: tokenizer section: {tok} tokens, more than the model's {self.vocab} logits")
