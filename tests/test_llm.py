@@ -251,9 +251,9 @@ def test_bad_prompts(engine: Engine) -> None:
     with pytest.raises(ValueError, match="does not fit the KV cache of 100"):
         session.generate("sea " * 200)
     with pytest.raises(ValueError, match=r"token id 150 is outside the vocabulary \[0, 149\]"):
-        list(session.generate_tokens([3, 150], 4))
+        session.generate_tokens([3, 150], 4)
     with pytest.raises(ValueError, match="max_tokens"):
-        list(session.generate_tokens([3], 0))
+        session.generate_tokens([3], 0)
     with pytest.raises(ValueError, match="top_k"):
         SamplerConfig(top_k=0)
     assert session.position == 0  # nothing was fed

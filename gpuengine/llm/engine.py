@@ -412,7 +412,9 @@ class Session:
 
     def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None
                         ) -> Iterator[int]:
-        """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive."""
+        """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive
+        (checked here, before anything is fed: ValueError for an id outside the vocabulary or a prompt over the
+        cache)."""
         engine = self.engine
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
@@ -428,7 +430,10 @@ class Session:
             raise ValueError(f"the prompt ({len(ids)} tokens after {self.position} in the session) does not fit the "
                              f"KV cache of {engine.cache_length} positions with room for a generated token; start a "
                              "new session or shorten it")
-        config = sampler or self.sampler
+        return self._generate(ids, new, max_tokens, sampler or self.sampler)
+
+    def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
+        engine = self.engine
         stop = engine.bundle.stop_tokens
         start = time.perf_counter()
         if engine._owner is not self and self.position:  # noqa: SLF001
