@@ -377,3 +377,18 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
         assert state[0] == steps and list(state[HISTORY:HISTORY + steps]) == expected, config
         assert np.frombuffer(device.queue.read_buffer(tokens), np.float32)[0] == expected[-1]
         assert np.frombuffer(device.queue.read_buffer(position), np.float32)[0] == 10 + steps
+
+
+def test_cli_bench_llm(bundle: Path, engine: Engine, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["bench", str(bundle), "--llm", "--runs", "1", "--prompt-tokens", "4", "--decode-tokens", "4",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["gpu_memory_bytes"] > 0 and report["cache_length"] == 100 and report["prefill_signatures"] == [100]
+    for key in ("gpuengine_gpu_loop", "gpuengine_host_loop", "litert_cpu_interpreter"):
+        run = report["runs"][key]
+        assert run["prefill_tokens"] == 4 and run["decode_tokens"] == 3 and run["decode_tokens_per_s"] > 0, key
+    assert {"litert_lm_cpu", "litert_lm_gpu"} <= set(report["runs"])  # figures, or the reason it could not run
