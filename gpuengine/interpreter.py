@@ -633,9 +633,10 @@ class SignatureRunner:
 
     def set_input_buffer(self, name: str, buffer: Any) -> None:
         """Read input `name` from a GPU buffer of this runner's device: a wgpu.GPUBuffer (STORAGE usage, BHWC
-        float32) or a TensorBuffer (another runner's or interpreter's output_buffer, or this runner's own: then
-        each call reads the previous call's value, copied on the GPU before the call overwrites it). None: back to
-        host values. The binding lasts until a call gives the input a host value or the runner compiles again."""
+        float32; an int32 input's buffer holds its values as exact f32) or a TensorBuffer (another runner's or
+        interpreter's output_buffer, or this runner's own: then each call reads the previous call's value, copied
+        on the GPU before the call overwrites it). None: back to host values. The binding lasts until a call gives
+        the input a host value or the runner compiles again."""
         t, progs = self._gpu_input(name)
         if buffer is None:
             self._bind(t, None)
