@@ -392,3 +392,11 @@ def test_cli_bench_llm(bundle: Path, engine: Engine, capsys: pytest.CaptureFixtu
         run = report["runs"][key]
         assert run["prefill_tokens"] == 4 and run["decode_tokens"] == 3 and run["decode_tokens_per_s"] > 0, key
     assert {"litert_lm_cpu", "litert_lm_gpu"} <= set(report["runs"])  # figures, or the reason it could not run
+
+
+def test_model_without_decode_signature(tmp_path: Path) -> None:
+    from gpuengine import zoo
+
+    (tmp_path / "tiny.tflite").write_bytes(zoo.get("tiny"))
+    with pytest.raises(ModelError, match="TFLiteModel section: no `decode` signature"):
+        Engine(build_bundle(tmp_path, tmp_path / "tiny.tflite"))
