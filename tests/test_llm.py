@@ -194,6 +194,13 @@ def test_session_keeps_cache_across_turns(engine: Engine) -> None:
     assert session.position == position + 1 + len(second_ids) + len(second) - 1
 
 
+def test_stop_sequence_of_two_tokens(engine: Engine, litert_tokens: list[int],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine.bundle, "stop_ids", [[2], litert_tokens[3:5]])
+    session = engine.create_session(apply_prompt_template=False)
+    assert list(session.generate_tokens(session.prompt_ids(PROMPT), 32)) == litert_tokens[:5]
+
+
 def test_stream_is_the_text(engine: Engine) -> None:
     session = engine.create_session(apply_prompt_template=False)
     fed = len(session.prompt_ids(PROMPT))

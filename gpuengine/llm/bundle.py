@@ -53,7 +53,8 @@ class Bundle:
 
     @property
     def stop_tokens(self) -> set[int]:
-        """Single-token stop sequences (what the decode loop checks per token)."""
+        """Single-token stop sequences (what the decode loop checks per token; longer ones end the reply after
+        their last token, Session._generate)."""
         return {s[0] for s in self.stop_ids if len(s) == 1}
 
 

@@ -435,6 +435,7 @@ class Session:
     def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
         engine = self.engine
         stop = engine.bundle.stop_tokens
+        sequences = [list(seq) for seq in engine.bundle.stop_ids if len(seq) > 1]
         start = time.perf_counter()
         if engine._owner is not self and self.position:  # noqa: SLF001
             # another session used the engine's KV cache since: write this session's tokens back first
@@ -464,6 +465,8 @@ class Session:
             self.history.append(token)
             self.steps += 1
             yield token
+            if any(len(seq) <= generated and self.history[-len(seq):] == seq for seq in sequences):
+                return  # a stop sequence of several tokens ends the reply
 
     def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None
                         ) -> Iterator[str]:
