@@ -407,3 +407,12 @@ def test_model_without_decode_signature(tmp_path: Path) -> None:
     (tmp_path / "tiny.tflite").write_bytes(zoo.get("tiny"))
     with pytest.raises(ModelError, match="TFLiteModel section: no `decode` signature"):
         Engine(build_bundle(tmp_path, tmp_path / "tiny.tflite"))
+
+
+def test_corrupt_model_section(tmp_path: Path) -> None:
+    (tmp_path / "bad.tflite").write_bytes(b"\x18\x00\x00\x00TFL3" + bytes(range(200)))
+    with pytest.raises(ModelError, match="TFLiteModel section"):
+        Engine(build_bundle(tmp_path, tmp_path / "bad.tflite"))
+    (tmp_path / "notflite.bin").write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelError, match=r"section \d \(TFLiteModel\): not a TFLite flatbuffer"):
+        open_bundle(build_bundle(tmp_path, tmp_path / "notflite.bin"))
