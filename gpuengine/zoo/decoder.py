@@ -263,9 +263,8 @@ class _Signature:
         tokens = mb.input(f"{prefix}_tokens", (1, t), np.int32)
         input_pos = mb.input(f"{prefix}_input_pos", (t,), np.int32)
         k_shape, v_shape = ((1, n, kv, d), (1, n, kv, d)) if c.kv_layout == "btnh" else ((1, kv, n, d), (1, kv, d, n))
-        caches = []
-        for i in range(c.layers):
-            caches.append((mb.input(f"{prefix}_kv_cache_k_{i}", k_shape), mb.input(f"{prefix}_kv_cache_v_{i}", v_shape)))
+        caches = [(mb.input(f"{prefix}_kv_cache_k_{i}", k_shape), mb.input(f"{prefix}_kv_cache_v_{i}", v_shape))
+                  for i in range(c.layers)]
 
         ids = self.reshape(tokens, (t,), np.int32)
         x = self.reshape(self.op("EMBEDDING_LOOKUP", [ids, self.table()], (t, c.width)), (1, t, c.width))
