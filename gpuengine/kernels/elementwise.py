@@ -17,7 +17,18 @@ from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
-from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, keep_nan, operand
+from .common import (
+    activation,
+    activation_supported,
+    bhwc,
+    broadcastable,
+    float_tensors,
+    integer_requant,
+    is_quantized,
+    keep_nan,
+    operand,
+    quantize_multiplier,
+)
 from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
 from .wgsl_math import helpers_for
 
@@ -165,6 +176,19 @@ class ElementwiseKernel:
             bindings += binds
             lines.append(f"let {name} = read_{prefix}{name}(ob, oy, ox, os);")
         return Epilogue([Code("{ " + " ".join(lines + statements) + " }")], functions, bindings)
+
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """int8 MUL without a fused activation as LiteRT's integer kernel rounds it: the product of (q - zero
+        point)s times QuantizeMultiplier(scale_x * scale_y / scale_out), MultiplyByQuantizedMultiplier's two
+        roundings. None for other ops (fake_quant rounds them)."""
+        if op.code != "MUL" or len(op.inputs) != 2 or int(op.opt("fused_activation_function", 0) or 0) != 0:
+            return None
+        tensors = [graph.tensors[t] for t in (*op.inputs, op.outputs[0])]
+        if any(t.dtype != np.int8 or not is_quantized(t) for t in tensors):
+            return None
+        unit = float(tensors[0].quantization.scale[0]) * float(tensors[1].quantization.scale[0])  # type: ignore
+        multiplier, shift = quantize_multiplier(unit / float(tensors[2].quantization.scale[0]))  # type: ignore
+        return integer_requant(tensors[2], unit, multiplier, shift)
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == TREE:

@@ -89,6 +89,31 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
         report[kind] = quantized_agreement(results[1], results[0])
     failing = {kind: r for kind, r in report.items() if r[0] < QUANTIZED_SHARE}
     assert not failing, f"(share within {QUANTIZED_STEPS} steps, max steps): {failing}"
+    # MEAN rounds as LiteRT's QuantizedMeanOrSum (kernels/reduce.py integer_requantize): exactly its integers
+    assert report["MEAN"][1] == 0, report["MEAN"]
+
+
+def test_int8_mul_of_two_runtime_tensors_rounds_as_litert(model: bytes):
+    """An int8 MUL of two run-time tensors (LayerNorm's x * rsqrt(var)) rounds its product with LiteRT's
+    MultiplyByQuantizedMultiplier (kernels/elementwise.py integer_requantize): LiteRT's integers exactly."""
+    from gpuengine import Interpreter
+
+    graph = read_model(model).main
+    index = next(op.index for op in graph.ops if op.code == "MUL"
+                 and all(graph.tensors[t].data is None for t in op.inputs))
+    whole = builtin(model, experimental_preserve_all_tensors=True)
+    whole.set_tensor(whole.get_input_details()[0]["index"], image(model, 5))
+    whole.invoke()
+    data = single_op_model(graph, index)
+    results = []
+    for it in (builtin(data), Interpreter(model_content=data)):
+        it.allocate_tensors()
+        for detail, t in zip(it.get_input_details(), graph.ops[index].inputs):
+            it.set_tensor(detail["index"], whole.get_tensor(t))
+        it.invoke()
+        results.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    assert results[0].size >= 4096 and len(np.unique(results[0])) > 50
+    np.testing.assert_array_equal(results[1], results[0])
 
 
 @pytest.mark.xfail(strict=False, reason=(
