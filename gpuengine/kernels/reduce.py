@@ -182,7 +182,9 @@ class ReduceKernel:
                 or x.dtype != np.int8:
             return None
         axes = normalize_axes(graph.tensors[op.inputs[1]].data, len(x.shape))
-        if isinstance(axes, str):
+        # Over H and W of a 4D tensor LiteRT takes other integer paths (its spatial Mean; an AVERAGE_POOL_2D that
+        # passes/pool_to_mean made a MEAN rounds as a pool): those keep the single rounding.
+        if isinstance(axes, str) or (len(x.shape) == 4 and sorted(axes) == [1, 2]):
             return None
         count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
         in_scale = float(x.quantization.scale[0])  # type: ignore[union-attr]
