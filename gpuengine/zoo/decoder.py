@@ -187,10 +187,15 @@ class _Signature:
         xi, wi = sub.input("x", shape), sub.input("weight", weight.shape)
         row = shape[:-1]
         sq = sub.op("MUL", [xi, xi], shape)
-        mean = sub.op("MEAN", [sq, sub.const("axis", np.array([len(shape) - 1], np.int32))], row,
-                      {"keep_dims": False})
-        var = sub.op("ADD", [mean, sub.const("epsilon", np.array(self.c.epsilon, np.float32))], row)
-        var = sub.op("RESHAPE", [var, sub.const("shape", np.array((*row, 1), np.int32))], (*row, 1))
+        axis = sub.const("axis", np.array([len(shape) - 1], np.int32))
+        if self.t == 1:  # litert-torch's one-row form: keep_dims, no RESHAPE
+            mean = sub.op("MEAN", [sq, axis], (*row, 1), {"keep_dims": True})
+            var = sub.op("ADD", [mean, sub.const("epsilon", np.full((*row, 1), self.c.epsilon, np.float32))],
+                         (*row, 1))
+        else:
+            mean = sub.op("MEAN", [sq, axis], row, {"keep_dims": False})
+            var = sub.op("ADD", [mean, sub.const("epsilon", np.array(self.c.epsilon, np.float32))], row)
+            var = sub.op("RESHAPE", [var, sub.const("shape", np.array((*row, 1), np.int32))], (*row, 1))
         inv = sub.op("RSQRT", [var], (*row, 1))
         y = sub.op("MUL", [sub.op("MUL", [xi, inv], shape), wi], shape)
         sub.output(y)
@@ -209,30 +214,35 @@ class _Signature:
         def ints(v: tuple[int, ...]) -> int:
             return sub.const("shape", np.array(v, np.int32))
 
-        def per_head(cache: int, transposed_to: tuple[int, ...] | None) -> int:
-            """A cache as [1, H, C, D] (the values' [1, H, D, C] when transposed_to says so): GQA broadcast."""
+        def per_head(cache: int, transposed_to: tuple[int, ...] | None, out: tuple[int, ...]) -> int:
+            """A cache [1, KV, C, D] (transposed there first when transposed_to says so) broadcast to H heads
+            (GQA: RESHAPE, BROADCAST_TO) and reshaped to `out` ([1, H, C, D] or [H, C, D])."""
             heads_first = cache if transposed_to is None else sub.op("TRANSPOSE", [cache, ints(transposed_to)],
                                                                       (1, kv, n, d))
             if g == 1:
                 return heads_first
             five = sub.op("RESHAPE", [heads_first, ints((1, kv, 1, n, d))], (1, kv, 1, n, d))
             wide = sub.op("BROADCAST_TO", [five, ints((1, kv, g, n, d))], (1, kv, g, n, d), version=2)
-            return sub.op("RESHAPE", [wide, ints((1, h, n, d))], (1, h, n, d))
+            return sub.op("RESHAPE", [wide, ints(out)], out)
 
         btnh = c.kv_layout == "btnh"
-        keys = per_head(ki, (0, 2, 1, 3) if btnh else None)
-        values = per_head(vi, (0, 2, 1, 3) if btnh else (0, 1, 3, 2))
+        keys = per_head(ki, (0, 2, 1, 3) if btnh else None, (1, h, n, d))
+        values = per_head(vi, (0, 2, 1, 3) if btnh else (0, 1, 3, 2), (h, n, d))
         root_scale = sub.const("scale", np.array(math.sqrt(scale), np.float32))
         qs = sub.op("MUL", [qi, root_scale], (1, t, h, d))
-        qh = sub.op("TRANSPOSE", [qs, ints((0, 2, 1, 3))], (1, h, t, d)) if t > 1 else \
-            sub.op("RESHAPE", [qs, ints((1, h, t, d))], (1, h, t, d))
         kt = sub.op("TRANSPOSE", [sub.op("MUL", [keys, root_scale], (1, h, n, d)), ints((0, 1, 3, 2))], (1, h, d, n))
-        scores = sub.op("BATCH_MATMUL", [sub.op("RESHAPE", [qh, ints((h, t, d))], (h, t, d)),
+        if t > 1:
+            qh = sub.op("TRANSPOSE", [qs, ints((0, 2, 1, 3))], (1, h, t, d))
+            q3 = sub.op("RESHAPE", [qh, ints((h, t, d))], (h, t, d))
+        else:
+            q3 = sub.op("RESHAPE", [qs, ints((h, t, d))], (h, t, d))
+        scores = sub.op("BATCH_MATMUL", [q3,
                                          sub.op("RESHAPE", [kt, ints((h, d, n))], (h, d, n))], (h, t, n),
                         {"adj_x": False, "adj_y": False})
         probs = sub.op("SOFTMAX", [sub.op("ADD", [scores, mi], (1, h, t, n))], (1, h, t, n), {"beta": 1.0})
         ctx = sub.op("BATCH_MATMUL", [sub.op("RESHAPE", [probs, ints((h, t, n))], (h, t, n)),
-                                      sub.op("RESHAPE", [values, ints((h, n, d))], (h, n, d))], (h, t, d),
+                                      values if g > 1 else sub.op("RESHAPE", [values, ints((h, n, d))], (h, n, d))],
+                     (h, t, d),
                      {"adj_x": False, "adj_y": False})
         if t > 1:
             out = sub.op("TRANSPOSE", [sub.op("RESHAPE", [ctx, ints((1, h, t, d))], (1, h, t, d)),
@@ -245,7 +255,8 @@ class _Signature:
 
     # -- the graph -----------------------------------------------------------------------------------------------
     def rope(self, x: int, heads: int, cos: int, sin: int) -> int:
-        """x [1, T, heads, D] rotated by halves (x1 cos - x2 sin, x2 cos + x1 sin), heads-first in between."""
+        """x [1, T, heads, D] (or any shape holding it, reshaped for one token) rotated by halves (x1 cos - x2 sin,
+        x2 cos + x1 sin), heads-first in between."""
         t, d = self.t, self.c.head_dim
         half = (1, heads, t, d // 2)
         hf = self.transpose(x, (0, 2, 1, 3), (1, heads, t, d)) if t > 1 else self.reshape(x, (1, heads, t, d))
@@ -285,7 +296,8 @@ class _Signature:
         valid = self.op("REDUCE_ALL", [in_range, self.ints((1,))], (t,), {"keep_dims": False}, dtype=np.bool_)
         table = np.where(np.arange(n)[None, :] <= np.arange(n)[:, None], 0.0, MASK_MIN).astype(np.float32)
         rows = self.op("GATHER_ND", [self.const("mask_table", table.reshape(n, 1, 1, n)), pos], (t, 1, 1, n))
-        mask = self.op("SELECT_V2", [self.reshape(valid, (1, 1, t, 1), np.bool_), self.reshape(rows, (1, 1, t, n)),
+        mask = self.op("SELECT_V2", [self.reshape(valid, (1, 1, t, 1), np.bool_),
+                                     self.reshape(rows, (1, 1, t, n)) if t > 1 else rows,
                                      self.const("nan", np.array(np.nan, np.float32))], (1, 1, t, n))
         # Where the new rows go in the cache: PACK(0, input_pos[0], 0, 0) (BTNH) or the sequence axis' place.
         first = self.slice(input_pos, (0,), (1,), np.int32) if t > 1 else input_pos
@@ -304,11 +316,9 @@ class _Signature:
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.w.layers, caches)):
             h = self.rms_norm(x, layer["norm1"], f"layer{i}/norm1")
             qkv = self.reshape(self.dense(h, layer["qkv"], f"layer{i}/qkv"), (1, t, kv, g_width * d))
-            q = self.slice(qkv, (0, 0, 0, 0), (1, t, kv, c.groups * d))
             k = self.op("SLICE", [qkv, self.ints((0, 0, 0, c.groups * d)), self.ints((1, t, kv, d))], (1, t, kv, d))
             v = self.op("SLICE", [qkv, self.ints((0, 0, 0, (c.groups + 1) * d)), self.ints((1, t, kv, d))],
                         (1, t, kv, d))
-            q = self.rope(self.reshape(q, (1, t, c.heads, d)), c.heads, cos, sin)
             k = self.rope(k, kv, cos, sin)
             if c.kv_layout == "transposed":
                 k = self.transpose(k, (0, 2, 1, 3), (1, kv, t, d))
@@ -316,6 +326,10 @@ class _Signature:
             k_new = self.op("DYNAMIC_UPDATE_SLICE", [k_cache, k, k_index], k_shape)
             v_new = self.op("DYNAMIC_UPDATE_SLICE", [v_cache, v, v_index], v_shape)
             outputs[f"kv_cache_k_{i}"], outputs[f"kv_cache_v_{i}"] = k_new, v_new
+            if i == c.layers - 1 and not with_logits:
+                break  # the converter drops what no output reads: prefill ends with the last cache write
+            q = self.slice(qkv, (0, 0, 0, 0), (1, t, kv, c.groups * d))
+            q = self.rope(self.reshape(q, (1, t, c.heads, d)) if t > 1 else q, c.heads, cos, sin)
             ctx = self.reshape(self.attention(q, k_new, v_new, mask), (1, t, c.heads * d))
             x = self.op("ADD", [x, self.dense(ctx, layer["output"], f"layer{i}/output")], (1, t, c.width))
             h = self.rms_norm(x, layer["norm2"], f"layer{i}/norm2")

@@ -17,6 +17,8 @@ sound there, and gpuengine must be within the tolerance of one of the two.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -179,6 +181,39 @@ def test_greedy_decoding_matches_litert(name: str):
         assert relative_error(logits[0], logits[1]) <= TOLERANCE, step
         tokens = [int(np.argmax(x)) for x in logits]
         assert tokens[0] == tokens[1], step
+
+
+SMOLLM = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "smollm_4l_int8.tflite"
+
+
+@pytest.mark.skipif(not SMOLLM.exists(), reason=f"{SMOLLM} is absent (the shared test models)")
+def test_builder_writes_what_litert_torch_writes():
+    """At SmolLM-135M's shape (4 layers, width 576, 9 query heads on 3 KV heads of 64, MLP 1536, vocab 49152,
+    cache 256, prefill 32, int8) the builder writes litert-torch 0.10's export op for op: the same count of every
+    op in both signatures and in every composite's decomposition, the same inputs and outputs, and a file of the
+    same size within 2% (shared/models/smollm_4l_int8.tflite, made by litert-torch from random weights)."""
+    import collections
+
+    from gpuengine.model.reader import read_model
+
+    reference = read_model(str(SMOLLM))
+    data = decoder(DecoderConfig(layers=4, width=576, heads=9, kv_heads=3, head_dim=64, mlp=1536, vocab=49152,
+                                 cache=256, prefill=32))
+    ours = read_model(data)
+    for key in ("prefill_32", "decode"):
+        a, b = (next(s for s in m.signatures if s.key == key) for m in (reference, ours))
+        ga, gb = reference.subgraphs[a.subgraph], ours.subgraphs[b.subgraph]
+        assert collections.Counter(op.code for op in ga.ops) == collections.Counter(op.code for op in gb.ops), key
+        for side in ("inputs", "outputs"):
+            assert {n: (ga.tensors[t].shape, ga.tensors[t].dtype) for n, t in getattr(a, side).items()} == \
+                {n: (gb.tensors[t].shape, gb.tensors[t].dtype) for n, t in getattr(b, side).items()}, (key, side)
+
+    def decompositions(model) -> collections.Counter:
+        return collections.Counter(g.name.rsplit(".impl", 1)[0] + ":" + ",".join(sorted(op.code for op in g.ops))
+                                   for g in model.subgraphs[2:])
+
+    assert decompositions(reference) == decompositions(ours)
+    assert abs(len(data) / SMOLLM.stat().st_size - 1) < 0.02
 
 
 def test_xnnpack_departs_where_head_dim_is_not_width():
