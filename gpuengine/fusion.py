@@ -48,7 +48,7 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
             if isinstance(item, Variants):
                 item = item.resolve(decide(item))
             if isinstance(item, KernelSpec):
-                requantize(item, graph)
+                requantize(item, graph, op)
             if isinstance(item, Alias):
                 aliases[item.output] = item.source
                 writer[item.output] = writer.get(item.source, -1)
@@ -102,12 +102,18 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
     return False
 
 
-def requantize(spec: KernelSpec, graph: Graph) -> None:
+def requantize(spec: KernelSpec, graph: Graph, op: Op | None = None) -> None:
     """A spec writing a quantized tensor rounds its values to the tensor's grid in its epilogue (kernels/common.py
-    fake_quant), after its own activation; kept in spec.quantize for re-decomposed copies."""
+    fake_quant), after its own activation; kept in spec.quantize for re-decomposed copies. Where the op's kernel
+    knows how LiteRT's integer kernel rounds that op (`integer_requantize(op, graph)`, e.g. MEAN's double
+    rounding), its op's own output gets that rounding instead."""
     t = spec.output_tensor
     if t is not None and is_quantized(graph.tensors[t]) and has_epilogue(spec):
-        spec.quantize = [fake_quant(graph.tensors[t])]
+        exact = None
+        if op is not None and t == op.outputs[0]:
+            integer_requantize = getattr(registry.kernel_for(op), "integer_requantize", None)
+            exact = integer_requantize(op, graph) if integer_requantize is not None else None
+        spec.quantize = [exact or fake_quant(graph.tensors[t])]
         spec.epilogue.extend(spec.quantize)
 
 

@@ -17,7 +17,18 @@ from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
-from .common import activation, activation_supported, bhwc, broadcastable, float_tensors, keep_nan, operand
+from .common import (
+    activation,
+    activation_supported,
+    bhwc,
+    broadcastable,
+    float_tensors,
+    integer_requant,
+    is_quantized,
+    keep_nan,
+    operand,
+    quantize_multiplier,
+)
 from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
 from .wgsl_math import helpers_for
 
@@ -127,6 +138,10 @@ class ElementwiseKernel:
     def _expr(op: Op, graph: Graph | None = None) -> str:
         if op.code == "CAST":
             return _cast_expr(op, graph)
+        if op.code in ("SQUARED_DIFFERENCE", "RSQRT") and graph is not None:
+            integer = (_int8_squared_difference if op.code == "SQUARED_DIFFERENCE" else _int8_rsqrt)(op, graph)
+            if integer is not None:
+                return integer
         expr = UNARY.get(op.code) or BINARY[op.code]
         if op.code == "GELU":
             expr = _GELU_TANH if op.opt("approximate", False) else _GELU_EXACT
@@ -165,6 +180,19 @@ class ElementwiseKernel:
             bindings += binds
             lines.append(f"let {name} = read_{prefix}{name}(ob, oy, ox, os);")
         return Epilogue([Code("{ " + " ".join(lines + statements) + " }")], functions, bindings)
+
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """int8 MUL without a fused activation as LiteRT's integer kernel rounds it: the product of (q - zero
+        point)s times QuantizeMultiplier(scale_x * scale_y / scale_out), MultiplyByQuantizedMultiplier's two
+        roundings. None for other ops (fake_quant rounds them)."""
+        if op.code != "MUL" or len(op.inputs) != 2 or int(op.opt("fused_activation_function", 0) or 0) != 0:
+            return None
+        tensors = [graph.tensors[t] for t in (*op.inputs, op.outputs[0])]
+        if any(t.dtype != np.int8 or not is_quantized(t) for t in tensors):
+            return None
+        unit = float(tensors[0].quantization.scale[0]) * float(tensors[1].quantization.scale[0])  # type: ignore
+        multiplier, shift = quantize_multiplier(unit / float(tensors[2].quantization.scale[0]))  # type: ignore
+        return integer_requant(tensors[2], unit, multiplier, shift)
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == TREE:
@@ -219,6 +247,57 @@ def _tree_spec(op: Op, graph: Graph) -> KernelSpec:
         [*bindings, Binding("dst", tensor=out_t, writable=True)],
         grid=(w, h, b * slices(c)), out_channels=c, label=label,
     )
+
+
+def _round_away(x: str) -> str:
+    return f"(sign({x}) * floor(abs({x}) + 0.5))"
+
+
+def _int8_squared_difference(op: Op, graph: Graph) -> str | None:
+    """int8 SQUARED_DIFFERENCE as LiteRT's integer kernel computes it (squared_difference.cc): each input's
+    (q - zero point) << 7 scaled by QuantizeMultiplier(its scale / (2 * the larger scale)) with
+    MultiplyByQuantizedMultiplier's two roundings, the difference squared, times QuantizeMultiplier((2 * the
+    larger scale)^2 / (2^14 * output scale)), rounded, plus the zero point, clamped; its real value. The one
+    rounding of (a - b)^2 misses LiteRT's integers by a step on ~0.3% of elements. None unless a, b and the output
+    are per-tensor int8."""
+    tensors = [graph.tensors[t] for t in (*op.inputs, op.outputs[0])]
+    if len(op.inputs) != 2 or any(t.dtype != np.int8 or not is_quantized(t) for t in tensors):
+        return None
+    (sa, sb, so), (zo,) = (float(t.quantization.scale[0]) for t in tensors), \
+        (float(tensors[2].quantization.zero_point[0]),)  # type: ignore[union-attr]
+    left = 7
+    twice = 2.0 * max(sa, sb)
+    scaled = []
+    for name, scale in (("a", sa), ("b", sb)):
+        multiplier, shift = quantize_multiplier(scale / twice)  # <= 0.5: shift <= 0, a right shift
+        q = _round_away(f"{name} * {literal(1.0 / scale)}")
+        high = _round_away(f"{q} * {literal(float(1 << left) * multiplier * 2.0 ** (max(shift, 0) - 31))}")
+        scaled.append(_round_away(f"{high} * {literal(2.0 ** min(shift, 0))}"))
+    multiplier, shift = quantize_multiplier(twice * twice / ((1 << 2 * left) * so))
+    diff = f"({scaled[0]} - {scaled[1]})"
+    out = _round_away(f"{diff} * {diff} * {literal(float(multiplier) * 2.0 ** (shift - 31))}")
+    return f"(clamp({out} + {literal(zo)}, vec4<f32>(-128.0), vec4<f32>(127.0)) - {literal(zo)}) * {literal(so)}"
+
+
+def _int8_rsqrt(op: Op, graph: Graph) -> str | None:
+    """int8 RSQRT as LiteRT's integer kernel computes it (elementwise.cc): v = q - zero point, 1/sqrt(v) as a
+    fixed-point multiplier applied to 2^20 (rounded: `data`), then data times QuantizeMultiplier(1 / sqrt(input
+    scale) / output scale) shifted back by 20 with MultiplyByQuantizedMultiplier's two roundings, plus the zero
+    point; v = 0 gives 127. In f32 with inverseSqrt for the fixed-point Newton iteration: 1 element in 66,000 off
+    by a step over random scales where one rounding of the real 1/sqrt is off on 8 (checked on the host)."""
+    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if any(t.dtype != np.int8 or not is_quantized(t) for t in (x, out)):
+        return None
+    si, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
+    zo = float(out.quantization.zero_point[0])  # type: ignore[union-attr]
+    multiplier, shift = quantize_multiplier(1.0 / np.sqrt(si) / so)
+    left, right = max(shift - 20, 0), max(20 - shift, 0)
+    v = _round_away(f"a * {literal(1.0 / si)}")
+    data = _round_away(f"{literal(2.0 ** 20)} * inverseSqrt(max({v}, vec4<f32>(1.0)))")
+    high = _round_away(f"{data} * {literal(float(multiplier) * 2.0 ** (left - 31))}")
+    q = f"clamp({_round_away(f'{high} * {literal(2.0 ** -right)}')} + {literal(zo)}, vec4<f32>(-128.0), " \
+        f"vec4<f32>(127.0))"
+    return f"(select({q}, vec4<f32>(127.0), {v} <= vec4<f32>(0.0)) - {literal(zo)}) * {literal(so)}"
 
 
 def _zero_extended(op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

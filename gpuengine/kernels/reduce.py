@@ -20,7 +20,7 @@ from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import float_tensors
+from .common import float_tensors, integer_requant, is_quantized, quantize_multiplier
 from .prologue import input_reader, prologue_reason
 
 FLT_MAX = 3.4028234663852886e38
@@ -171,6 +171,28 @@ class ReduceKernel:
         keep_dims = bool(op.opt("keep_dims", False))
         reader = input_reader(op, graph) if op.opt("prologue") else None
         return [reduce_variants(op.code, op.inputs[0], op.outputs[0], shape, axes, keep_dims, reader=reader)]
+
+
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """int8 MEAN as LiteRT's reference_ops::QuantizedMeanOrSum computes it: the sum of (q - zero point) times
+        QuantizeMultiplier(input scale / output scale) divided (integer division) by the element count, with
+        MultiplyByQuantizedMultiplier's two roundings. None for other ops and types (fake_quant rounds them)."""
+        x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        if op.code != "MEAN" or not (is_quantized(x) and is_quantized(out)) or x.dtype != out.dtype \
+                or x.dtype != np.int8:
+            return None
+        axes = normalize_axes(graph.tensors[op.inputs[1]].data, len(x.shape))
+        # Over H and W of a 4D tensor LiteRT takes other integer paths (its spatial Mean; an AVERAGE_POOL_2D that
+        # passes/pool_to_mean made a MEAN rounds as a pool): those keep the single rounding.
+        if isinstance(axes, str) or (len(x.shape) == 4 and sorted(axes) == [1, 2]):
+            return None
+        count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+        in_scale = float(x.quantization.scale[0])  # type: ignore[union-attr]
+        multiplier, shift = quantize_multiplier(in_scale / float(out.quantization.scale[0]))  # type: ignore[union-attr]
+        extra = min(count.bit_length() - 1, 32, 31 + shift)  # QuantizedMeanOrSum folds 1/count into the multiplier
+        multiplier, shift = (multiplier << extra) // count, shift - extra
+        # value is the mean of real inputs: the accumulator (sum of q - zero point) is value * count / in_scale.
+        return integer_requant(out, in_scale / count, multiplier, shift)
 
 
 KERNEL = ReduceKernel()

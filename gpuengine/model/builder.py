@@ -6,6 +6,7 @@ No TensorFlow needed: it writes the flatbuffer with the `tflite` schema bindings
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 import re
@@ -17,7 +18,7 @@ from tflite.ActivationFunctionType import ActivationFunctionType
 from tflite.BuiltinOperator import BuiltinOperator
 from tflite.Padding import Padding
 
-from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, Tensor
+from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, SignatureDef, Tensor
 from .reader import OPTION2_NAMES, OPTION_NAMES, option_fields
 
 # Ops whose options table name is not the CamelCase of the op name.
@@ -149,6 +150,9 @@ def write_model(model: Model) -> bytes:
     """Serialize an IR model. Constant tensors get a buffer each; sparse tensors must be densified first."""
     b = flatbuffers.Builder(1024)
     buffers: list[np.ndarray | None] = [None]  # buffer 0 is the empty sentinel
+    # Constants with equal bytes share one buffer, as converters write them: the signatures of a language model
+    # (prefill_N, decode) read the same weights from tensors of their own subgraphs.
+    shared: dict[tuple[str, bytes], int] = {}
     codes: dict[tuple[int, str | None, int], int] = {}
     subgraph_offsets = []
     for graph in model.subgraphs:
@@ -157,8 +161,12 @@ def write_model(model: Model) -> bytes:
             if t.sparsity is not None:
                 raise ValueError(f"tensor {t.name!r} is sparse; densify it before writing")
             if t.data is not None:
-                buffers.append(np.asarray(t.data))
-                tensor_buffers.append(len(buffers) - 1)
+                arr = np.asarray(t.data)
+                key = (arr.dtype.str, hashlib.sha256(np.ascontiguousarray(arr).view(np.uint8).reshape(-1)).digest())
+                if arr.size == 0 or key not in shared:
+                    buffers.append(arr)
+                    shared.setdefault(key, len(buffers) - 1)
+                tensor_buffers.append(shared[key] if arr.size else len(buffers) - 1)
             else:
                 tensor_buffers.append(0)
         for op in graph.ops:
@@ -384,9 +392,9 @@ class ModelBuilder:
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
            options: dict[str, Any] | None = None, dtype: Any = np.float32, custom_options: bytes | None = None,
            name: str | None = None, shape_signature: tuple[int, ...] | list[tuple[int, ...]] | None = None,
-           ) -> int | list[int]:
+           version: int = 1) -> int | list[int]:
         """Append an op; `shape` is one output shape or a list of them (then a list of indices returns); `dtype`
-        one type or a list (one per output)."""
+        one type or a list (one per output); `version` the operator code's version written in the file."""
         shapes = shape if isinstance(shape, list) else [shape]
         dtypes = dtype if isinstance(dtype, list) else [dtype] * len(shapes)
         sigs = shape_signature if isinstance(shape_signature, list) else [shape_signature] * len(shapes)
@@ -398,8 +406,31 @@ class ModelBuilder:
             builtin, custom = BuiltinOperator.CUSTOM, code
         self.ops.append(Op(index=len(self.ops), code=code, inputs=list(inputs), outputs=outs,
                            options=make_options(code, options) if custom is None else None,
-                           builtin_code=builtin, custom_code=custom, custom_options=custom_options))
+                           builtin_code=builtin, custom_code=custom, custom_options=custom_options,
+                           version=version))
         return outs if isinstance(shape, list) else outs[0]
+
+    def composite(self, name: str, inputs: list[int], shape: tuple[int, ...], decomposition: ModelBuilder,
+                  attributes: dict[str, Any] | None = None, op_name: str | None = None,
+                  owner: ModelBuilder | None = None) -> int:
+        """A STABLEHLO_COMPOSITE op named `name` (e.g. "odml.rms_norm") with one float output; `decomposition`
+        (inputs and outputs in the composite's order) becomes a subgraph of the model: of `owner`, the model's
+        builder, when this builder is one of its other subgraphs. `attributes` are written as a FlexBuffer map, as
+        litert-torch writes them."""
+        from flatbuffers import flexbuffers
+
+        index = (owner or self).add_subgraph(decomposition)
+        result = self.op("STABLEHLO_COMPOSITE", inputs, shape, {
+            "name": name, "decomposition_subgraph_index": index, "composite_attributes_format": 0, "version": 0,
+            "composite_attributes": list(flexbuffers.Dumps(attributes)) if attributes else None,
+        }, name=op_name or name)
+        assert isinstance(result, int)
+        return result
+
+    def signature(self, key: str, subgraph: int, inputs: dict[str, int], outputs: dict[str, int]) -> None:
+        """A SignatureDef: `subgraph` 0 is this builder's graph, 1.. those added with add_subgraph; tensors by
+        index in that subgraph."""
+        self.signatures.append(SignatureDef(key, subgraph, dict(inputs), dict(outputs)))
 
     def output(self, *indices: int) -> None:
         self.outputs.extend(indices)

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 
 from .bert import bert_tiny
+from .decoder import DecoderConfig, decoder, decoder_smollm_shape, decoder_tiny, decoder_tiny_f32
 from .efficientnet import efficientnet_b0
 from .mobilenet import mobilenet_v1, mobilenet_v2
 from .mobilenet_v3 import mobilenet_v3_small
@@ -18,12 +19,14 @@ from .segmentation import segmentation
 from .tiny import tiny
 from .vit import vit_tiny
 
-__all__ = ["DEFAULT", "MODELS", "bert_tiny", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2",
+__all__ = ["DEFAULT", "MODELS", "DecoderConfig", "bert_tiny", "decoder", "decoder_smollm_shape", "decoder_tiny",
+           "decoder_tiny_f32", "efficientnet_b0", "get", "mobilenet_v1", "mobilenet_v2",
            "mobilenet_v2_int8", "mobilenet_v3_small", "segmentation", "tiny", "vit_tiny"]
 
 # name -> build(seed: int = 0) -> .tflite bytes
 MODELS: dict[str, Callable[..., bytes]] = {
     "bert_tiny": bert_tiny,
+    "decoder_tiny": decoder_tiny,
     "efficientnet_b0": efficientnet_b0,
     "mobilenet_v1": mobilenet_v1,
     "mobilenet_v2": mobilenet_v2,

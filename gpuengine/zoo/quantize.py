@@ -209,3 +209,15 @@ def mobilenet_v2_int8(seed: int = 0) -> bytes:
     return quantized_zoo_model(mobilenet_v2(seed), seed,
                                f"gpuengine.zoo mobilenet_v2_int8 (random weights, seed={seed}, full-integer "
                                f"post-training quantization, {CALIBRATION_SAMPLES} calibration inputs)")
+
+
+def vit_tiny_int8(seed: int = 0) -> bytes:
+    """The zoo's ViT-tiny (same seed, same weights) with every LayerNorm in Keras' form (MEAN, SQUARED_DIFFERENCE,
+    RSQRT, ...: the form TensorFlow's converter quantizes; LiteRT has no int8 SQUARE, SQRT or DIV) quantized to
+    int8: int8 FULLY_CONNECTED, BATCH_MATMUL, MEAN, SQUARED_DIFFERENCE, RSQRT, GELU, SOFTMAX, MUL, ADD, SUB; int8
+    input and output."""
+    from .vit import vit_tiny
+
+    return quantized_zoo_model(vit_tiny(seed, ("keras",)), seed,
+                               f"gpuengine.zoo vit_tiny_int8 (random weights, seed={seed}, full-integer "
+                               f"post-training quantization, {CALIBRATION_SAMPLES} calibration inputs)")

@@ -118,9 +118,10 @@ def scaled_softmax_context(mb: ModelBuilder, scores: int, vh: int, name: str, to
 
 
 class _Vit:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, ln_styles: tuple[str, ...] = LN_STYLES) -> None:
         self.mb = ModelBuilder(f"gpuengine.zoo vit_tiny (random weights, seed={seed})")
         self.rng = np.random.default_rng(seed)
+        self.ln_styles = ln_styles
 
     def dense(self, x: int, shape: Shape, out: int, name: str, gain: float = 1.0, act: str = "NONE") -> int:
         """FULLY_CONNECTED keeping the leading dims (keep_num_dims), Xavier-scaled weights, small bias."""
@@ -170,10 +171,11 @@ class _Vit:
         x = mb.op("ADD", [tokens, mb.const("position", self.rng.normal(0.0, 0.5, shape).astype(np.float32))],
                   shape, name="position/add")
         for layer in range(LAYERS):
-            style = LN_STYLES[layer % len(LN_STYLES)]
+            styles = self.ln_styles
+            style = styles[layer % len(styles)]
             h = layer_norm(mb, x, shape, style, *self.norm_params(), name=f"layer{layer}/ln1")
             x = mb.op("ADD", [x, self.attention(h, layer)], shape, name=f"layer{layer}/residual1")
-            h = layer_norm(mb, x, shape, LN_STYLES[(layer + 1) % len(LN_STYLES)], *self.norm_params(),
+            h = layer_norm(mb, x, shape, styles[(layer + 1) % len(styles)], *self.norm_params(),
                            name=f"layer{layer}/ln2")
             h = mb.op("GELU", [self.dense(h, shape, MLP, f"layer{layer}/mlp1")], (1, TOKENS, MLP),
                       {"approximate": False}, name=f"layer{layer}/gelu")
@@ -187,7 +189,7 @@ class _Vit:
         return mb.build()
 
 
-def vit_tiny(seed: int = 0) -> bytes:
+def vit_tiny(seed: int = 0, ln_styles: tuple[str, ...] = LN_STYLES) -> bytes:
     """ViT-tiny: patch conv, 4 pre-norm transformer layers (width 64, 4 heads, GELU MLP 128), final LayerNorm,
-    mean pooling, 10-class head and SOFTMAX."""
-    return _Vit(seed).build()
+    mean pooling, 10-class head and SOFTMAX. ln_styles: the LayerNorm forms the layers cycle through."""
+    return _Vit(seed, ln_styles).build()
