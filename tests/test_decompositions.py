@@ -72,6 +72,23 @@ def fully_connected() -> bytes:
     return mb.build()
 
 
+def fully_connected_int8() -> bytes:
+    """Hybrid FC (int8 weights per channel, float rows quantized as LiteRT does): five rows of 130 -> 9 (33 words
+    per row: splits up to 16), RELU."""
+    from gpuengine.model.ir import Quantization
+
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((9, 130)).astype(np.float32)
+    scale = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+    mb = ModelBuilder()
+    x = mb.input("x", (5, 130))
+    q = mb.const("w", np.round(w / scale[:, None]).astype(np.int8), np.int8,
+                 Quantization(scale=scale, zero_point=np.zeros(9, np.int64), axis=0))
+    mb.output(mb.op("FULLY_CONNECTED", [x, q, mb.const("b", rng.standard_normal(9).astype(np.float32))], (5, 9),
+                    {"fused_activation_function": "RELU"}))
+    return mb.build()
+
+
 def batch_matmul() -> bytes:
     mb = ModelBuilder()
     a = mb.input("a", (2, 5, 24))
@@ -100,7 +117,8 @@ def normalizations() -> bytes:
 
 
 MODELS = {"conv_1x1": conv_1x1, "conv_general": conv_general, "depthwise": depthwise,
-          "fully_connected": fully_connected, "batch_matmul": batch_matmul, "reductions": reductions,
+          "fully_connected": fully_connected, "fully_connected_int8": fully_connected_int8,
+          "batch_matmul": batch_matmul, "reductions": reductions,
           "normalizations": normalizations}
 
 

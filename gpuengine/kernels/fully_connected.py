@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
-from . import layout_view, tiling
+from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
+
+HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -94,6 +97,8 @@ class FullyConnectedKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == "BATCH_MATMUL":
             return [_bmm_build(op, graph)]
+        if is_hybrid(op, graph):
+            return [_hybrid_build(op, graph)]
         x, out = op.inputs[0], op.outputs[0]
         w = const_f32(graph, op.inputs[1])
         o, i = w.shape
@@ -134,6 +139,101 @@ class FullyConnectedKernel:
         tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
         return [tiling.variants("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw},
                                 tiles, depth, count, tiling.mat_step, make, rows * i * o)]
+
+
+# -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
+
+
+def is_hybrid(op: Op, graph: Graph) -> bool:
+    """A float FULLY_CONNECTED with symmetric int8 (or int4) weights per output channel: LiteRT quantizes its
+    input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
+    x, w = (graph.tensors[t] for t in op.inputs[:2])
+    out = graph.tensors[op.outputs[0]]
+    return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
+            and out.quantization is None and packed_int8.int8_values(w) is not None)
+
+
+def _hybrid_build(op: Op, graph: Graph) -> Variants:
+    """XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default CPU delegate runs: per input row,
+    rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a zero point nudged to an integer,
+    q = clamp(round(x * scale) + zp) (ties to even); the output is (sum q*w - zp * sum w) / scale * w_scale + bias
+    with the sums in i32 (dot4I8Packed)."""
+    x, out = op.inputs[0], op.outputs[0]
+    o, i = graph.tensors[op.inputs[1]].shape
+    ib, ih, iw, ic = bhwc(graph, x)
+    rb, rh, rw, _ = bhwc(graph, out)
+    rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
+    packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
+    words = p * si  # the reduction: u32 words (4 input channels) per row
+    reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
+    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+    bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
+    fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
+             "STORE": _out_store(so, rh, rw, rows)}
+
+    def count(tile: tuple[int, int]) -> int:
+        return -(-rows // tile[0]) * -(-so // tile[1])
+
+    def make(d: Decomposition) -> KernelSpec:
+        rt, st = d.tile
+        sg = -(-so // st)
+        so_pad = sg * st
+        # per output slice: channel scales, row sums of the weights (for the input's zero point) and bias
+        channel = np.zeros((3, so_pad * 4), np.float32)
+        channel[0, :o] = packed.scale
+        channel[1, :o] = packed.row_sums
+        channel[2] = bias_vec4(bias, o, so_pad)
+        src = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
+        ranges = [f"range_{t}" for t in range(rt)]
+        range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
+        row_params = []
+        for t in range(rt):
+            row_params += [
+                f"let rmin_{t} = min(range_{t}.x, 0.0);",
+                f"let rmax_{t} = max(-range_{t}.y, 0.0);",
+                f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
+                f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
+                f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
+                f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
+                f"let inv_{t} = 1.0 / qs_{t};",
+            ]
+        init = []
+        for j in range(st):
+            init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
+            init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
+        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+        for j in range(st):
+            taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
+            taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
+                     + ");" for t in range(rt)]
+        accs = accumulators(d.tile)
+        to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
+        store = [f"store(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u], "
+                 f"r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+        shared, dispatch = tiling.split_params(d, count(d.tile), accs)
+        shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        bindings = [Binding("src", tensor=x), *weight_bindings,
+                    Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
+                    Binding("dst", tensor=out, writable=True)]
+        params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
+                  "RANGE_INIT": lines([f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)], 2),
+                  "RANGE_TAPS": lines(range_taps, 4),
+                  "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})"),
+                  "ROW_PARAMS": lines(row_params, 2), "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
+                  "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
+        return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
+                          workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
+                          epilogue=activation(op), out_channels=o,
+                          label=f"{op.code} {rows}x{i}->{o}: {HYBRID} [{d.describe()}]")
+
+    def step(tile: tuple[int, int]) -> float:  # a range pass and a quantizing pass over the input words
+        return 2 * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+
+    tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
+    return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
+                                                    "chunks": len(weight_bindings)},
+                           tiles, words, count, step, make, rows * i * o)
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------
