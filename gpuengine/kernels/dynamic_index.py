@@ -61,7 +61,7 @@ def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], li
         return [_source(graph, t, name)], [], lambda coords: _at(name, shape, coords)
     channels = shape[-1] if len(shape) > 1 else 1
     packed = pack_rows(tensor, channels)
-    fn, bindings = chunked_reader(name, packed, align=1)
+    fn, bindings = chunked_reader(name, packed)
     rest = shape[1:]
     si = -(-channels // 4)
 

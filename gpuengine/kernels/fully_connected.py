@@ -119,18 +119,21 @@ class FullyConnectedKernel:
             sg = -(-so // st)
             taps = [f"let s_{t} = S4(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]);"
                     for t in range(rt)]
-            taps += [f"let w_{j} = weights[(os0 + {j}u) * {depth}u + q];" for j in range(st)]
+            taps += [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
             taps += mat_taps(d.tile)
             store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
+            blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
+            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, st)
             bindings = [
                 Binding("src", tensor=x),
-                Binding("weights", data=fc_blocks(w, ic, sg * st), element="SM"),
+                *weight_bindings,
                 Binding("bias", data=bias_vec4(bias, o, sg * st)),
                 Binding("dst", tensor=out, writable=True),
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
-                      "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4), "STORE_ALL": lines(store, 4)}
+                      "WEIGHTS_FN": reader, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
+                      "STORE_ALL": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o,

@@ -89,13 +89,21 @@ def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int
 def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code, list[Binding]]:
     """`fn {name}_word(r: u32, w: u32) -> u32`: word w of row r (clamped to the last row), and its bindings (one per
     chunk of rows)."""
-    n, words = packed.rows, packed.row_words
-    chunks = row_chunks(n, words * 4, align)
-    bindings = [Binding(f"{name}_{c}", data=packed.words[a:b].reshape(-1), element="u32")
+    return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+
+
+def chunked_rows(fn: str, name: str, data: np.ndarray, element: str, unit: int, align: int = 4,
+                 ) -> tuple[Code, list[Binding]]:
+    """`fn {fn}(r: u32, w: u32) -> element`: element w of row r (clamped to the last row) of a constant [rows, n]
+    (n scalars a row, `unit` scalars an element), bound as row chunks of at most MAX_BINDING_BYTES (4-byte
+    scalars) named {name}_0, {name}_1, ..."""
+    rows, per = data.shape[0], data.shape[1] // unit
+    chunks = row_chunks(rows, data.shape[1] * 4, align)
+    bindings = [Binding(f"{name}_{c}", data=np.ascontiguousarray(data[a:b]).reshape(-1), element=element)
                 for c, (a, b) in enumerate(chunks)]
-    body = [f"  let row = min(r, {n - 1}u);"]
-    for c, (a, b) in enumerate(chunks[:-1]):
-        body.append(f"  if (row < {b}u) {{ return {name}_{c}[(row - {a}u) * {words}u + w]; }}")
-    a = chunks[-1][0]
-    body.append(f"  return {name}_{len(chunks) - 1}[(row - {a}u) * {words}u + w];")
-    return Code(f"fn {name}_word(r: u32, w: u32) -> u32 {{\n" + "\n".join(body) + "\n}\n"), bindings
+    wrap = "SM" if element == "SM" else ""  # an SM constant may be bound in f32 (codegen.dispatch_precision)
+    body = [f"  let row = min(r, {rows - 1}u);"]
+    for c, (a, b) in enumerate(chunks):
+        read = f"return {wrap}({name}_{c}[(row - {a}u) * {per}u + w]);"
+        body.append(f"  if (row < {b}u) {{ {read} }}" if c < len(chunks) - 1 else f"  {read}")
+    return Code(f"fn {fn}(r: u32, w: u32) -> {element} {{\n" + "\n".join(body) + "\n}\n"), bindings
