@@ -19,6 +19,7 @@ from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
+from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
@@ -177,3 +178,47 @@ def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
     assert got["logits"].argmax() == ref["logits"].argmax()
     weight_bytes = sum(sum(p.constant_buffers().values()) for p in compiled.gpu_programs)
     assert weight_bytes <= 1.05 * SMOLLM.stat().st_size
+
+
+def gated_mlp(hybrid: bool, bias: bool) -> tuple[bytes, int]:
+    """A gated MLP as litert-torch writes it: gate = FC(x), up = FC(x), LOGISTIC(gate), MUL(gate, ·), MUL(·, up),
+    then the down projection; 3 rows of 24 -> 16 -> 24."""
+    rng = np.random.default_rng(7)
+    mb = ModelBuilder()
+    x = mb.input("x", (3, 24))
+
+    def fc(name: str, src: int, o: int, i: int) -> int:
+        if hybrid:
+            q, quant = int8_weights(rng, o, i)
+            w = mb.const(name, q, np.int8, quant)
+        else:
+            w = mb.const(name, (rng.standard_normal((o, i)) / 4).astype(np.float32))
+        b = mb.const(f"{name}_b", rng.standard_normal(o).astype(np.float32)) if bias else -1
+        return mb.op("FULLY_CONNECTED", [src, w, b], (3, o))
+
+    gate, up = fc("gate", x, 16, 24), fc("up", x, 16, 24)
+    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
+    mb.output(fc("down", mb.op("MUL", [silu, up], (3, 16)), 24, 16))
+    return mb.build(), x
+
+
+@pytest.mark.parametrize("hybrid,bias", [(True, False), (False, True)])
+def test_gate_and_up_projections_merge_with_their_silu_into_one_dispatch(hybrid, bias):
+    from gpuengine.passes.merge_gated_projections import merge_gated_projections
+    from gpuengine.passes.pipeline import run_passes
+
+    data, x = gated_mlp(hybrid, bias)
+    graph = run_passes(read_model(data).main, optimize=False)
+    merged = merge_gated_projections(graph)
+    assert [op.code for op in merged.ops] == ["FULLY_CONNECTED", "FULLY_CONNECTED"]
+    assert merged.ops[0].opt("gated") == "SILU"
+    feeds = {x: (np.random.default_rng(8).standard_normal((3, 24)) * 2).astype(np.float32)}
+    ref = run_litert(data, feeds)
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    kernels = [d.spec.shader for d in it.compiled.gpu_programs[0].dispatches]
+    assert kernels.count("fully_connected_int8" if hybrid else "fully_connected") == 2
+    assert "elementwise" not in kernels
+    got = run(it, feeds)
+    for t, r in ref.items():
+        assert relative_error(got[t], r) <= 1e-5, t

@@ -26,6 +26,8 @@ from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
+from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
+from .wgsl_math import helpers_for
 
 HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
 
@@ -90,6 +92,10 @@ class FullyConnectedKernel:
         if i % ic:
             return f"rows of {i} do not hold whole pixels of the input's {ic} channels"
         rb, rh, rw, oc = bhwc(graph, op.outputs[0])
+        if op.opt("gated"):
+            if op.opt("gated") != "SILU" or o % 8 or activation(op):
+                return "a gated projection takes SILU, 2 x 4k weight rows (gate and up interleaved), no activation"
+            o //= 2
         if oc != o or rb * rh * rw != total // i:
             return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
         return None
@@ -108,8 +114,9 @@ class FullyConnectedKernel:
         bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
         bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
         depth = si * p  # weight blocks per output slice: the reduction the split divides
+        gated = bool(op.opt("gated"))
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
-                 "STORE": _out_store(so, rh, rw, rows)}
+                 "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
 
         def count(tile: tuple[int, int]) -> int:
             return -(-rows // tile[0]) * -(-so // tile[1])
@@ -121,7 +128,7 @@ class FullyConnectedKernel:
                     for t in range(rt)]
             taps += [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
             taps += mat_taps(d.tile)
-            store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
             reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, st)
@@ -136,12 +143,39 @@ class FullyConnectedKernel:
                       "STORE_ALL": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
-                              epilogue=activation(op), out_channels=o,
-                              label=f"{op.code} {rows}x{i}->{o} [{d.describe()}]")
+                              epilogue=activation(op), out_channels=o // 2 if gated else o,
+                              functions=list(GATE_FNS) if gated else [],
+                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)} [{d.describe()}]")
 
-        tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
+        tiles = _tiles(rows, so, gated)
         return [tiling.variants("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw},
                                 tiles, depth, count, tiling.mat_step, make, rows * i * o)]
+
+
+# -- gated projections (passes/merge_gated_projections.py): gate and up weights interleaved by output slice ----
+
+# silu(gate) * up with the elementwise kernel's LOGISTIC; helpers apart, so codegen emits each one once
+GATE_FNS = [Code("fn silu_gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {\n"
+                 f"  let s = {ELEMENTWISE_LOGISTIC};\n  return a * s * up;\n}}\n"),
+            *(Code(h) for h in helpers_for(ELEMENTWISE_LOGISTIC))]
+
+
+def _tiles(rows: int, so: int, gated: bool) -> list[tuple[int, int]]:
+    """Tile shapes (rows, output slices); a gated projection's tile is one gate slice and its up slice."""
+    return [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)
+            and (not gated or st == 2)]
+
+
+def _stores(values: list[list[str]], gated: bool) -> list[str]:
+    """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 gets
+    silu(gate) * up of the tile's two slices (LiteRT's LOGISTIC, MUL, MUL)."""
+    if gated:
+        return [f"store(silu_gate({g}, {u}), r0 + {t}u, os0 / 2u);" for t, (g, u) in enumerate(zip(*values))]
+    return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
+
+
+def _outputs(o: int, gated: bool) -> str:
+    return f"{o // 2} (silu(gate) * up of {o} interleaved rows)" if gated else str(o)
 
 
 # -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
@@ -166,13 +200,14 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     ib, ih, iw, ic = bhwc(graph, x)
     rb, rh, rw, _ = bhwc(graph, out)
     rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
+    gated = bool(op.opt("gated"))
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
     words = p * si  # the reduction: u32 words (4 input channels) per row
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
     fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
-             "STORE": _out_store(so, rh, rw, rows)}
+             "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
 
     def count(tile: tuple[int, int]) -> int:
         return -(-rows // tile[0]) * -(-so // tile[1])
@@ -212,8 +247,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                      + ");" for t in range(rt)]
         accs = accumulators(d.tile)
         to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
-        store = [f"store(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u], "
-                 f"r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+        store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+                          for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
         shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
         bindings = [Binding("src", tensor=x), *weight_bindings,
@@ -227,13 +262,14 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                   "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
-                          epilogue=activation(op), out_channels=o,
-                          label=f"{op.code} {rows}x{i}->{o}: {HYBRID} [{d.describe()}]")
+                          epilogue=activation(op), out_channels=o // 2 if gated else o,
+                          functions=list(GATE_FNS) if gated else [],
+                          label=f"{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} [{d.describe()}]")
 
     def step(tile: tuple[int, int]) -> float:  # a range pass and a quantizing pass over the input words
         return 2 * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
 
-    tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
+    tiles = _tiles(rows, so, gated)
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings)},
                            tiles, words, count, step, make, rows * i * o)
