@@ -27,6 +27,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   ${LANE}
   let r0 = tile % ${RTILES}u * ${RT}u;
   let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
+  ${NORM}
   ${RANGE_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
     let px = q / ${SI}u;

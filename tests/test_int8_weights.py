@@ -181,11 +181,14 @@ def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
 
 
 def gated_mlp(hybrid: bool, bias: bool) -> tuple[bytes, int]:
-    """A gated MLP as litert-torch writes it: gate = FC(x), up = FC(x), LOGISTIC(gate), MUL(gate, ·), MUL(·, up),
-    then the down projection; 3 rows of 24 -> 16 -> 24."""
+    """A pre-norm gated MLP as litert-torch writes it: RMSNorm (MUL, MEAN, ADD, RSQRT, MUL, MUL), gate = FC(y),
+    up = FC(y), LOGISTIC(gate), MUL(gate, ·), MUL(·, up), then the down projection; 3 rows of 24 -> 16 -> 24."""
+    from gpuengine.zoo.vit import rms_norm
+
     rng = np.random.default_rng(7)
     mb = ModelBuilder()
     x = mb.input("x", (3, 24))
+    y = rms_norm(mb, x, (3, 24), rng.uniform(0.5, 1.5, 24))
 
     def fc(name: str, src: int, o: int, i: int) -> int:
         if hybrid:
@@ -196,29 +199,36 @@ def gated_mlp(hybrid: bool, bias: bool) -> tuple[bytes, int]:
         b = mb.const(f"{name}_b", rng.standard_normal(o).astype(np.float32)) if bias else -1
         return mb.op("FULLY_CONNECTED", [src, w, b], (3, o))
 
-    gate, up = fc("gate", x, 16, 24), fc("up", x, 16, 24)
+    gate, up = fc("gate", y, 16, 24), fc("up", y, 16, 24)
     silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
     mb.output(fc("down", mb.op("MUL", [silu, up], (3, 16)), 24, 16))
     return mb.build(), x
 
 
 @pytest.mark.parametrize("hybrid,bias", [(True, False), (False, True)])
-def test_gate_and_up_projections_merge_with_their_silu_into_one_dispatch(hybrid, bias):
+def test_gate_and_up_projections_merge_with_their_norm_and_silu_into_one_dispatch(hybrid, bias):
+    """merge_gated_projections (int8 or float weights), then fuse_norm_into_projection (int8 weights): the MLP is
+    two dispatches, plus the RMSNorm's own with float weights."""
+    from gpuengine.passes.fuse_norm_into_projection import fuse_norm_into_projection
+    from gpuengine.passes.fuse_normalization import fuse_normalization
     from gpuengine.passes.merge_gated_projections import merge_gated_projections
     from gpuengine.passes.pipeline import run_passes
 
     data, x = gated_mlp(hybrid, bias)
-    graph = run_passes(read_model(data).main, optimize=False)
+    graph = fuse_normalization(run_passes(read_model(data).main, optimize=False))
     merged = merge_gated_projections(graph)
-    assert [op.code for op in merged.ops] == ["FULLY_CONNECTED", "FULLY_CONNECTED"]
-    assert merged.ops[0].opt("gated") == "SILU"
+    assert [op.code for op in merged.ops] == ["RMS_NORM", "FULLY_CONNECTED", "FULLY_CONNECTED"]
+    assert merged.ops[1].opt("gated") == "SILU"
+    normed = fuse_norm_into_projection(merged)
+    assert [op.code for op in normed.ops] == ["FULLY_CONNECTED"] * 2 if hybrid else ["RMS_NORM"] + [
+        "FULLY_CONNECTED"] * 2
     feeds = {x: (np.random.default_rng(8).standard_normal((3, 24)) * 2).astype(np.float32)}
     ref = run_litert(data, feeds)
     it = Interpreter(model_content=data)
     it.allocate_tensors()
     kernels = [d.spec.shader for d in it.compiled.gpu_programs[0].dispatches]
     assert kernels.count("fully_connected_int8" if hybrid else "fully_connected") == 2
-    assert "elementwise" not in kernels
+    assert "elementwise" not in kernels and ("normalization" in kernels) != hybrid
     got = run(it, feeds)
     for t, r in ref.items():
         assert relative_error(got[t], r) <= 1e-5, t

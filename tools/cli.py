@@ -144,9 +144,9 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from gpuengine.kernels.fully_connected import HYBRID
-
-    notes = {"fully_connected_int8": f" ({HYBRID})"}  # what a kernel computes, where the op names do not say it
+    # kernels whose label says what they compute where the op names do not (a hybrid FC's quantization, a norm
+    # read as its prologue, a gated projection): the label, less its decomposition
+    described = ("fully_connected_int8",)
     name, data = load_model(args.model)
     report = inspect_report(data, args)
     it = report.pop("_interpreter")
@@ -181,7 +181,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
               f"{'x'.join(map(str, d['grid'])):<16} {d['invocations']:>11} {d['macs']:>11}  "
-              f"{'+'.join(d['ops']) or d['label']}{notes.get(d['kernel'], '')}")
+              f"{'+'.join(d['ops']) or d['label']}"
+              + (f": {d['label'].rsplit(' [', 1)[0]}" if d["kernel"] in described else ""))
     return 0
 
 

@@ -92,6 +92,8 @@ class FullyConnectedKernel:
         if i % ic:
             return f"rows of {i} do not hold whole pixels of the input's {ic} channels"
         rb, rh, rw, oc = bhwc(graph, op.outputs[0])
+        if op.opt(NORM) and (not is_hybrid(op, graph) or i != ic):
+            return "a normalization prologue needs int8 weights and rows of one pixel"
         if op.opt("gated"):
             if op.opt("gated") != "SILU" or o % 8 or activation(op):
                 return "a gated projection takes SILU, 2 x 4k weight rows (gate and up interleaved), no activation"
@@ -178,6 +180,45 @@ def _outputs(o: int, gated: bool) -> str:
     return f"{o // 2} (silu(gate) * up of {o} interleaved rows)" if gated else str(o)
 
 
+# -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
+
+NORM = "norm"  # FC option: (scale tensor, offset tensor, epsilon, eps_outside, label) of an RMS_NORM of the input
+
+
+def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, channels: int,
+                   ) -> tuple[list[str], Code, list[Binding]]:
+    """The input rows as the FC reads them (each `raw` vec4 expression normalized, when the op has a NORM), the
+    code computing each row's normalizer first (a pass over the row, its split combined), and its bindings. The
+    normalization is RMS_NORM's own expression (kernels/normalization.py)."""
+    norm = op.opt(NORM)
+    if not norm:
+        return raw, Code(""), []
+    scale_t, offset_t, eps, eps_outside, _ = norm
+    s = slices(channels)
+
+    def padded(t: int) -> np.ndarray:
+        out = np.zeros(s * 4, np.float32)
+        out[:channels] = const_f32(graph, t).reshape(-1)
+        return out
+
+    code = [f"var nsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
+    code.append(f"for (var q = k; q < {s}u; q += {d.split}u) {{")
+    code.append("  let px = 0u;")
+    code.append("  let sl = q;")
+    code += [line for t, r in enumerate(raw) for line in (f"  let v_{t} = {r};", f"  nsq_{t} += v_{t} * v_{t};")]
+    code.append("}")
+    code.append(codegen.lane_reduce([f"nsq_{t}" for t in range(len(raw))], d))
+    for t in range(len(raw)):
+        mean = f"(nsq_{t}.x + nsq_{t}.y + nsq_{t}.z + nsq_{t}.w) / {codegen.literal(float(channels))}"
+        eps_code = codegen.literal(float(eps))
+        inv = f"1.0 / (sqrt({mean}) + {eps_code})" if eps_outside else f"inverseSqrt({mean} + {eps_code})"
+        code.append(f"let ninv_{t} = {inv};")
+    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_scale[sl] + norm_offset[sl])" for t, r in enumerate(raw)]
+    bindings = [Binding("norm_scale", data=padded(scale_t), element="vec4<f32>"),
+                Binding("norm_offset", data=padded(offset_t), element="vec4<f32>")]
+    return src, Code("\n  ".join(code)), bindings
+
+
 # -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
 
 
@@ -201,6 +242,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     rb, rh, rw, _ = bhwc(graph, out)
     rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
     gated = bool(op.opt("gated"))
+    norm = op.opt(NORM)
+    norm_label = f"{norm[4]} + " if norm else ""
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
     words = p * si  # the reduction: u32 words (4 input channels) per row
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
@@ -221,7 +264,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         channel[0, :o] = packed.scale
         channel[1, :o] = packed.row_sums
         channel[2] = bias_vec4(bias, o, so_pad)
-        src = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
+        raw = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
+        src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic)
         ranges = [f"range_{t}" for t in range(rt)]
         range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
         row_params = []
@@ -251,20 +295,21 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
         shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        bindings = [Binding("src", tensor=x), *weight_bindings,
+        bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
                     Binding("dst", tensor=out, writable=True)]
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                   "RANGE_INIT": lines([f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)], 2),
                   "RANGE_TAPS": lines(range_taps, 4),
-                  "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})"),
+                  "NORM": norm_code, "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm),
                   "ROW_PARAMS": lines(row_params, 2), "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
                   "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
-                          label=f"{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} [{d.describe()}]")
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
+                                f"[{d.describe()}]")
 
     def step(tile: tuple[int, int]) -> float:  # a range pass and a quantizing pass over the input words
         return 2 * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
