@@ -124,7 +124,7 @@ def test_int8_embedding_equals_litert_in_one_partition_sharing_the_lm_head_buffe
 
 def test_constants_larger_than_one_binding_are_split(monkeypatch):
     """With the binding limit lowered to 640 bytes, the 37-row packed table (40 bytes a row), the FC's f32 weight
-    blocks and the embedding table are each bound as several chunks; results stay LiteRT's."""
+    blocks and the int8 and f32 embedding tables are each bound as several chunks; results stay LiteRT's."""
     monkeypatch.setattr(packed_int8, "MAX_BINDING_BYTES", 640)
     rng = np.random.default_rng(5)
     q, quant = int8_weights(rng, 37, 40)
@@ -135,15 +135,20 @@ def test_constants_larger_than_one_binding_are_split(monkeypatch):
     wf = mb.const("wf", rng.standard_normal((10, 40)).astype(np.float32))
     dense = mb.op("FULLY_CONNECTED", [x, wf, mb.const("bf", np.ones(10, np.float32))], (2, 10))
     emb = mb.op("EMBEDDING_LOOKUP", [ids, mb.const("t", q, np.int8, quant)], (2, 40))
-    mb.output(hybrid, dense, emb)
+    emb_f32 = mb.op("EMBEDDING_LOOKUP", [ids, mb.const("tf", rng.standard_normal((37, 10)).astype(np.float32))],
+                    (2, 10))
+    mb.output(hybrid, dense, emb, emb_f32)
     data = mb.build()
     feeds = {x: rng.standard_normal((2, 40)).astype(np.float32), ids: np.array([36, 17], np.int32)}
     ref = run_litert(data, feeds)
     it = Interpreter(model_content=data)
     it.allocate_tensors()
-    chunks = {d.spec.shader: sum(b.name.startswith(("weights_", "table_")) and not b.name.endswith("scale")
-                                 for b in d.spec.bindings) for d in it.compiled.gpu_programs[0].dispatches}
-    assert chunks["fully_connected_int8"] == 3 and chunks["fully_connected"] >= 2 and chunks["copy"] == 3
+    chunks = [(d.spec.shader, sum(b.name.startswith(("weights_", "table_")) and not b.name.endswith("scale")
+                                  for b in d.spec.bindings)) for d in it.compiled.gpu_programs[0].dispatches]
+    # int8 FC: 37 rows of 40 bytes in chunks of 16; f32 FC: 3 slices of 10 blocks (640 bytes each), in chunks of
+    # whole tiles (1 or 2 slices); int8 table as the FC's; f32 table: 37 rows of 3 slices (48 bytes) in chunks of 12
+    assert ("fully_connected_int8", 3) in chunks and dict(chunks)["fully_connected"] >= 2
+    assert ("copy", 3) in chunks and ("copy", 4) in chunks
     got = run(it, feeds)
     for t, r in ref.items():
         assert relative_error(got[t], r) <= 1e-5, t

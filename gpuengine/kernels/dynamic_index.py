@@ -17,10 +17,11 @@ import numpy as np
 
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
+from . import packed_int8
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors, tensor_values
 from .index_map import Ix, output_coords, storage_index
-from .packed_int8 import chunked_reader, int8_values, pack_rows
+from .packed_int8 import chunked_reader, chunked_rows, int8_values, pack_rows
 
 _DUMMY_GRID = tuple(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))
 
@@ -54,11 +55,17 @@ def _int8_table(graph: Graph, data: int, out: int) -> bool:
 
 def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], list[Code], Callable[[list[Ix]], str]]:
     """Bindings, WGSL functions and a reader `at(coords) -> f32 code` of the element at logical `coords` of the
-    table or source tensor t: PHWC4 (f32 / f16), or for an int8 table its packed rows times the row's scale."""
+    table or source tensor t: PHWC4 (f32 / f16; a constant [V, D] table larger than one binding in row chunks), or
+    for an int8 table its packed rows times the row's scale."""
     tensor = graph.tensors[t]
     shape = tuple(tensor.shape)
     if not _int8_table(graph, t, out):
-        return [_source(graph, t, name)], [], lambda coords: _at(name, shape, coords)
+        if tensor.data is None or len(shape) != 2 or shape[0] * slices(shape[1]) * 16 <= packed_int8.MAX_BINDING_BYTES:
+            return [_source(graph, t, name)], [], lambda coords: _at(name, shape, coords)
+        # a [V, D] table larger than one binding: PHWC4 keeps each row's slices together, so split it by rows
+        rows = to_phwc4(tensor_values(tensor).reshape(to_bhwc(shape))).reshape(shape[0], -1)
+        fn, bindings = chunked_rows(f"{name}_at", name, rows, "S1", 1)
+        return bindings, [fn], lambda coords: f"f32({name}_at({coords[0].code}, {coords[1].code}))"
     channels = shape[-1] if len(shape) > 1 else 1
     packed = pack_rows(tensor, channels)
     fn, bindings = chunked_reader(name, packed)
