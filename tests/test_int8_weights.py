@@ -237,3 +237,29 @@ def test_gate_and_up_projections_merge_with_their_norm_and_silu_into_one_dispatc
     got = run(it, feeds)
     for t, r in ref.items():
         assert relative_error(got[t], r) <= 1e-5, t
+
+
+def test_projection_fusions_leave_shared_tensors_alone():
+    """An RMSNorm read by two projections stays its own op; a gate also read elsewhere (a graph output) is not
+    merged (graph level, nothing compiled)."""
+    from gpuengine.passes.fuse_norm_into_projection import fuse_norm_into_projection
+    from gpuengine.passes.fuse_normalization import fuse_normalization
+    from gpuengine.passes.merge_gated_projections import merge_gated_projections
+    from gpuengine.zoo.vit import rms_norm
+
+    rng = np.random.default_rng(9)
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 24))
+    y = rms_norm(mb, x, (2, 24), rng.uniform(0.5, 1.5, 24))
+    fcs = []
+    for name in ("gate", "up"):
+        q, quant = int8_weights(rng, 8, 24)
+        fcs.append(mb.op("FULLY_CONNECTED", [y, mb.const(name, q, np.int8, quant), -1], (2, 8)))
+    gate, up = fcs
+    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (2, 8))], (2, 8))
+    mb.output(mb.op("MUL", [silu, up], (2, 8)), gate)
+    graph = fuse_normalization(read_model(mb.build()).main)
+    assert [op.code for op in graph.ops][0] == "RMS_NORM"
+    after = fuse_norm_into_projection(merge_gated_projections(graph))
+    assert [op.code for op in after.ops] == [op.code for op in graph.ops]
+    assert not any(op.opt("gated") or op.opt("norm") for op in after.ops)
