@@ -150,7 +150,8 @@ class FullyConnectedKernel:
                               label=f"{op.code} {rows}x{i}->{_outputs(o, gated)} [{d.describe()}]")
 
         tiles = _tiles(rows, so, gated)
-        return [tiling.variants("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw},
+        numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {})}
+        return [tiling.variants("fully_connected", numbers,
                                 tiles, depth, count, tiling.mat_step, make, rows * i * o)]
 
 
@@ -316,7 +317,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
 
     tiles = _tiles(rows, so, gated)
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
-                                                    "chunks": len(weight_bindings)},
+                                                    "chunks": len(weight_bindings), "gated": int(gated),
+                                                    "norm": int(bool(norm))},
                            tiles, words, count, step, make, rows * i * o)
 
 
