@@ -73,23 +73,23 @@ def fully_connected() -> bytes:
 
 
 def fully_connected_int8() -> bytes:
-    """Hybrid FC (int8 weights per channel, float rows quantized as LiteRT does) over two rows of 130 (33 words
-    per row: splits up to 16), with an RMSNorm as its prologue and gate and up projections of 8 merged (one gated
-    dispatch: the norm's, the range's and the sums' reductions all split)."""
+    """Hybrid FC (int8 weights per channel, float rows quantized as LiteRT does) over two rows of 66 (17 words per
+    row: splits up to 8), with an RMSNorm as its prologue and gate and up projections of 8 merged (one gated
+    dispatch: the norm's, the range's and the sums' reductions all split; tiles of 2 and 4 slices)."""
     from gpuengine.model.ir import Quantization
     from gpuengine.zoo.vit import rms_norm
 
     rng = np.random.default_rng(6)
     mb = ModelBuilder()
-    x = mb.input("x", (2, 130))
+    x = mb.input("x", (2, 66))
 
     def weights(name: str, o: int) -> int:
-        w = rng.standard_normal((o, 130)).astype(np.float32)
+        w = rng.standard_normal((o, 66)).astype(np.float32)
         scale = (np.abs(w).max(axis=1) / 127).astype(np.float32)
         return mb.const(name, np.round(w / scale[:, None]).astype(np.int8), np.int8,
                         Quantization(scale=scale, zero_point=np.zeros(o, np.int64), axis=0))
 
-    y = rms_norm(mb, x, (2, 130), rng.uniform(0.5, 1.5, 130))
+    y = rms_norm(mb, x, (2, 66), rng.uniform(0.5, 1.5, 66))
     gate = mb.op("FULLY_CONNECTED", [y, weights("gate", 8), -1], (2, 8))
     up = mb.op("FULLY_CONNECTED", [y, weights("up", 8), -1], (2, 8))
     silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (2, 8))], (2, 8))

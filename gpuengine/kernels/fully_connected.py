@@ -163,17 +163,21 @@ GATE_FNS = [Code("fn silu_gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {\n"
             *(Code(h) for h in helpers_for(ELEMENTWISE_LOGISTIC))]
 
 
-def _tiles(rows: int, so: int, gated: bool) -> list[tuple[int, int]]:
-    """Tile shapes (rows, output slices); a gated projection's tile is one gate slice and its up slice."""
-    return [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)
-            and (not gated or st == 2)]
+def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
+    """Tile shapes (rows, output slices); a gated projection's tile holds pairs of a gate slice and its up slice.
+    wide: also 4 and 8 slices, where each tile first makes a pass of its own over its rows (a normalization
+    prologue), so that more outputs share that pass."""
+    widths = (8, 4, 2, 1) if wide else (2, 1)
+    return [(rt, st) for rt in (4, 2, 1) for st in widths if (rt == 1 or rows >= rt) and (st == 1 or so >= st)
+            and (not gated or st % 2 == 0)]
 
 
 def _stores(values: list[list[str]], gated: bool) -> list[str]:
-    """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 gets
-    silu(gate) * up of the tile's two slices (LiteRT's LOGISTIC, MUL, MUL)."""
+    """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
+    silu(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL)."""
     if gated:
-        return [f"store(silu_gate({g}, {u}), r0 + {t}u, os0 / 2u);" for t, (g, u) in enumerate(zip(*values))]
+        return [f"store(silu_gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
+                for j in range(0, len(values), 2) for t in range(len(values[j]))]
     return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
 
 
@@ -312,10 +316,12 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
                                 f"[{d.describe()}]")
 
-    def step(tile: tuple[int, int]) -> float:  # a range pass and a quantizing pass over the input words
-        return 2 * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+    row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
 
-    tiles = _tiles(rows, so, gated)
+    def step(tile: tuple[int, int]) -> float:
+        return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+
+    tiles = _tiles(rows, so, gated, wide=bool(norm))
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
                                                     "norm": int(bool(norm))},
