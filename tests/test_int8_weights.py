@@ -263,3 +263,30 @@ def test_projection_fusions_leave_shared_tensors_alone():
     after = fuse_norm_into_projection(merge_gated_projections(graph))
     assert [op.code for op in after.ops] == [op.code for op in graph.ops]
     assert not any(op.opt("gated") or op.opt("norm") for op in after.ops)
+
+
+def test_int4_weights_equal_litert():
+    """INT4 weights (two a byte, low nibble first) take the int8 path, unpacked at load; LiteRT quantizes the rows
+    the same way, so the outputs are equal (a float computation is ~1e-2 away)."""
+    import dataclasses
+
+    rng = np.random.default_rng(10)
+    q = rng.integers(-7, 8, (12, 40)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.05, 12).astype(np.float32)
+    nibbles = q.reshape(-1).astype(np.uint8) & 0xF
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 40))
+    w = mb.const("w", (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8), np.uint8,
+                 Quantization(scale=scale, zero_point=np.zeros(12, np.int64), axis=0))
+    mb.tensors[w] = dataclasses.replace(mb.tensors[w], shape=(12, 40), type_code=packed_int8.INT4)
+    mb.output(mb.op("FULLY_CONNECTED", [x, w, -1], (2, 12)))
+    data = mb.build()
+    feeds = {x: rng.standard_normal((2, 40)).astype(np.float32)}
+    ref = run_litert(data, feeds)
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    assert any(d.spec.shader == "fully_connected_int8" for d in it.compiled.gpu_programs[0].dispatches)
+    got = run(it, feeds)
+    for t, r in ref.items():
+        assert relative_error(got[t], r) <= 1e-5, t
+        assert relative_error(feeds[x] @ (q * scale[:, None]).T, r) > 1e-3  # the check can tell the two apart
