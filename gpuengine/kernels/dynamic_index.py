@@ -6,7 +6,8 @@ position, the offsets of a KV-cache write. Each output lane reads its indices, c
 (a shader never reads outside a buffer) and copies one element, through copy.wgsl lane by lane. Clamping is
 DYNAMIC_UPDATE_SLICE's own semantics (the update is moved to fit, as LiteRT does); for a lookup an index out of
 range is an error in LiteRT, which the runtime checks on the host where the indices come from the host
-(runtime/bounds.py) and the shader clamps otherwise.
+(runtime/bounds.py) and the shader clamps otherwise. An int8 EMBEDDING_LOOKUP table (LiteRT's hybrid lookup) is read
+packed with its row scales (kernels/packed_int8.py); a constant [V, D] table larger than one binding in row chunks.
 """
 
 from __future__ import annotations

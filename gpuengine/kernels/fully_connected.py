@@ -7,6 +7,12 @@ A tile is RT rows x ST output slices; `split` invocations may share a tile's SI*
 tiling.py): a classifier head (one row, 1280 -> 1000) is far too few tiles to fill a GPU at one invocation
 each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 rows x 2 slices unsplit.
 
+Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
+u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
+in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
+weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
+the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
 operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
