@@ -290,3 +290,18 @@ def test_int4_weights_equal_litert():
     for t, r in ref.items():
         assert relative_error(got[t], r) <= 1e-5, t
         assert relative_error(feeds[x] @ (q * scale[:, None]).T, r) > 1e-3  # the check can tell the two apart
+
+
+def test_inspect_reports_weight_bytes(capsys, tmp_path):
+    """`inspect --json` reports the GPU bytes holding constants: the tied table once (1104 bytes packed) and its
+    92 bytes of row scales; the FC's 3 floats per channel are baked into its shader at this size."""
+    import json
+
+    from gpuengine.tools.cli import main
+
+    data, _, table_bytes = tied_lm()
+    path = tmp_path / "tied.tflite"
+    path.write_bytes(data)
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["weight_bytes"] == table_bytes + 23 * 4
