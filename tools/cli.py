@@ -182,7 +182,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
               f"{'x'.join(map(str, d['grid'])):<16} {d['invocations']:>11} {d['macs']:>11}  "
               f"{'+'.join(d['ops']) or d['label']}"
-              + (f": {d['label'].rsplit(' [', 1)[0]}" if d["kernel"] in described else ""))
+              + (f": {d['label'].rsplit(' [', 1)[0]}" if d["kernel"] in described or "silu(gate)" in d["label"]
+                 else ""))
     return 0
 
 
