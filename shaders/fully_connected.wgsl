@@ -5,6 +5,8 @@ ${BINDINGS}
 
 ${SRC_INDEX}
 
+${WEIGHTS_FN}
+
 fn store(v: vec4<f32>, r: u32, os: u32) {
 ${STORE}
   var value = v;

@@ -72,6 +72,31 @@ def fully_connected() -> bytes:
     return mb.build()
 
 
+def fully_connected_int8() -> bytes:
+    """Hybrid FC (int8 weights per channel, float rows quantized as LiteRT does) over two rows of 66 (17 words per
+    row: splits up to 8), with an RMSNorm as its prologue and gate and up projections of 8 merged (one gated
+    dispatch: the norm's, the range's and the sums' reductions all split; tiles of 2 and 4 slices)."""
+    from gpuengine.model.ir import Quantization
+    from gpuengine.zoo.vit import rms_norm
+
+    rng = np.random.default_rng(6)
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 66))
+
+    def weights(name: str, o: int) -> int:
+        w = rng.standard_normal((o, 66)).astype(np.float32)
+        scale = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+        return mb.const(name, np.round(w / scale[:, None]).astype(np.int8), np.int8,
+                        Quantization(scale=scale, zero_point=np.zeros(o, np.int64), axis=0))
+
+    y = rms_norm(mb, x, (2, 66), rng.uniform(0.5, 1.5, 66))
+    gate = mb.op("FULLY_CONNECTED", [y, weights("gate", 8), -1], (2, 8))
+    up = mb.op("FULLY_CONNECTED", [y, weights("up", 8), -1], (2, 8))
+    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (2, 8))], (2, 8))
+    mb.output(mb.op("MUL", [silu, up], (2, 8)))
+    return mb.build()
+
+
 def batch_matmul() -> bytes:
     mb = ModelBuilder()
     a = mb.input("a", (2, 5, 24))
@@ -100,7 +125,8 @@ def normalizations() -> bytes:
 
 
 MODELS = {"conv_1x1": conv_1x1, "conv_general": conv_general, "depthwise": depthwise,
-          "fully_connected": fully_connected, "batch_matmul": batch_matmul, "reductions": reductions,
+          "fully_connected": fully_connected, "fully_connected_int8": fully_connected_int8,
+          "batch_matmul": batch_matmul, "reductions": reductions,
           "normalizations": normalizations}
 
 

@@ -121,6 +121,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
                       "invocations": p.launched(k), "macs": p.macs(k),
                       "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}
                      for p in compiled.gpu_programs for k, d in enumerate(p.dispatches)]
+    weights = {key: size for p in compiled.gpu_programs for key, size in p.constant_buffers().items()}
     return {
         "signature": getattr(args, "signature", None),
         "ops_in_file": ops_in_file,
@@ -130,6 +131,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "dispatches": compiled.dispatches,
         "unsupported": plan.unsupported,
         "memory_bytes": memory,
+        "weight_bytes": sum(weights.values()),
         "adapter": compiled.gpu.name if compiled.gpu else None,
         "target": compiled.target.name if compiled.target else None,
         "precision": compiled.precision,
@@ -142,6 +144,9 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    # kernels whose label says what they compute where the op names do not (a hybrid FC's quantization, a norm
+    # read as its prologue, a gated projection): the label, less its decomposition
+    described = ("fully_connected_int8",)
     name, data = load_model(args.model)
     report = inspect_report(data, args)
     it = report.pop("_interpreter")
@@ -170,12 +175,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
-    print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items()))
+    print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items())
+          + f"; constants (weights) {report['weight_bytes'] / 2**20:.2f} MiB")
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
               f"{'x'.join(map(str, d['grid'])):<16} {d['invocations']:>11} {d['macs']:>11}  "
-              f"{'+'.join(d['ops']) or d['label']}")
+              f"{'+'.join(d['ops']) or d['label']}"
+              + (f": {d['label'].rsplit(' [', 1)[0]}" if d["kernel"] in described or "silu(gate)" in d["label"]
+                 else ""))
     return 0
 
 

@@ -6,18 +6,23 @@ position, the offsets of a KV-cache write. Each output lane reads its indices, c
 (a shader never reads outside a buffer) and copies one element, through copy.wgsl lane by lane. Clamping is
 DYNAMIC_UPDATE_SLICE's own semantics (the update is moved to fit, as LiteRT does); for a lookup an index out of
 range is an error in LiteRT, which the runtime checks on the host where the indices come from the host
-(runtime/bounds.py) and the shader clamps otherwise.
+(runtime/bounds.py) and the shader clamps otherwise. An int8 EMBEDDING_LOOKUP table (LiteRT's hybrid lookup) is read
+packed with its row scales (kernels/packed_int8.py); a constant [V, D] table larger than one binding in row chunks.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
+from . import packed_int8
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors, tensor_values
 from .index_map import Ix, output_coords, storage_index
+from .packed_int8 import chunked_reader, chunked_rows, int8_values, pack_rows
 
 _DUMMY_GRID = tuple(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))
 
@@ -38,6 +43,47 @@ def _at(name: str, shape: tuple[int, ...], coords: list[Ix]) -> str:
 def _index(name: str, shape: tuple[int, ...], coords: list[Ix], size: int, var: str) -> str:
     """`let var: u32` = the integer at `coords` of index tensor `name`, clamped to [0, size)."""
     return f"let {var} = u32(clamp(i32({_at(name, shape, coords)}), 0i, {max(size - 1, 0)}i));"
+
+
+def _int8_table(graph: Graph, data: int, out: int) -> bool:
+    """A constant int8 (or int4) table with symmetric per-row or per-tensor scales read into a float output
+    (LiteRT's hybrid EMBEDDING_LOOKUP: value = q * scale[row]; its GATHER has no hybrid form): the GPU reads it
+    packed, 4 values per u32 (kernels/packed_int8.py)."""
+    table, result = graph.tensors[data], graph.tensors[out]
+    return (result.dtype == np.float32 and result.quantization is None and table.data is not None
+            and int8_values(table) is not None)
+
+
+def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], list[Code], Callable[[list[Ix]], str]]:
+    """Bindings, WGSL functions and a reader `at(coords) -> f32 code` of the element at logical `coords` of the
+    table or source tensor t: PHWC4 (f32 / f16; a constant [V, D] table larger than one binding in row chunks), or
+    for an int8 table its packed rows times the row's scale."""
+    tensor = graph.tensors[t]
+    shape = tuple(tensor.shape)
+    if not _int8_table(graph, t, out):
+        if tensor.data is None or len(shape) != 2 or shape[0] * slices(shape[1]) * 16 <= packed_int8.MAX_BINDING_BYTES:
+            return [_source(graph, t, name)], [], lambda coords: _at(name, shape, coords)
+        # a [V, D] table larger than one binding: PHWC4 keeps each row's slices together, so split it by rows
+        rows = to_phwc4(tensor_values(tensor).reshape(to_bhwc(shape))).reshape(shape[0], -1)
+        fn, bindings = chunked_rows(f"{name}_at", name, rows, "S1", 1)
+        return bindings, [fn], lambda coords: f"f32({name}_at({coords[0].code}, {coords[1].code}))"
+    channels = shape[-1] if len(shape) > 1 else 1
+    packed = pack_rows(tensor, channels)
+    fn, bindings = chunked_reader(name, packed)
+    rest = shape[1:]
+    si = -(-channels // 4)
+
+    def at(coords: list[Ix]) -> str:
+        e = Ix.const(0)
+        for k, coord in enumerate(coords[1:]):
+            e = e + coord * int(np.prod(rest[k + 1:], dtype=np.int64))
+        row = coords[0].code
+        word = f"({e.code}) / {channels}u * {si}u + ({e.code}) % {channels}u / 4u"
+        bits = f"({e.code}) % {channels}u % 4u * 8u"
+        return (f"(f32(extractBits(bitcast<i32>({name}_word({row}, {word})), {bits}, 8u)) * "
+                f"{name}_scale[min({row}, {packed.rows - 1}u)])")
+
+    return [*bindings, Binding(f"{name}_scale", data=packed.scale, element="f32")], [fn], at
 
 
 def _spec(op: Op, graph: Graph, bindings: list[Binding], lane: str) -> KernelSpec:
@@ -128,7 +174,9 @@ class DynamicIndexKernel:
         out = graph.tensors[op.outputs[0]].shape
         if op.code == "EMBEDDING_LOOKUP":
             ids, table = (graph.tensors[t] for t in op.inputs)
-            reason = _int_indices(graph, op.inputs[0]) or _same_type(graph, op.inputs[1], op.outputs[0])
+            reason = _int_indices(graph, op.inputs[0]) or (
+                None if _int8_table(graph, op.inputs[1], op.outputs[0])
+                else _same_type(graph, op.inputs[1], op.outputs[0]))
             if reason:
                 return reason
             if len(ids.shape) != 1 or len(table.shape) < 1 or out != (ids.shape[0], *table.shape[1:]):
@@ -160,9 +208,14 @@ class DynamicIndexKernel:
         if op.code == "EMBEDDING_LOOKUP":
             ids, table = op.inputs
             ids_shape, table_shape = graph.tensors[ids].shape, graph.tensors[table].shape
+            bindings, functions, at = _table(graph, table, op.outputs[0], "table")
             lane = (_index("ids", ids_shape, [o[0]], table_shape[0], "row") + " "
-                    + f"value[l] = {_at('table', table_shape, [Ix('row', 0), *o[1:]])};")
-            return [_spec(op, graph, [_source(graph, ids, "ids"), _source(graph, table, "table")], lane)]
+                    + f"value[l] = {at([Ix('row', 0), *o[1:]])};")
+            spec = _spec(op, graph, [_source(graph, ids, "ids"), *bindings], lane)
+            spec.functions = functions
+            if functions:
+                spec.label += " (int8 table read packed, times its row scales)"
+            return [spec]
         if op.code == "GATHER_ND":
             params, indices = op.inputs
             p_shape, i_shape = graph.tensors[params].shape, graph.tensors[indices].shape

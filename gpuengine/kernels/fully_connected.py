@@ -7,6 +7,12 @@ A tile is RT rows x ST output slices; `split` invocations may share a tile's SI*
 tiling.py): a classifier head (one row, 1280 -> 1000) is far too few tiles to fill a GPU at one invocation
 each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 rows x 2 slices unsplit.
 
+Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
+u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
+in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
+weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
+the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
 operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
@@ -19,12 +25,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
-from . import layout_view, tiling
+from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
+from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
+from .wgsl_math import helpers_for
+
+HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -87,6 +98,12 @@ class FullyConnectedKernel:
         if i % ic:
             return f"rows of {i} do not hold whole pixels of the input's {ic} channels"
         rb, rh, rw, oc = bhwc(graph, op.outputs[0])
+        if op.opt(NORM) and (not is_hybrid(op, graph) or i != ic):
+            return "a normalization prologue needs int8 weights and rows of one pixel"
+        if op.opt("gated"):
+            if op.opt("gated") != "SILU" or o % 8 or activation(op):
+                return "a gated projection takes SILU, 2 x 4k weight rows (gate and up interleaved), no activation"
+            o //= 2
         if oc != o or rb * rh * rw != total // i:
             return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
         return None
@@ -94,6 +111,8 @@ class FullyConnectedKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == "BATCH_MATMUL":
             return [_bmm_build(op, graph)]
+        if is_hybrid(op, graph):
+            return [_hybrid_build(op, graph)]
         x, out = op.inputs[0], op.outputs[0]
         w = const_f32(graph, op.inputs[1])
         o, i = w.shape
@@ -103,8 +122,9 @@ class FullyConnectedKernel:
         bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
         bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
         depth = si * p  # weight blocks per output slice: the reduction the split divides
+        gated = bool(op.opt("gated"))
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
-                 "STORE": _out_store(so, rh, rw, rows)}
+                 "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
 
         def count(tile: tuple[int, int]) -> int:
             return -(-rows // tile[0]) * -(-so // tile[1])
@@ -114,26 +134,204 @@ class FullyConnectedKernel:
             sg = -(-so // st)
             taps = [f"let s_{t} = S4(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]);"
                     for t in range(rt)]
-            taps += [f"let w_{j} = weights[(os0 + {j}u) * {depth}u + q];" for j in range(st)]
+            taps += [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
             taps += mat_taps(d.tile)
-            store = [f"store(acc_{j}_{t}, r0 + {t}u, os0 + {j}u);" for j in range(st) for t in range(rt)]
+            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
+            blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
+            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, st)
             bindings = [
                 Binding("src", tensor=x),
-                Binding("weights", data=fc_blocks(w, ic, sg * st), element="SM"),
+                *weight_bindings,
                 Binding("bias", data=bias_vec4(bias, o, sg * st)),
                 Binding("dst", tensor=out, writable=True),
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
-                      "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4), "STORE_ALL": lines(store, 4)}
+                      "WEIGHTS_FN": reader, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
+                      "STORE_ALL": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
-                              epilogue=activation(op), out_channels=o,
-                              label=f"{op.code} {rows}x{i}->{o} [{d.describe()}]")
+                              epilogue=activation(op), out_channels=o // 2 if gated else o,
+                              functions=list(GATE_FNS) if gated else [],
+                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)} [{d.describe()}]")
 
-        tiles = [(rt, st) for rt in (4, 2, 1) for st in (2, 1) if (rt == 1 or rows >= rt) and (st == 1 or so >= st)]
-        return [tiling.variants("fully_connected", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw},
+        tiles = _tiles(rows, so, gated)
+        numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {})}
+        return [tiling.variants("fully_connected", numbers,
                                 tiles, depth, count, tiling.mat_step, make, rows * i * o)]
+
+
+# -- gated projections (passes/merge_gated_projections.py): gate and up weights interleaved by output slice ----
+
+# silu(gate) * up with the elementwise kernel's LOGISTIC; helpers apart, so codegen emits each one once
+GATE_FNS = [Code("fn silu_gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {\n"
+                 f"  let s = {ELEMENTWISE_LOGISTIC};\n  return a * s * up;\n}}\n"),
+            *(Code(h) for h in helpers_for(ELEMENTWISE_LOGISTIC))]
+
+
+def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
+    """Tile shapes (rows, output slices); a gated projection's tile holds pairs of a gate slice and its up slice.
+    wide: also 4 and 8 slices, where each tile first makes a pass of its own over its rows (a normalization
+    prologue), so that more outputs share that pass."""
+    widths = (8, 4, 2, 1) if wide else (2, 1)
+    return [(rt, st) for rt in (4, 2, 1) for st in widths if (rt == 1 or rows >= rt) and (st == 1 or so >= st)
+            and (not gated or st % 2 == 0)]
+
+
+def _stores(values: list[list[str]], gated: bool) -> list[str]:
+    """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
+    silu(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL)."""
+    if gated:
+        return [f"store(silu_gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
+                for j in range(0, len(values), 2) for t in range(len(values[j]))]
+    return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
+
+
+def _outputs(o: int, gated: bool) -> str:
+    return f"{o // 2} (silu(gate) * up of {o} interleaved rows)" if gated else str(o)
+
+
+# -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
+
+NORM = "norm"  # FC option: (scale tensor, offset tensor, epsilon, eps_outside, label) of an RMS_NORM of the input
+
+
+def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, channels: int,
+                   ) -> tuple[list[str], Code, list[Binding]]:
+    """The input rows as the FC reads them (each `raw` vec4 expression normalized, when the op has a NORM), the
+    code computing each row's normalizer first (a pass over the row, its split combined), and its bindings. The
+    normalization is RMS_NORM's own expression (kernels/normalization.py)."""
+    norm = op.opt(NORM)
+    if not norm:
+        return raw, Code(""), []
+    scale_t, offset_t, eps, eps_outside, _ = norm
+    s = slices(channels)
+
+    def padded(t: int) -> np.ndarray:
+        out = np.zeros(s * 4, np.float32)
+        out[:channels] = const_f32(graph, t).reshape(-1)
+        return out
+
+    code = [f"var nsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
+    code.append(f"for (var q = k; q < {s}u; q += {d.split}u) {{")
+    code.append("  let px = 0u;")
+    code.append("  let sl = q;")
+    code += [line for t, r in enumerate(raw) for line in (f"  let v_{t} = {r};", f"  nsq_{t} += v_{t} * v_{t};")]
+    code.append("}")
+    code.append(codegen.lane_reduce([f"nsq_{t}" for t in range(len(raw))], d))
+    for t in range(len(raw)):
+        mean = f"(nsq_{t}.x + nsq_{t}.y + nsq_{t}.z + nsq_{t}.w) / {codegen.literal(float(channels))}"
+        eps_code = codegen.literal(float(eps))
+        inv = f"1.0 / (sqrt({mean}) + {eps_code})" if eps_outside else f"inverseSqrt({mean} + {eps_code})"
+        code.append(f"let ninv_{t} = {inv};")
+    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_scale[sl] + norm_offset[sl])" for t, r in enumerate(raw)]
+    bindings = [Binding("norm_scale", data=padded(scale_t), element="vec4<f32>"),
+                Binding("norm_offset", data=padded(offset_t), element="vec4<f32>")]
+    return src, Code("\n  ".join(code)), bindings
+
+
+# -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
+
+
+def is_hybrid(op: Op, graph: Graph) -> bool:
+    """A float FULLY_CONNECTED with symmetric int8 (or int4) weights per output channel: LiteRT quantizes its
+    input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
+    x, w = (graph.tensors[t] for t in op.inputs[:2])
+    out = graph.tensors[op.outputs[0]]
+    return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
+            and out.quantization is None and packed_int8.int8_values(w) is not None)
+
+
+def _hybrid_build(op: Op, graph: Graph) -> Variants:
+    """XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default CPU delegate runs: per input row,
+    rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a zero point nudged to an integer,
+    q = clamp(round(x * scale) + zp) (ties to even); the output is (sum q*w - zp * sum w) / scale * w_scale + bias
+    with the sums in i32 (dot4I8Packed)."""
+    x, out = op.inputs[0], op.outputs[0]
+    o, i = graph.tensors[op.inputs[1]].shape
+    ib, ih, iw, ic = bhwc(graph, x)
+    rb, rh, rw, _ = bhwc(graph, out)
+    rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
+    gated = bool(op.opt("gated"))
+    norm = op.opt(NORM)
+    norm_label = f"{norm[4]} + " if norm else ""
+    packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
+    words = p * si  # the reduction: u32 words (4 input channels) per row
+    reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
+    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+    bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
+    fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
+             "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
+
+    def count(tile: tuple[int, int]) -> int:
+        return -(-rows // tile[0]) * -(-so // tile[1])
+
+    def make(d: Decomposition) -> KernelSpec:
+        rt, st = d.tile
+        sg = -(-so // st)
+        so_pad = sg * st
+        # per output slice: channel scales, row sums of the weights (for the input's zero point) and bias
+        channel = np.zeros((3, so_pad * 4), np.float32)
+        channel[0, :o] = packed.scale
+        channel[1, :o] = packed.row_sums
+        channel[2] = bias_vec4(bias, o, so_pad)
+        raw = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
+        src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic)
+        ranges = [f"range_{t}" for t in range(rt)]
+        range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
+        row_params = []
+        for t in range(rt):
+            row_params += [
+                f"let rmin_{t} = min(range_{t}.x, 0.0);",
+                f"let rmax_{t} = max(-range_{t}.y, 0.0);",
+                f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
+                f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
+                f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
+                f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
+                f"let inv_{t} = 1.0 / qs_{t};",
+            ]
+        init = []
+        for j in range(st):
+            init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
+            init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
+        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+        for j in range(st):
+            taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
+            taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
+                     + ");" for t in range(rt)]
+        accs = accumulators(d.tile)
+        to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
+        store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+                          for t in range(rt)] for j in range(st)], gated)
+        shared, dispatch = tiling.split_params(d, count(d.tile), accs)
+        shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
+                    Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
+                    Binding("dst", tensor=out, writable=True)]
+        params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
+                  "RANGE_INIT": lines([f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)], 2),
+                  "RANGE_TAPS": lines(range_taps, 4),
+                  "NORM": norm_code, "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm),
+                  "ROW_PARAMS": lines(row_params, 2), "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
+                  "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
+        return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
+                          workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
+                          epilogue=activation(op), out_channels=o // 2 if gated else o,
+                          functions=list(GATE_FNS) if gated else [],
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
+                                f"[{d.describe()}]")
+
+    row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
+
+    def step(tile: tuple[int, int]) -> float:
+        return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+
+    tiles = _tiles(rows, so, gated, wide=bool(norm))
+    return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
+                                                    "chunks": len(weight_bindings), "gated": int(gated),
+                                                    "norm": int(bool(norm))},
+                           tiles, words, count, step, make, rows * i * o)
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------

@@ -4,7 +4,10 @@ Order (why): fold constants first (weights become plain float32, shape chains va
 patterns below see real producers); LayerNorm / RMSNorm written as ops into one op each (before any pass below
 takes a piece of them: their MULs and ADDs would otherwise be fused or folded one by one); the RESHAPE / TRANSPOSE
 ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
-and ·V into one attention op (after the layout fold, whose views it keeps); collapse SPACE_TO_BATCH -> conv ->
+and ·V into one attention op (after the layout fold, whose views it keeps); a gated MLP's gate and up
+projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs);
+an RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
+SPACE_TO_BATCH -> conv ->
 BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold
 scales into convs (changes weights, must precede the padding merge that changes the conv's options); merge spatial
 PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD
@@ -35,9 +38,11 @@ from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
+from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
 from .inline_composites import inline_composites
 from .merge_channel_pad import merge_channel_pad
+from .merge_gated_projections import merge_gated_projections
 from .merge_padding import merge_padding
 from .merge_projections import merge_projections
 from .pool_to_mean import pool_to_mean
@@ -47,9 +52,11 @@ from .remove_noops import remove_noops
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
-                                            merge_projections, dilated_conv, fold_scale_into_conv, merge_padding,
-                                            conv_to_fully_connected, merge_channel_pad, pool_to_mean,
-                                            fuse_input_expression, fuse_elementwise_tree]
+                                            merge_projections, merge_gated_projections, fuse_norm_into_projection,
+                                            dilated_conv,
+                                            fold_scale_into_conv, merge_padding, conv_to_fully_connected,
+                                            merge_channel_pad, pool_to_mean, fuse_input_expression,
+                                            fuse_elementwise_tree]
 
 
 # Always applied first, given the model: passes that read the subgraphs other ops reference.

@@ -474,6 +474,11 @@ class GpuProgram:
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
 
+    def constant_buffers(self) -> dict[int, int]:
+        """id -> bytes of every GPU buffer holding this program's constants (weights shared by content are one
+        buffer: programs of one device that read the same weights hold the same ids)."""
+        return {key: int(buf.size) for key, buf in self._held.items()}
+
     def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any],
               inputs: dict[int, Any] | None = None) -> Any:
         """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each, raw

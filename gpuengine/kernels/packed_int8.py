@@ -1,0 +1,109 @@
+"""int8 (and int4) constant tables kept packed on the GPU: 4 int8 values per u32, one row per output channel (FC
+weights) or per table row (EMBEDDING_LOOKUP / GATHER), with their per-row f32 scales bound beside them.
+
+One layout serves both readers, row-major [rows, ceil(C/4) words per pixel], so a language model whose LM head
+reuses the embedding table (tied weights) binds one buffer for both: constant buffers are shared by content per
+device. A table larger than one storage binding is split into row chunks (`row_chunks`), each its own binding; the
+shader picks the chunk of a row with a few comparisons (`chunked_reader`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..layout import slices
+from ..model.ir import Tensor
+from .base import Binding, Code
+
+# WebGPU's guaranteed maxStorageBufferBindingSize: every adapter binds this much, so a table split at it runs
+# anywhere (the device is opened with the adapter's own, usually larger, limits). Tests lower it.
+MAX_BINDING_BYTES = 1 << 27
+INT4 = 17  # TensorType INT4: two values per byte, low nibble first
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """A [rows, C] int8 table (C = channels of one pixel; P pixels per row) packed as u32 words: row r holds P * SI
+    words (SI = ceil(C / 4)), pixel p's channels 4s..4s+3 in word p * SI + s, byte j = channel 4s + j."""
+
+    words: np.ndarray  # u32 [rows, P * SI]
+    scale: np.ndarray  # f32 [rows]: the real value of q in row r is q * scale[r]
+    row_sums: np.ndarray  # i64 [rows]: sum of the row's int8 values (for an asymmetric input's zero point)
+
+    @property
+    def rows(self) -> int:
+        return int(self.words.shape[0])
+
+    @property
+    def row_words(self) -> int:
+        return int(self.words.shape[1])
+
+
+def int8_values(tensor: Tensor) -> np.ndarray | None:
+    """The int8 values of a constant quantized symmetrically per row (axis 0) or per tensor, as int8 (int4 tables
+    unpacked): None for anything else (a nonzero zero point, another axis, another type)."""
+    q = tensor.quantization
+    if tensor.data is None or q is None or len(tensor.shape) < 1 or tensor.shape[0] < 1:
+        return None
+    if tensor.type_code == INT4:
+        from ..passes.fold_constants import unpack_int4
+
+        data = np.asarray(unpack_int4(tensor))
+    elif tensor.dtype == np.int8:
+        data = np.asarray(tensor.data)
+    else:
+        return None
+    if q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
+        return None
+    if q.zero_point.size and np.any(q.zero_point != 0):
+        return None
+    if not np.all(np.isfinite(q.scale)):
+        return None
+    return data.astype(np.int8).reshape(tensor.shape)
+
+
+def pack_rows(tensor: Tensor, channels: int) -> PackedRows:
+    """Pack a symmetric int8 constant (int8_values is not None) whose rows hold whole pixels of `channels`."""
+    data = int8_values(tensor)
+    assert data is not None
+    rows = data.shape[0]
+    flat = data.reshape(rows, -1)
+    p = flat.shape[1] // channels
+    si = slices(channels)
+    padded = np.zeros((rows, p, si * 4), np.int8)
+    padded[:, :, :channels] = flat.reshape(rows, p, channels)
+    words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
+    q = tensor.quantization
+    scale = np.broadcast_to(np.asarray(q.scale, np.float32).reshape(-1), (rows,)).astype(np.float32)
+    return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1))
+
+
+def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int]]:
+    """[start, stop) row ranges of at most MAX_BINDING_BYTES each, starting on multiples of `align` rows."""
+    per = max(align, MAX_BINDING_BYTES // max(1, row_bytes) // align * align)
+    return [(s, min(rows, s + per)) for s in range(0, rows, per)]
+
+
+def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code, list[Binding]]:
+    """`fn {name}_word(r: u32, w: u32) -> u32`: word w of row r (clamped to the last row), and its bindings (one per
+    chunk of rows)."""
+    return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+
+
+def chunked_rows(fn: str, name: str, data: np.ndarray, element: str, unit: int, align: int = 4,
+                 ) -> tuple[Code, list[Binding]]:
+    """`fn {fn}(r: u32, w: u32) -> element`: element w of row r (clamped to the last row) of a constant [rows, n]
+    (n scalars a row, `unit` scalars an element), bound as row chunks of at most MAX_BINDING_BYTES (4-byte
+    scalars) named {name}_0, {name}_1, ..."""
+    rows, per = data.shape[0], data.shape[1] // unit
+    chunks = row_chunks(rows, data.shape[1] * 4, align)
+    bindings = [Binding(f"{name}_{c}", data=np.ascontiguousarray(data[a:b]).reshape(-1), element=element)
+                for c, (a, b) in enumerate(chunks)]
+    wrap = "SM" if element == "SM" else ""  # an SM constant may be bound in f32 (codegen.dispatch_precision)
+    body = [f"  let row = min(r, {rows - 1}u);"]
+    for c, (a, b) in enumerate(chunks):
+        read = f"return {wrap}({name}_{c}[(row - {a}u) * {per}u + w]);"
+        body.append(f"  if (row < {b}u) {{ {read} }}" if c < len(chunks) - 1 else f"  {read}")
+    return Code(f"fn {fn}(r: u32, w: u32) -> {element} {{\n" + "\n".join(body) + "\n}\n"), bindings

@@ -1,0 +1,50 @@
+// Hybrid FULLY_CONNECTED: float rows x int8 weights packed 4 per u32 (one row of K words per output channel,
+// read by weights_word), as LiteRT's XNNPACK computes it. Each input row is quantized to int8 with its own
+// scale and zero point from the row's range, the products are summed in i32 (dot4I8Packed), and the sum is
+// scaled back by the row's and the channel's scales. A tile is RT rows x ST output slices; its SPLIT invocations
+// take every SPLIT-th word, first to find the rows' ranges, then for the dot products, and combine both.
+${BINDINGS}
+
+${SRC_INDEX}
+
+${WEIGHTS_FN}
+
+fn store(v: vec4<f32>, r: u32, os: u32) {
+${STORE}
+  var value = v;
+  ${EPILOGUE}
+  dst[oi] = D4(value);
+}
+
+fn lanes_min_negmax(x: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(min(min(x.x, x.y), min(x.z, x.w)), -max(max(x.x, x.y), max(x.z, x.w)), 0.0, 0.0);
+}
+
+${LANE_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  let r0 = tile % ${RTILES}u * ${RT}u;
+  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
+  ${NORM}
+  ${RANGE_INIT}
+  for (var q = k; q < ${K}u; q += ${SPLIT}u) {
+    let px = q / ${SI}u;
+    let sl = q % ${SI}u;
+    ${RANGE_TAPS}
+  }
+  ${RANGE_REDUCE}
+  ${ROW_PARAMS}
+  ${ACC_INIT}
+  for (var q = k; q < ${K}u; q += ${SPLIT}u) {
+    let px = q / ${SI}u;
+    let sl = q % ${SI}u;
+    ${TAPS}
+  }
+  ${TO_FLOAT}
+  ${REDUCE}
+  if (k == 0u && tile < ${TILES}u) {
+    ${STORE_ALL}
+  }
+}
