@@ -129,6 +129,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "partitions": [partition_report(plan, p) for p in plan.partitions],
         "dispatches": compiled.dispatches,
         "unsupported": plan.unsupported,
+        "remarks": list(graph.remarks),
         "memory_bytes": memory,
         "adapter": compiled.gpu.name if compiled.gpu else None,
         "target": compiled.target.name if compiled.target else None,
@@ -170,6 +171,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
+    for remark in report["remarks"]:
+        print(f"  pass: {remark}")
     print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items()))
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
