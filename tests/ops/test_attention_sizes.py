@@ -19,9 +19,10 @@ from gpuengine.testing import assert_matches_litert
 NEG = -3.0e38  # what converters put in a causal mask
 
 
-def gqa_attention(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool) -> bytes:
+def gqa_attention(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool, transpose_k: bool = False) -> bytes:
     """Q [1, H, M, D], K/V [1, Hkv, N, D] (H = Hkv * group; each K/V head repeated `group` times, as litert-torch
-    writes GQA), softmax(Q K^T / sqrt(D) [+ mask [1, 1, M, N]]) V -> [1, H, M, D]."""
+    writes GQA), softmax(Q K^T / sqrt(D) [+ mask [1, 1, M, N]]) V -> [1, H, M, D]. transpose_k: K^T by a TRANSPOSE
+    (as litert-torch's decode graph has it) instead of the matmul's adj_y."""
     heads = kv_heads * group
     mb = ModelBuilder()
     q = mb.input("q", (1, heads, m, d))
@@ -38,7 +39,11 @@ def gqa_attention(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool)
         return mb.op("RESHAPE", [b, mb.const(f"{name}/merge", np.array([1, heads, n, d], np.int32))],
                      (1, heads, n, d))
 
-    s = mb.op("BATCH_MATMUL", [q, repeat(k, "k")], (1, heads, m, n), {"adj_y": True})
+    if transpose_k:
+        kt = mb.op("TRANSPOSE", [repeat(k, "k"), mb.const("kt", np.array([0, 1, 3, 2], np.int32))], (1, heads, d, n))
+        s = mb.op("BATCH_MATMUL", [q, kt], (1, heads, m, n))
+    else:
+        s = mb.op("BATCH_MATMUL", [q, repeat(k, "k")], (1, heads, m, n), {"adj_y": True})
     s = mb.op("MUL", [s, mb.const("scale", np.array([d ** -0.5], np.float32))], (1, heads, m, n))
     if mask_in is not None:
         s = mb.op("ADD", [s, mask_in], (1, heads, m, n))
@@ -47,7 +52,8 @@ def gqa_attention(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool)
     return mb.build()
 
 
-def feeds(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool) -> dict[int, np.ndarray]:
+def feeds(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool, transpose_k: bool = False,
+          ) -> dict[int, np.ndarray]:
     rng = np.random.default_rng(d + n + m + group)
     values = {0: rng.normal(0, 1.5, (1, kv_heads * group, m, d)).astype(np.float32),
               1: rng.normal(0, 1.5, (1, kv_heads, n, d)).astype(np.float32),
@@ -62,12 +68,13 @@ def _attention_dispatches(it: Interpreter) -> list[str]:
     return [d.spec.shader for p in it.compiled.gpu_programs for d in p.dispatches]
 
 
-# (head dim, KV heads, group, queries, keys, mask): the policy's choice on this adapter for each
-CASES = [(64, 3, 3, 1, 256, True), (128, 1, 8, 1, 1024, False), (256, 2, 1, 1, 512, True),
-         (64, 3, 3, 32, 32, True), (128, 1, 1, 32, 64, True), (256, 1, 8, 32, 48, False)]
+# (head dim, KV heads, group, queries, keys, mask[, K transposed]): the policy's choice on this adapter for each
+CASES = [(64, 3, 3, 1, 256, True), (128, 1, 8, 1, 1024, False), (256, 2, 1, 1, 512, True, True),
+         (64, 3, 3, 32, 32, True), (128, 1, 1, 32, 64, True, True), (256, 1, 8, 32, 48, False)]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "d{}-kv{}-g{}-m{}-n{}-{}".format(*c[:5], "mask" * c[5]))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "d{}-kv{}-g{}-m{}-n{}-{}{}".format(
+    *c[:5], "mask" * c[5], "-kt" * (len(c) > 6)))
 def test_attention_matches_litert(case):
     it = assert_matches_litert(gqa_attention(*case), feeds(*case))
     if not it.compiled.options.optimize:
@@ -78,6 +85,9 @@ def test_attention_matches_litert(case):
     assert [s for s in shaders if s.startswith("attention")] == (
         ["attention_partials", "attention_merge"] if decode else ["attention"])
     (op,) = [o for o in it.compiled.plan.graph.ops if o.code == "ATTENTION"]
+    if len(case) > 6:  # K^T through a TRANSPOSE view: the kernel reads K's rows [N, D] instead, whole vec4s
+        (spec,) = [d.spec for p in it.compiled.gpu_programs for d in p.dispatches if d.spec.variants is not None]
+        assert f"x{(1, case[1], case[4], case[0])}x" in spec.label, spec.label
     # K/V read per KV head, never broadcast (one KV head: through the kernel's batch broadcasting)
     assert (op.opt("kv_group") or 1) == (case[2] if case[1] > 1 else 1)
 
