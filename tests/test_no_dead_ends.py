@@ -169,3 +169,19 @@ def test_choose_names_the_problem_when_nothing_is_offered():
                      variants.macs)
     with pytest.raises(UnsupportedOpError, match="no decomposition of fully_connected"):
         policy.choose(empty, named("discrete"))
+
+
+def test_tuning_neighbours_fit_too():
+    """`gpuengine tune` also tries each choice's neighbours (tiles per workgroup and split halved or doubled): for
+    head dim 256, where a split's merge nearly fills workgroup memory, none it tries exceeds the limit."""
+    from gpuengine.tuning.search import decomposition_space
+
+    for m in (1, 32):
+        (_, variants), = _variants(attention(256, 512, m))
+        for subgroups in (False, True):
+            ordered, around = decomposition_space(variants, variants.candidates[0], subgroups)
+            assert ordered
+            for d in ordered:
+                for near in around(d):
+                    memory = tiling.workgroup_memory_bytes(codegen.render(variants.resolve(near)))
+                    assert memory <= LIMIT_BYTES and near.invocations_per_workgroup <= tiling.MAX_WORKGROUP, near
