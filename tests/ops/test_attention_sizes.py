@@ -59,7 +59,9 @@ def feeds(d: int, kv_heads: int, group: int, m: int, n: int, mask: bool, transpo
               1: rng.normal(0, 1.5, (1, kv_heads, n, d)).astype(np.float32),
               2: rng.normal(0, 1, (1, kv_heads, n, d)).astype(np.float32)}
     if mask:  # causal over a cache: query i (at position n - m + i) sees keys up to its position
-        rows = np.arange(m)[:, None] + (n - m) - n // 4  # and the last quarter of the cache is not written yet
+        # and the last quarter of the cache is not written yet (every query sees at least key 0: a row of nothing
+        # but -3e38 is -inf in fp16, whose softmax is undefined)
+        rows = np.maximum(np.arange(m)[:, None] + (n - m) - n // 4, 0)
         values[3] = np.where(np.arange(n)[None, :] <= rows, 0.0, NEG).astype(np.float32).reshape(1, 1, m, n)
     return values
 
