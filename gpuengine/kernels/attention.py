@@ -179,12 +179,14 @@ class AttentionKernel:
         numbers = {"M": m, "N": n, "D": d, "DV": dv, "B": b0 * b1, "G": group}
         step = (ds + vs) * tiling.LOAD + 4 * (ds + vs) + 40  # loads, dot and multiply-adds, two exp
         macs = rows * n * (d + dv)
-        if m <= DECODE_ROWS and n >= 2 * MIN_CHUNK:
-            return self._flash_decoding(fixed, inputs, locate, oc_, label, rows, n, vs, step, numbers, macs,
-                                        [readers, mask_value], out)
-        dst = Binding("dst", tensor=out, writable=True)
-        unit = group * m  # rows that read the same K and V
+        unit = group * m  # rows that read the same K and V: a KV head's query heads, or all heads of K/V broadcast
+        if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
+            unit = b1 * m
         units = rows // unit
+        if m <= DECODE_ROWS and n >= 2 * MIN_CHUNK:
+            return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
+                                        macs, [readers, mask_value], out)
+        dst = Binding("dst", tensor=out, writable=True)
 
         def make(dec: Decomposition) -> KernelSpec:
             shared_kv = dec.tile[0] > 1
@@ -194,8 +196,8 @@ class AttentionKernel:
             block = _key_block(ds, vs, dec.group)
             params.update({**fixed, "LOCATE": Code(locate),
                            "ROW": Code(_row_code(shared_kv, rows, unit, _padded(unit, dec.group))),
-                           "KEYS": Code(_shared_keys(n, ds, vs, block, invocations) if shared_kv
-                                        else _keys(n, dec.split, ds, vs)),
+                           "KEYS": Code(_shared_keys("0u", f"{n}u", ds, vs, block, invocations) if shared_kv
+                                        else _keys("0u", f"{n}u", dec.split, ds, vs)),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
                                              if shared_kv else ""),
                            "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
@@ -210,7 +212,7 @@ class AttentionKernel:
                 return n * (step - (ds + vs) * tiling.LOAD * (1 - 1 / dec.group) + 2) + tiling.OVERHEAD
             return (math.ceil(n / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + tiling.OVERHEAD)
 
-        candidates = _row_candidates(rows, n, vs) + _shared_candidates(units, unit, n, ds, vs)
+        candidates = _row_candidates(rows, n, vs) + _shared_candidates(unit, ds, vs)
 
         def count(dec: Decomposition) -> int:
             return units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows
@@ -220,13 +222,15 @@ class AttentionKernel:
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
         return [variants]
 
-    def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str, rows: int,
-                        n: int, vs: int, step: float, numbers: dict, macs: int, code: list[str],
-                        out: int) -> Lowering:
+    def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
+                        sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
+                        code: list[str], out: int) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
-        (and `split` invocations within it) to a partial softmax state (max, sum, weighted values) in scratch;
-        a second dispatch merges a row's states and writes the output. The merge reads the chunk count that the
-        first dispatch wrote, so every decomposition of the first shares it."""
+        (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
+        sum, weighted values) in scratch; a second dispatch merges a row's states and writes the output. The merge
+        reads the chunk count that the first dispatch wrote, so every decomposition of the first shares it."""
+        rows, unit, n, ds, vs = sizes
+        units = rows // unit
         most = _max_chunks(n)
         entries = 1 + rows * most * (vs + 1)  # the chunk count, then per row and chunk: (max, sum) and VS values
         key = f"attention-partials-{out}"
@@ -235,12 +239,32 @@ class AttentionKernel:
             return Binding("partials", scratch_bytes=entries * 16, scratch_key=key, writable=writable,
                            element="vec4<f32>")
 
+        def count(dec: Decomposition) -> int:
+            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows)
+
         def make(dec: Decomposition) -> KernelSpec:
-            chunks = dec.tile[1]
-            tiles = rows * chunks
+            chunks, shared_kv = dec.tile[1], dec.tile[0] > 1
+            tiles = count(dec)
             params, dispatch = tiling.split_params(dec, tiles, [])
             invocations = dec.invocations_per_workgroup
-            params.update({**fixed, "ROWS": rows, "CHUNKS": chunks, "CHUNK": -(-n // chunks), "STATE": vs + 1,
+            block = _key_block(ds, vs, dec.group)
+            if shared_kv:  # chunk-major, so a workgroup's rows (one KV head's) share their chunk: from wid alone
+                padded = _padded(unit, dec.group)
+                row = [f"let chunk_tiles = {units * padded}u;",
+                       f"let c = min((wid.x + wid.y * {dispatch[0]}u) * {dec.group}u / chunk_tiles, {chunks - 1}u);",
+                       f"let r = tile % {padded}u;",
+                       f"let row = min(tile % chunk_tiles / {padded}u * {unit}u + min(r, {unit - 1}u), {rows - 1}u);",
+                       f"let has_row = r < {unit}u && tile < {tiles}u;"]
+            else:
+                row = [f"let t = min(tile, {tiles - 1}u);", f"let row = t / {chunks}u;", f"let c = t % {chunks}u;",
+                       f"let has_row = tile < {tiles}u;"]
+            chunk = -(-n // chunks)
+            start, end = f"c * {chunk}u", f"min({n}u, (c + 1u) * {chunk}u)"
+            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": Code("\n  ".join(row)),
+                           "KEYS": Code(_shared_keys(start, end, ds, vs, block, invocations) if shared_kv
+                                        else _keys(start, end, dec.split, ds, vs)),
+                           "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
+                                             if shared_kv else ""),
                            "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
                            "COMBINE": Code(_combine(dec.split, vs) if dec.split > 1 else "")})
             fresh = [*(dataclasses.replace(b) for b in inputs), scratch(True)]
@@ -249,13 +273,17 @@ class AttentionKernel:
                               label=f"{label} partials [{describe(dec)}]")
 
         def work(dec: Decomposition) -> float:
-            return math.ceil(n / (dec.tile[1] * dec.split)) * step + tiling.reduction_cost(dec, vs + 1) * 2 + (
+            keys = math.ceil(n / dec.tile[1])
+            if dec.tile[0] > 1:
+                per_key = step - (ds + vs) * tiling.LOAD * (1 - 1 / dec.group) + 2
+                return keys * per_key + tiling.OVERHEAD + (vs + 1) * tiling.LOAD
+            return math.ceil(keys / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + (
                 tiling.OVERHEAD + (vs + 1) * tiling.LOAD)
 
-        candidates = _row_candidates(rows, n, vs, most)
+        candidates = _row_candidates(rows, n, vs, most) + _shared_candidates(unit, ds, vs, most)
         variants = Variants(problem=tiling.problem_key("attention_partials", numbers, code), candidates=candidates,
-                            invocations=lambda dec: tiling.launched(rows * dec.tile[1], dec),
-                            active=lambda dec: rows * dec.tile[1] * dec.split, work=work, make=make, macs=macs)
+                            invocations=lambda dec: tiling.launched(count(dec), dec),
+                            active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
         merge_tiles = rows * vs
         merge = KernelSpec("attention_merge",
                            {"LOCATE": Code(locate), "M": fixed["M"], "B1": fixed["B1"], "VS": vs, "STATE": vs + 1,
@@ -343,14 +371,18 @@ def _row_candidates(rows: int, n: int, vs: int, max_chunks: int = 1) -> list[Dec
     return result
 
 
-def _shared_candidates(units: int, unit: int, n: int, ds: int, vs: int) -> list[Decomposition]:
-    """Workgroups of `group` rows reading the same K/V (one head, or a KV group's heads) that load blocks of keys
-    into workgroup memory once for all of them (prefill). Only where at least 4 rows share."""
+def _shared_candidates(unit: int, ds: int, vs: int, max_chunks: int = 1) -> list[Decomposition]:
+    """Workgroups of `group` rows reading the same K/V (one head's queries, or a KV head's query heads) that load
+    blocks of keys into workgroup memory once for all of them; with flash-decoding, over each of `chunks` key
+    ranges. Only where at least 2 rows share, and at most half the workgroup is padding."""
     result = []
-    for group in (8, 16, 32, 64):
-        if group > 2 * unit or _key_block(ds, vs, group) * (ds + vs) > tiling.LANE_MEMORY_VEC4 or unit < 4:
-            continue
-        result.append(Decomposition((group, 1), 1, group, False))
+    chunks = 1
+    while chunks <= max_chunks:
+        for group in (4, 8, 16, 32, 64):
+            if unit < 2 or group > 2 * unit or _key_block(ds, vs, group) * (ds + vs) > tiling.LANE_MEMORY_VEC4:
+                continue
+            result.append(Decomposition((group, chunks), 1, group, False))
+        chunks *= 2
     return result
 
 
@@ -369,26 +401,27 @@ UPDATE = """let score = dot_qk * scale + mask_at(i0, i1, m, n);
     total = total * corr + p;"""
 
 
-def _keys(n: int, split: int, ds: int, vs: int) -> str:
-    """The key loop of a row (every split-th key), reading K and V from storage."""
+def _keys(start: str, end: str, split: int, ds: int, vs: int) -> str:
+    """The key loop of a row over keys [start, end) (every split-th key), reading K and V from storage."""
     return "\n  ".join([
-        f"for (var n = k; n < {n}u; n += {split}u) {{", "  var dot_qk = 0.0;",
+        f"for (var n = {start} + k; n < {end}; n += {split}u) {{", "  var dot_qk = 0.0;",
         f"  for (var s = 0u; s < {ds}u; s++) {{", "    dot_qk += dot(q[s], key_at(i0, kv1, n, s));", "  }",
         "  " + UPDATE.replace("\n", "\n  "), f"  for (var s = 0u; s < {vs}u; s++) {{",
         "    acc[s] = acc[s] * corr + p * value_at(i0, kv1, n, s);", "  }", "  mx = top;", "}"])
 
 
-def _shared_keys(n: int, ds: int, vs: int, block: int, invocations: int) -> str:
-    """The key loop of a workgroup whose rows read the same K/V: blocks of `block` keys loaded into kv_tile by all
-    its invocations, then read by each row from workgroup memory."""
+def _shared_keys(start: str, end: str, ds: int, vs: int, block: int, invocations: int) -> str:
+    """The key loop of a workgroup whose rows read the same K/V, over keys [start, end) (the same for the whole
+    workgroup): blocks of `block` keys loaded into kv_tile by all its invocations, then read by each row from
+    workgroup memory."""
     width = ds + vs
     return "\n  ".join([
-        f"for (var start = 0u; start < {n}u; start += {block}u) {{", "  workgroupBarrier();",
+        f"for (var first = {start}; first < {end}; first += {block}u) {{", "  workgroupBarrier();",
         f"  for (var e = li; e < {block * width}u; e += {invocations}u) {{",
-        f"    let key_n = min(start + e / {width}u, {n - 1}u);", f"    let s = e % {width}u;",
+        f"    let key_n = min(first + e / {width}u, {end} - 1u);", f"    let s = e % {width}u;",
         f"    if (s < {ds}u) {{", "      kv_tile[e] = key_at(i0, kv1, key_n, s);", "    } else {",
         f"      kv_tile[e] = value_at(i0, kv1, key_n, s - {ds}u);", "    }", "  }", "  workgroupBarrier();",
-        f"  for (var j = 0u; j < min({block}u, {n}u - start); j++) {{", "    let n = start + j;",
+        f"  for (var j = 0u; j < min({block}u, {end} - first); j++) {{", "    let n = first + j;",
         "    var dot_qk = 0.0;", f"    for (var s = 0u; s < {ds}u; s++) {{",
         f"      dot_qk += dot(q[s], kv_tile[j * {width}u + s]);", "    }",
         "    " + UPDATE.replace("\n", "\n    "), f"    for (var s = 0u; s < {vs}u; s++) {{",

@@ -123,10 +123,11 @@ def _first_of_each(candidates, key) -> list:
 
 def test_flash_decoding_families():
     """Decode, head dim 64, 3 query heads per KV head, 256 keys with a mask: one chunk or many, keys split inside
-    the workgroup or not, merged through workgroup memory or placed by subgroup."""
+    the workgroup or not, merged through workgroup memory or placed by subgroup, or the 3 query heads of a KV head
+    sharing its keys through workgroup memory."""
     count = _run_each((64, 3, 3, 1, 256, True), lambda cs: _first_of_each(
-        cs, lambda d: (min(d.tile[1], 2), d.split > 1, d.subgroup)))
-    assert count == 6
+        cs, lambda d: (d.tile[0] > 1, min(d.tile[1], 2), d.split > 1, d.subgroup)))
+    assert count == 8
 
 
 def test_prefill_families():
