@@ -98,6 +98,28 @@ def attention(d: int, n: int, m: int = 1, heads: int = 2, mask: bool = True) -> 
     return mb.build()
 
 
+def grouped(d: int, n: int, m: int, group: int, kv_heads: int = 2) -> bytes:
+    """Grouped-query attention as litert-torch writes it: each K/V head repeated `group` times (RESHAPE ->
+    BROADCAST_TO -> RESHAPE) before the matmuls."""
+    heads = kv_heads * group
+    mb = ModelBuilder()
+    q = mb.input("q", (1, heads, m, d))
+
+    def repeated(name: str) -> int:
+        t = mb.input(name, (1, kv_heads, n, d))
+        t = mb.op("RESHAPE", [t, mb.const(f"{name}1", np.array([1, kv_heads, 1, n, d], np.int32))],
+                  (1, kv_heads, 1, n, d))
+        t = mb.op("BROADCAST_TO", [t, mb.const(f"{name}g", np.array([1, kv_heads, group, n, d], np.int32))],
+                  (1, kv_heads, group, n, d))
+        return mb.op("RESHAPE", [t, mb.const(f"{name}h", np.array([1, heads, n, d], np.int32))], (1, heads, n, d))
+
+    k, v = repeated("k"), repeated("v")
+    s = mb.op("BATCH_MATMUL", [q, k], (1, heads, m, n), {"adj_y": True})
+    p = mb.op("SOFTMAX", [s], (1, heads, m, n), {"beta": d ** -0.5})
+    mb.output(mb.op("BATCH_MATMUL", [p, v], (1, heads, m, d)))
+    return mb.build()
+
+
 MODELS = {"fully_connected": fully_connected, "batch_matmul": batch_matmul, "conv": conv,
           "reductions": reductions, "normalizations": normalizations}
 DECOMPOSED = {"fully_connected": ["FULLY_CONNECTED"] * 2, "batch_matmul": ["BATCH_MATMUL"] * 2,
@@ -154,6 +176,17 @@ def test_attention_offers_a_valid_decomposition(d, n, m):
         assert {(False, True, True), (False, True, False), (True, True, False)} <= families
     else:  # prefill: rows sharing K/V through workgroup memory, and rows whose keys are split
         assert (True, False, False) in families and (False, False, True) in families
+
+
+@pytest.mark.parametrize("group", (2, 3, 8, 16))
+@pytest.mark.parametrize("m,n", [(1, 1024), (32, 256)])
+def test_grouped_query_attention_reads_kv_heads(group, m, n):
+    """1..16 query heads per KV head: one ATTENTION op reading the KV heads (kv_group), no broadcast copies left."""
+    graph = run_passes(read_model(grouped(128, n, m, group)).main)
+    assert [op.code for op in graph.ops] == ["ATTENTION"], [op.code for op in graph.ops]
+    assert graph.ops[0].opt("kv_group") == group
+    ((code, variants),) = _variants(grouped(128, n, m, group))
+    _check(code, variants)
 
 
 def test_fused_op_that_cannot_take_a_shape_leaves_the_ops_with_a_reason():
