@@ -3,7 +3,9 @@
 A kernel that takes a Decomposition (conv, depthwise, fully connected, batch matmul, reductions, softmax) maps
 a 1-D tile index to its outputs (codegen.lane_placeholders) and lists what it can do here; tuning/policy.py
 chooses per target and shape, `gpuengine tune` per adapter. Every candidate is valid within WebGPU's default
-limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it runs on any adapter.
+limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it runs on any adapter, and every kernel
+offers at least one at every size (split 1 needs no workgroup memory): tests/test_no_dead_ends.py renders each
+kernel's candidates over its sizes and checks both.
 """
 
 from __future__ import annotations
