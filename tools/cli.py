@@ -130,6 +130,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "partitions": [partition_report(plan, p) for p in plan.partitions],
         "dispatches": compiled.dispatches,
         "unsupported": plan.unsupported,
+        "remarks": list(graph.remarks),
         "memory_bytes": memory,
         "weight_bytes": sum(weights.values()),
         "adapter": compiled.gpu.name if compiled.gpu else None,
@@ -175,6 +176,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
+    for remark in report["remarks"]:
+        print(f"  pass: {remark}")
     print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items())
           + f"; constants (weights) {report['weight_bytes'] / 2**20:.2f} MiB")
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")

@@ -43,6 +43,9 @@ class Binding:
     tensor: int | None = None
     data: np.ndarray | None = None  # prepared once at build time (e.g. re-laid-out weights), f32 or u32
     scratch_bytes: int = 0
+    # scratch bindings of one program with the same non-empty key are one buffer: a kernel's first dispatch writes
+    # what its second reads (ATTENTION's flash-decoding partials)
+    scratch_key: str = ""
     writable: bool = False
     # WGSL element type of the array. The storage types follow the program's precision (codegen.preamble):
     # "S4" a PHWC4 vec4 (tensors, and constants that are tensor data), "S1" one scalar of PHWC4 storage, "SM" a

@@ -3,13 +3,16 @@
 A kernel that takes a Decomposition (conv, depthwise, fully connected, batch matmul, reductions, softmax) maps
 a 1-D tile index to its outputs (codegen.lane_placeholders) and lists what it can do here; tuning/policy.py
 chooses per target and shape, `gpuengine tune` per adapter. Every candidate is valid within WebGPU's default
-limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it runs on any adapter.
+limits (256 invocations and 16 KiB of workgroup memory per workgroup), so it runs on any adapter, and every kernel
+offers at least one at every size (split 1 needs no workgroup memory): tests/test_no_dead_ends.py renders each
+kernel's candidates over its sizes and checks both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Iterable
 
 from .. import codegen
@@ -27,6 +30,22 @@ LOAD = 8.0
 SHUFFLE = 8.0  # per vec4 and level of a subgroup butterfly
 SHARED_LEVEL = 30.0  # per level of a workgroup-memory tree: barrier and bookkeeping, plus 2 loads per vec4
 OVERHEAD = 40.0
+
+
+WORKGROUP_ARRAY = re.compile(r"var<workgroup>\s+\w+\s*:\s*array<\s*(vec([234])<f32>|vec([234])<f16>|f32|f16|u32|i32)"
+                            r"\s*,\s*(\d+)u?\s*>")
+
+
+def workgroup_memory_bytes(source: str) -> int:
+    """Bytes of workgroup memory a WGSL module declares (arrays of scalars and vectors, the only kinds kernels use);
+    checked against LANE_MEMORY_VEC4 * 16 by tests over every kernel's candidates."""
+    total = 0
+    for m in WORKGROUP_ARRAY.finditer(source):
+        lanes = int(m.group(2) or m.group(3) or 1)
+        lanes = 4 if lanes == 3 else lanes  # vec3 is aligned like vec4
+        scalar = 2 if m.group(1).endswith("f16>") or m.group(1) == "f16" else 4
+        total += lanes * scalar * int(m.group(4))
+    return total
 
 
 def default_group(split: int, tiles: int | None = None) -> int:

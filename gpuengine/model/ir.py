@@ -115,6 +115,8 @@ class Graph:
     inputs: list[int]
     outputs: list[int]
     name: str = ""
+    # what passes declined to do and why (e.g. a fusion whose fused kernel cannot take the shape): inspect shows it
+    remarks: list[str] = field(default_factory=list)
 
     def producers(self) -> dict[int, int]:
         return {t: op_i for op_i, op in enumerate(self.ops) for t in op.outputs}
@@ -132,7 +134,7 @@ class Graph:
         return Graph(
             tensors=[dataclasses.replace(t) for t in self.tensors],
             ops=[dataclasses.replace(o, inputs=list(o.inputs), outputs=list(o.outputs)) for o in self.ops],
-            inputs=list(self.inputs), outputs=list(self.outputs), name=self.name,
+            inputs=list(self.inputs), outputs=list(self.outputs), name=self.name, remarks=list(self.remarks),
         )
 
 

@@ -29,7 +29,11 @@ def fuse_attention(graph: Graph) -> Graph:
             if found is None:
                 continue
             fused, members = found
-            if registry.check(fused, graph) is not None:
+            reason = registry.check(fused, graph)
+            if reason is not None:  # the decomposed ops stay; inspect says why
+                remark = f"{ATTENTION} not fused at {graph.tensors[fused.outputs[0]].name!r}: {reason}"
+                if remark not in graph.remarks:
+                    graph.remarks.append(remark)
                 continue
             last = members[-1]
             graph.ops = [fused if j == last else o for j, o in enumerate(graph.ops) if j == last or j not in members]

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model.ir import Graph, Model
+from .attention_kv_group import attention_kv_group
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
 from .drop_leading_units import drop_leading_units
@@ -52,6 +53,7 @@ from .remove_noops import remove_noops
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
+                                            attention_kv_group,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,

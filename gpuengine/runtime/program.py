@@ -327,6 +327,7 @@ class GpuProgram:
         self._queue = gpu.device.queue
         self._bound: dict[int, Any] = {}  # input tensor -> a user's buffer it is read from (bind_input)
         self._resident: set[int] = set()  # inputs not uploaded from the host
+        self._scratch: dict[str, Any] = {}  # scratch buffers shared by key (Binding.scratch_key)
         self._held: dict[int, Any] = {}  # the constant buffers its bind groups read (shared_constant)
         self._feedback: dict[int, Any] = {}  # input -> this program's own output buffer copied into it first
         self._readback: frozenset[int] | None = None  # outputs copied back to the host (None: all)
@@ -496,7 +497,11 @@ class GpuProgram:
                 self._held[id(buf)] = buf  # keeps it in the device's cache while this program lives
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
             elif b.scratch_bytes:
-                buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
+                buf = self._scratch.get(b.scratch_key) if b.scratch_key else None
+                if buf is None or buf.size < b.scratch_bytes:
+                    buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
+                    if b.scratch_key:
+                        self._scratch[b.scratch_key] = buf
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
             elif b.raw and not b.writable and inputs and b.tensor in inputs:
                 buf = inputs[b.tensor]

@@ -16,6 +16,7 @@ A tuned choice from the cache (tools/tune.py) overrides all this.
 
 from __future__ import annotations
 
+from ..errors import UnsupportedOpError
 from ..kernels.base import Decomposition, Variants
 from .target import Target
 
@@ -31,5 +32,8 @@ def estimated_time(variants: Variants, d: Decomposition, target: Target) -> floa
 
 
 def choose(variants: Variants, target: Target) -> Decomposition:
+    if not variants.candidates:  # every kernel offers one within WebGPU's defaults (tests/test_no_dead_ends.py)
+        raise UnsupportedOpError(f"gpuengine bug: the kernel offers no decomposition of {variants.problem} "
+                                 "within WebGPU's default limits; please report it with the model")
     options = usable(variants, target) or variants.candidates
     return min(options, key=lambda d: (estimated_time(variants, d, target), variants.invocations(d)))

@@ -17,8 +17,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from .. import codegen
 from ..kernels.base import Decomposition, Variants
-from ..kernels.tiling import MAX_WORKGROUP, lane_memory_fits
+from ..kernels.tiling import LANE_MEMORY_VEC4, MAX_WORKGROUP, lane_memory_fits, workgroup_memory_bytes
 
 Choice = TypeVar("Choice", bound=Hashable)
 Workgroup = tuple[int, int, int]
@@ -130,8 +131,14 @@ def decomposition_space(variants: Variants, default: Decomposition, subgroups: b
     ordered = sorted(offered, key=lambda d: abs(math.log2(max(1, variants.invocations(d)) / lanes)))
 
     def fits(d: Decomposition) -> bool:
-        return (d.invocations_per_workgroup <= max_invocations
-                and lane_memory_fits(d, d.tile[0] * d.tile[1] if d.split > 1 else 1))
+        if d in variants.candidates:  # the kernel's own: within the default limits (tests/test_no_dead_ends.py)
+            return d.invocations_per_workgroup <= max_invocations
+        # a neighbour: its workgroup arrays (which some kernels size by more than the tile) must fit too
+        if d.invocations_per_workgroup > max_invocations or not lane_memory_fits(
+                d, d.tile[0] * d.tile[1] if d.split > 1 else 1):
+            return False
+        spec = variants.make(d)
+        return spec is None or workgroup_memory_bytes(codegen.render(spec)) <= LANE_MEMORY_VEC4 * 16
 
     def around(d: Decomposition) -> list[Decomposition]:
         out = []

@@ -1,0 +1,42 @@
+// ATTENTION, flash-decoding's first dispatch: tile = (row, chunk c of the keys). The invocations of a tile reduce
+// the chunk's keys to one online-softmax state (see attention.wgsl: KEYS reads them from storage, COMBINE merges a
+// split, or the rows of one KV head share blocks of keys loaded into KV_MEMORY) and invocation 0 writes it to
+// `partials`: entry 0 holds the chunk count (for the merge), then per row and chunk STATE vec4s: (max, sum, 0,
+// 0) and the VS slices of the weighted value sum.
+${BINDINGS}
+
+${READERS}
+
+${PARTIALS}
+${KV_MEMORY}
+
+@compute @workgroup_size(${WG_X}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
+  ${LANE}
+  ${ROW}
+  let m = row % ${M}u;
+  let bi = row / ${M}u;
+  let i0 = bi / ${B1}u;
+  let i1 = bi % ${B1}u;
+  let kv1 = ${KV};
+  var q: array<vec4<f32>, ${DS}>;
+  for (var s = 0u; s < ${DS}u; s++) {
+    q[s] = xq_at(i0, i1, m, s);
+  }
+  var mx = ${LOWEST};
+  var total = 0.0;
+  var acc: array<vec4<f32>, ${VS}>;
+  let scale = ${SCALE};
+  ${KEYS}
+  ${COMBINE}
+  if (k == 0u && has_row) {
+    let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;
+    partials[base] = vec4<f32>(mx, total, 0.0, 0.0);
+    for (var s = 0u; s < ${VS}u; s++) {
+      partials[base + 1u + s] = acc[s];
+    }
+  }
+  if (k == 0u && tile == 0u) {
+    partials[0] = vec4<f32>(f32(${CHUNKS}u));
+  }
+}
