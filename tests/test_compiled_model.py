@@ -1,0 +1,286 @@
+"""LiteRT's CompiledModel / TensorBuffer API on gpuengine: the same script runs on either after one import, buffers
+chain models on the GPU, and every misuse raises the exception type LiteRT's CompiledModel raises."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_pipelines import conv_model, count_maps  # noqa: F401 - count_maps is a fixture; same folder under pytest
+
+import gpuengine
+from gpuengine import CompiledModel, HardwareAccelerator, Interpreter, TensorBuffer
+from gpuengine.zoo.tiny import tiny
+
+litert_cm = pytest.importorskip("ai_edge_litert.compiled_model")
+litert_tb = pytest.importorskip("ai_edge_litert.tensor_buffer")
+litert_hw = pytest.importorskip("ai_edge_litert.hardware_accelerator")
+
+TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+OURS = types.SimpleNamespace(CompiledModel=CompiledModel, TensorBuffer=TensorBuffer,
+                             HardwareAccelerator=HardwareAccelerator, accel=HardwareAccelerator.GPU)
+LITERT = types.SimpleNamespace(CompiledModel=litert_cm.CompiledModel, TensorBuffer=litert_tb.TensorBuffer,
+                               HardwareAccelerator=litert_hw.HardwareAccelerator,
+                               accel=litert_hw.HardwareAccelerator.CPU)
+
+
+def docs_example(api: types.SimpleNamespace, model: bytes, x: np.ndarray) -> np.ndarray:
+    """LiteRT's documented CompiledModel example, written once against a namespace of either API."""
+    m = api.CompiledModel.from_buffer(model, hardware_accel=api.accel)
+    ins, outs = m.create_input_buffers(0), m.create_output_buffers(0)
+    ins[0].write(x)
+    m.run_by_index(0, ins, outs)
+    req = m.get_output_buffer_requirements(0)
+    n = req["buffer_size"] // 4
+    return outs[0].read(n, np.float32)
+
+
+def test_litert_docs_example_runs_unchanged():
+    """The same function on LiteRT (CPU) and gpuengine: outputs as the Interpreter's, within LiteRT's."""
+    model = tiny(3)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)
+    ours, theirs = docs_example(OURS, model, x), docs_example(LITERT, model, x)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    np.testing.assert_array_equal(ours, it.get_tensor(it.get_output_details()[0]["index"]).reshape(-1))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_queries_match_litert():
+    model = conv_model(1, 3, 5)
+    ours, theirs = OURS.CompiledModel.from_buffer(model), LITERT.CompiledModel.from_buffer(model)
+    key = theirs.get_signature_by_index(0)["key"]
+    for m in (ours, theirs):
+        m.resize_input_tensor(0, [1, 8, 8, 3], strict=False)  # the same shape: nothing changes
+    for query in (lambda m: m.get_signature_list(), lambda m: m.get_signature_by_index(0),
+                  lambda m: m.get_num_signatures(), lambda m: m.get_signature_index(key),
+                  lambda m: m.get_signature_index("nope"), lambda m: m.get_input_tensor_details(key),
+                  lambda m: m.get_output_tensor_details(key), lambda m: m.get_input_buffer_requirements(0),
+                  lambda m: m.get_output_buffer_requirements(0), lambda m: m.is_fully_accelerated(),
+                  lambda m: [b.get_tensor_details() for b in m.create_input_buffers(0)],
+                  lambda m: m.create_output_buffer_by_name(key, "conv_2d_0_0").get_tensor_details()):
+        assert query(ours) == query(theirs)
+    with ours as m:
+        assert m.get_num_signatures() == 1
+    with pytest.raises(AttributeError, match="closed"):
+        ours.create_input_buffers(0)
+
+
+def test_resize_runs_the_new_shape():
+    model = conv_model(1, 3, 5)
+    m = CompiledModel.from_buffer(model)
+    m.resize_input_tensor(0, [1, 6, 4, 3], strict=False)
+    assert m.get_output_tensor_details("<placeholder signature>")["conv_2d_0_0"]["shape"] == [1, 6, 4, 5]
+    ins, outs = m.create_input_buffers(0), m.create_output_buffers(0)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 6, 4, 3)).astype(np.float32)
+    ins[0].write(x)
+    m.run_by_index(0, ins, outs)
+    it = Interpreter(model_content=model)
+    it.resize_tensor_input(0, [1, 6, 4, 3])
+    it.allocate_tensors()
+    it.set_tensor(0, x)
+    it.invoke()
+    np.testing.assert_array_equal(outs[0].read(6 * 4 * 5, np.float32).reshape(1, 6, 4, 5),
+                                  it.get_tensor(it.get_output_details()[0]["index"]))
+
+
+def test_chained_models_map_one_staging_buffer_per_frame(count_maps):  # noqa: F811 - the imported fixture
+    """a's output buffer is b's input buffer: b reads it on the GPU (no readback, no copy); only reading b's output
+    maps a staging buffer, once per frame. Results equal the Interpreter's host path bit for bit."""
+    a = CompiledModel.from_buffer(conv_model(1, 3, 5))
+    b = CompiledModel.from_buffer(conv_model(2, 5, 4))
+    a_in, middle, b_out = a.create_input_buffers(0), a.create_output_buffers(0), b.create_output_buffers(0)
+    frames = [np.random.default_rng(k).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32) for k in range(3)]
+    ia, ib = Interpreter(model_content=conv_model(1, 3, 5)), Interpreter(model_content=conv_model(2, 5, 4))
+    ia.allocate_tensors()
+    ib.allocate_tensors()
+    a.run_by_index(0, a_in, middle)  # the first run of each compiles and binds: not counted
+    b.run_by_index(0, middle, b_out)
+    count_maps["maps"] = 0
+    for x in frames:
+        a_in[0].write(x)
+        a.run_by_index(0, a_in, middle)
+        b.run_by_index(0, middle, b_out)
+        got = b_out[0].read(8 * 8 * 4, np.float32).reshape(1, 8, 8, 4)
+        maps = count_maps["maps"]
+        ia.set_tensor(0, x)
+        ia.invoke()
+        ib.set_tensor(0, ia.get_tensor(ia.get_output_details()[0]["index"]))
+        ib.invoke()
+        np.testing.assert_array_equal(got, ib.get_tensor(ib.get_output_details()[0]["index"]))
+        count_maps["maps"] = maps
+    assert count_maps["maps"] == len(frames)
+    assert b.signature_runner().compiled.gpu_programs[0].uploaded == {}  # its input was never uploaded
+
+
+def test_interpreter_buffers_are_tensor_buffers():
+    """Interpreter.output_buffer hands out the same TensorBuffer class: it reads back, unpacks as (buffer, dtype),
+    and is a CompiledModel's input as it is; a buffer of another device is refused as LiteRT refuses a buffer it
+    cannot register (RuntimeError)."""
+    device = gpuengine.get_device()
+    it = Interpreter(model_content=conv_model(1, 3, 5), device=device)
+    it.allocate_tensors()
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    it.set_tensor(0, x)
+    it.invoke()
+    out = it.output_buffer(0)
+    assert isinstance(out, TensorBuffer)
+    want = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(out.read(320, np.float32).reshape(want.shape), want)
+    buffer, dtype = out
+    assert buffer.size >= 1280 and dtype == np.float32
+    b = CompiledModel.from_buffer(conv_model(2, 5, 4), device=device)
+    outs = b.create_output_buffers(0)
+    b.run_by_index(0, [out], outs)
+    ib = Interpreter(model_content=conv_model(2, 5, 4))
+    ib.allocate_tensors()
+    ib.set_tensor(0, want)
+    ib.invoke()
+    np.testing.assert_array_equal(outs[0].read(256, np.float32).reshape(1, 8, 8, 4),
+                                  ib.get_tensor(ib.get_output_details()[0]["index"]))
+    other = device.adapter.request_device_sync()
+    foreign = TensorBuffer.allocate(other, np.float32, (1, 8, 8, 5))
+    with pytest.raises(RuntimeError, match="another GPU device"):
+        b.run_by_index(0, [foreign], outs)
+    host = TensorBuffer.create_from_host_memory(np.ascontiguousarray(want), device=other)
+    b.run_by_index(0, [host], outs)  # host memory of any device is fed through the host
+    np.testing.assert_array_equal(outs[0].read(256, np.float32).reshape(1, 8, 8, 4),
+                                  ib.get_tensor(ib.get_output_details()[0]["index"]))
+
+
+def test_buffer_bytes_round_trip():
+    """write / read copy bytes as LiteRT does (no conversion); a write of a few int8 keeps the bytes after them."""
+    for api in (OURS, LITERT):
+        buffer = api.TensorBuffer.create_from_host_memory(np.arange(8, dtype=np.int8))
+        buffer.write(np.array([9, 9, 9], np.int8))
+        assert buffer.read(8, np.int8).tolist() == [9, 9, 9, 3, 4, 5, 6, 7]
+        floats = api.TensorBuffer.create_from_host_memory(np.zeros(4, np.float32))
+        floats.write(np.arange(4, dtype=np.int32))
+        assert floats.read(4, np.int32).tolist() == [0, 1, 2, 3]
+
+
+def test_cpu_accelerator_runs_on_litert():
+    with pytest.warns(UserWarning, match="runs on LiteRT's CPU CompiledModel"):
+        m = CompiledModel.from_buffer(conv_model(1, 3, 5), hardware_accel=HardwareAccelerator.CPU)
+    assert isinstance(m, litert_cm.CompiledModel)
+    with pytest.raises(RuntimeError, match="no NPU"):
+        CompiledModel.from_buffer(conv_model(1, 3, 5), hardware_accel=HardwareAccelerator.NPU)
+
+
+@pytest.mark.skipif(not TOY_LLM.exists(), reason=f"{TOY_LLM} not present (see /work/shared/models/README.md)")
+def test_decoder_signatures_by_name():
+    """The toy decoder's decode signature through run_by_name, two steps with the KV cache passed from one
+    step's output buffers to the next step's inputs on the GPU: logits and caches as the SignatureRunner's (host
+    path), and as LiteRT's."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRtInterpreter
+
+    m = CompiledModel.from_file(str(TOY_LLM))
+    assert m.get_signature_list() == litert_cm.CompiledModel.from_file(str(TOY_LLM)).get_signature_list()
+    key = "decode"
+    details = m.get_input_tensor_details(key)
+    rng = np.random.default_rng(4)
+    feeds = {n: rng.standard_normal(d["shape"]).astype(np.float32) * 0.1 for n, d in details.items()
+             if d["dtype"] == "float32"}
+    ins = {n: m.create_input_buffer_by_name(key, n) for n in details}
+    outs = [{n: m.create_output_buffer_by_name(key, n) for n in m.get_signature_list()[key]["outputs"]}
+            for _ in range(2)]
+    for n, v in feeds.items():
+        ins[n].write(v)
+    runner = Interpreter(model_path=str(TOY_LLM)).get_signature_runner(key)
+    reference = LiteRtInterpreter(model_path=str(TOY_LLM)).get_signature_runner(key)
+    state = dict(feeds)
+    for step, token in enumerate((7, 11)):
+        ins["tokens"].write(np.array([[token]], np.int32))
+        ins["input_pos"].write(np.array([step], np.int32))
+        inputs = dict(ins) if step == 0 else {**ins, **{n: outs[0][n] for n in feeds}}  # the cache stays on the GPU
+        m.run_by_name(key, inputs, outs[step])
+        host = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([step], np.int32), **state}
+        want, oracle = runner(**host), reference(**host)
+        for n, buffer in outs[step].items():
+            got = buffer.read(int(np.prod(want[n].shape)), np.float32).reshape(want[n].shape)
+            np.testing.assert_allclose(got, want[n], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got, oracle[n], rtol=1e-4, atol=1e-4)
+        state = {n: want[n] for n in feeds}
+
+
+# -- misuse: each case runs against LiteRT's CompiledModel (CPU) and gpuengine's; both must raise the same type --
+def _other_dtype_input(ns):
+    ns.model.run_by_index(0, [ns.api.TensorBuffer.create_from_host_memory(np.zeros((1, 8, 8, 3), np.int32))],
+                          ns.outs)
+
+
+MISUSE = {
+    "write an unsupported dtype": lambda ns: ns.ins[0].write(np.zeros(192, np.float64)),
+    "write a list": lambda ns: ns.ins[0].write([1.0, 2.0]),
+    "write more than the buffer holds": lambda ns: ns.ins[0].write(np.zeros(193, np.float32)),
+    "read past the end": lambda ns: ns.outs[0].read(321, np.float32),
+    "read an unsupported dtype": lambda ns: ns.outs[0].read(4, np.float64),
+    "read a negative count": lambda ns: ns.outs[0].read(-1, np.float32),
+    "write a destroyed buffer": lambda ns: ns.destroyed.write(np.zeros(4, np.float32)),
+    "read a destroyed buffer": lambda ns: ns.destroyed.read(4, np.float32),
+    "details of a destroyed buffer": lambda ns: ns.destroyed.get_tensor_details(),
+    "run a destroyed buffer": lambda ns: ns.model.run_by_index(0, [ns.destroyed], ns.outs),
+    "run a numpy array": lambda ns: ns.model.run_by_index(0, [np.zeros((1, 8, 8, 3), np.float32)], ns.outs),
+    "run an unknown signature by name": lambda ns: ns.model.run_by_name("nope", {}, {}),
+    "run a signature index out of range": lambda ns: ns.model.run_by_index(1, ns.ins, ns.outs),
+    "run with too few inputs": lambda ns: ns.model.run_by_index(0, [], ns.outs),
+    "run with too many outputs": lambda ns: ns.model.run_by_index(0, ns.ins, ns.outs + ns.outs),
+    "run with inputs and outputs swapped": lambda ns: ns.model.run_by_index(0, ns.outs, ns.ins),
+    "run an input of another size": lambda ns: ns.model.run_by_index(
+        0, [ns.api.TensorBuffer.create_from_host_memory(np.zeros(10, np.float32))], ns.outs),
+    "run an input of another dtype": _other_dtype_input,
+    "run_by_name without the outputs": lambda ns: ns.model.run_by_name(ns.key, {"x": ns.ins[0]}, {}),
+    "details of an unknown signature": lambda ns: ns.model.get_input_tensor_details("nope"),
+    "output details of an unknown signature": lambda ns: ns.model.get_output_tensor_details("nope"),
+    "buffer of an unknown input": lambda ns: ns.model.create_input_buffer_by_name(ns.key, "nope"),
+    "buffer of an unknown signature": lambda ns: ns.model.create_output_buffer_by_name("nope", "x"),
+    "buffers of a signature out of range": lambda ns: ns.model.create_input_buffers(1),
+    "requirements of an input out of range": lambda ns: ns.model.get_input_buffer_requirements(5),
+    "requirements of a signature out of range": lambda ns: ns.model.get_output_buffer_requirements(0, 3),
+    "strict resize of a static input": lambda ns: ns.model.resize_input_tensor(0, [1, 16, 16, 3]),
+    "resize an input out of range": lambda ns: ns.model.resize_input_tensor(4, [1, 8, 8, 3], strict=False),
+    "resize by an unknown signature": lambda ns: ns.model.resize_input_tensor_by_name("nope", "x", [1, 8, 8, 3]),
+    "resize by an unknown input": lambda ns: ns.model.resize_input_tensor_by_name(ns.key, "y", [1, 8, 8, 3]),
+    "host memory from a list": lambda ns: ns.api.TensorBuffer.create_from_host_memory([1.0, 2.0]),
+    "host memory of an unsupported dtype": lambda ns: ns.api.TensorBuffer.create_from_host_memory(np.zeros(3)),
+    "host memory not C-contiguous": lambda ns: ns.api.TensorBuffer.create_from_host_memory(
+        np.zeros((4, 4), np.float32).T),
+    "a model file that does not exist": lambda ns: ns.api.CompiledModel.from_file("/nonexistent/model.tflite"),
+    "a buffer that is not a model": lambda ns: ns.api.CompiledModel.from_buffer(b"not a tflite model" * 4),
+    "both options and hardware_accel": lambda ns: ns.api.CompiledModel.from_buffer(
+        ns.data, hardware_accel=ns.api.accel, options=object()),
+    "run a closed model": lambda ns: ns.closed.run_by_index(0, ns.ins, ns.outs),
+}
+
+
+@pytest.fixture(scope="module")
+def both_apis():
+    data = conv_model(1, 3, 5)
+    result = {}
+    for name, api in (("litert", LITERT), ("gpuengine", OURS)):
+        model = api.CompiledModel.from_buffer(data, hardware_accel=api.accel)
+        ins, outs = model.create_input_buffers(0), model.create_output_buffers(0)
+        ins[0].write(np.ones((1, 8, 8, 3), np.float32))
+        model.run_by_index(0, ins, outs)
+        closed = api.CompiledModel.from_buffer(data, hardware_accel=api.accel)
+        closed.close()
+        result[name] = types.SimpleNamespace(api=api, data=data, model=model, ins=ins, outs=outs, closed=closed,
+                                             key=model.get_signature_by_index(0)["key"])
+    return result
+
+
+@pytest.mark.parametrize("case", list(MISUSE))
+def test_misuse_raises_litert_exception_type(both_apis, case):
+    raised = {}
+    for name, ns in both_apis.items():
+        ns.destroyed = ns.api.TensorBuffer.create_from_host_memory(np.zeros(4, np.float32))
+        ns.destroyed.destroy()
+        with pytest.raises(Exception) as info:  # noqa: B017 - the type is what is compared
+            MISUSE[case](ns)
+        raised[name] = info.type
+    assert raised["litert"] in (ValueError, RuntimeError, AttributeError)  # the table holds only LiteRT's errors
+    assert issubclass(raised["gpuengine"], raised["litert"]), raised
