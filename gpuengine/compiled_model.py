@@ -97,6 +97,8 @@ class CompiledModel:
         self._signatures = []
         for sig in sigs:
             graph = model.subgraphs[sig.subgraph]
+            sig = SignatureDef(key=sig.key, subgraph=sig.subgraph, inputs=_in_order(sig.inputs, graph.inputs),
+                               outputs=_in_order(sig.outputs, graph.outputs))
             self._signatures.append(_Signature(sig.key, sig, SignatureRunner(interpreter, sig),
                                                {t: tuple(graph.tensors[t].shape) for t in sig.inputs.values()}))
 
@@ -418,6 +420,13 @@ class CompiledModel:
                 except ValueError:
                     pass
         return compiled
+
+
+def _in_order(names: dict[str, int], tensors: list[int]) -> dict[str, int]:
+    """A signature's names in the order of its subgraph's inputs or outputs (the order LiteRT's CompiledModel
+    lists and indexes them in; the file keeps them sorted by name)."""
+    position = {t: k for k, t in enumerate(tensors)}
+    return dict(sorted(names.items(), key=lambda item: position.get(item[1], len(tensors))))
 
 
 def _single_gpu_program(compiled: CompiledGraph) -> bool:
