@@ -101,13 +101,14 @@ class TensorBuffer:
         data = array.view(np.uint8)
         if data.size > self.nbytes:
             raise RuntimeError("WriteTensorBuffer: source buffer is larger than the tensor buffer")
-        if data.size % 4:  # wgpu writes whole 4-byte words: keep the bytes after the array as they are
-            current = self._bytes()
+        if data.size % 4:  # wgpu writes whole 4-byte words: keep the tensor's bytes after the array as they are
             whole = -(-data.size // 4) * 4
-            data = np.concatenate([data, current[data.size:whole]])
+            kept = self._bytes()[data.size:whole] if data.size < self.nbytes else data[:0]
+            data = np.concatenate([data, kept, np.zeros(whole - data.size - kept.size, np.uint8)])
         if data.size:
             self._gpu._device.queue.write_buffer(self._gpu, 0, data)
         host = self._host
+        data = data[:self.nbytes]
         if data.size >= self.nbytes:
             self._host = data[:self.nbytes].copy()
         elif host is not None:

@@ -12,6 +12,8 @@ from test_pipelines import conv_model, count_maps  # noqa: F401 - count_maps is 
 
 import gpuengine
 from gpuengine import CompiledModel, HardwareAccelerator, Interpreter, TensorBuffer
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.zoo.quantize import quantized_zoo_model
 from gpuengine.zoo.tiny import tiny
 
 litert_cm = pytest.importorskip("ai_edge_litert.compiled_model")
@@ -86,6 +88,42 @@ def test_resize_runs_the_new_shape():
     it.invoke()
     np.testing.assert_array_equal(outs[0].read(6 * 4 * 5, np.float32).reshape(1, 6, 4, 5),
                                   it.get_tensor(it.get_output_details()[0]["index"]))
+
+
+def _cpu_partition_model() -> bytes:
+    """CONV_2D on the GPU, then CUMSUM, which LiteRT runs on the CPU."""
+    rng = np.random.default_rng(5)
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 3))
+    w = rng.standard_normal((2, 1, 1, 3)).astype(np.float32)
+    y = mb.op("CONV_2D", [x, mb.const("w", w), mb.const("b", np.zeros(2, np.float32))], (1, 4, 4, 2),
+              {"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    mb.output(mb.op("CUMSUM", [y, mb.const("axis", np.array(3, np.int32))], (1, 4, 4, 2)))
+    return mb.build()
+
+
+@pytest.mark.parametrize("build", [lambda: quantized_zoo_model(tiny(1), 1, "tiny int8"), _cpu_partition_model],
+                         ids=["int8 inputs and outputs", "a CPU partition"])
+def test_host_paths_give_the_interpreters_outputs(build):
+    """int8 inputs and outputs cross through the host (the GPU holds real values), and a model with a CPU partition
+    runs its programs in turn: the buffers get what the Interpreter gives."""
+    model = build()
+    m = CompiledModel.from_buffer(model)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    ins, outs = m.create_input_buffers(0), m.create_output_buffers(0)
+    rng = np.random.default_rng(6)
+    for buffer, d in zip(ins, it.get_input_details()):
+        value = (rng.integers(-128, 128, d["shape"]) if d["dtype"] == np.int8
+                 else rng.uniform(-1, 1, d["shape"])).astype(d["dtype"])
+        buffer.write(value)
+        it.set_tensor(d["index"], value)
+    m.run_by_index(0, ins, outs)
+    it.invoke()
+    for buffer, d in zip(outs, it.get_output_details()):
+        got = buffer.read(int(np.prod(d["shape"])), d["dtype"]).reshape(d["shape"])
+        np.testing.assert_array_equal(got, it.get_tensor(d["index"]))
+    assert m.is_fully_accelerated() == all(p.device == "gpu" for p in it.compiled.plan.partitions)
 
 
 def test_chained_models_map_one_staging_buffer_per_frame(count_maps):  # noqa: F811 - the imported fixture
@@ -179,9 +217,12 @@ def test_decoder_signatures_by_name():
     from ai_edge_litert.interpreter import Interpreter as LiteRtInterpreter
 
     m = CompiledModel.from_file(str(TOY_LLM))
-    assert m.get_signature_list() == litert_cm.CompiledModel.from_file(str(TOY_LLM)).get_signature_list()
+    theirs = litert_cm.CompiledModel.from_file(str(TOY_LLM))
     key = "decode"
+    assert m.get_signature_list() == theirs.get_signature_list()
     details = m.get_input_tensor_details(key)
+    assert details == theirs.get_input_tensor_details(key)
+    assert m.get_output_tensor_details(key) == theirs.get_output_tensor_details(key)
     rng = np.random.default_rng(4)
     feeds = {n: rng.standard_normal(d["shape"]).astype(np.float32) * 0.1 for n, d in details.items()
              if d["dtype"] == "float32"}
@@ -205,6 +246,8 @@ def test_decoder_signatures_by_name():
             np.testing.assert_allclose(got, want[n], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(got, oracle[n], rtol=1e-4, atol=1e-4)
         state = {n: want[n] for n in feeds}
+    uploaded = m.signature_runner(key).compiled.gpu_programs[0].uploaded  # the last step's host uploads
+    assert set(uploaded) == {details["tokens"]["index"], details["input_pos"]["index"]}
 
 
 # -- misuse: each case runs against LiteRT's CompiledModel (CPU) and gpuengine's; both must raise the same type --
