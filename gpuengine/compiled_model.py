@@ -10,6 +10,7 @@ copied into the output buffers on the GPU, and nothing comes back to the host un
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class CompiledModel:
         self._interpreter: Interpreter | None = interpreter
         self._environment = environment
         self._gpu: Any = None  # the GpuDevice of _device()
+        self._lock = threading.Lock()
         model = interpreter._model
         sigs = list(model.signatures) or [SignatureDef(
             key=PLACEHOLDER_SIGNATURE, subgraph=0,
@@ -278,6 +280,11 @@ class CompiledModel:
         self._run(s, inputs, [output_map[n] for n in s.outputs])
 
     def _run(self, s: _Signature, inputs: list[TensorBuffer], outputs: list[TensorBuffer]) -> None:
+        with self._lock:  # runs of one model from several threads take turns (bindings, recorded commands)
+            self._run_locked(s, inputs, outputs)
+
+    def _run_locked(self, s: _Signature, inputs: list[TensorBuffer], outputs: list[TensorBuffer]) -> None:
+        self._auto_resize(s, inputs)
         compiled = self._compiled(s)
         runner = s.runner
         graph = compiled.graph
@@ -338,6 +345,16 @@ class CompiledModel:
         for t, buffer, on_gpu in out_tensors:
             if not on_gpu:
                 buffer.set_host(results[t] if t in results else compiled.constants[t])
+
+    def _auto_resize(self, s: _Signature, inputs: list[TensorBuffer]) -> None:
+        """An input buffer of another shape that the model's dynamic (-1) dimensions allow resizes the input, as
+        LiteRT's CompiledModel does when it registers such a buffer."""
+        base = self._base(s)
+        for t, buffer in zip(s.sig.inputs.values(), inputs):
+            declared = base.tensors[t].shape_signature
+            if buffer.shape != s.shapes[t] and declared is not None and len(declared) == len(buffer.shape) and all(
+                    d == -1 or d == n for d, n in zip(declared, buffer.shape)):
+                s.shapes[t] = buffer.shape
 
     # -- engine extras ------------------------------------------------------------------------------------------
     def signature_runner(self, signature: int | str = 0) -> SignatureRunner:

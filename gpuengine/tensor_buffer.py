@@ -52,14 +52,14 @@ class TensorBuffer:
     it compiles again; those of a CompiledModel or create_from_host_memory are the caller's.
     """
 
-    def __init__(self, buffer: Any, dtype: Any, shape: tuple[int, ...], owner: Any = None, generation: int = 0,
-                 owned: bool = False) -> None:
-        """owner: a weak reference to the Interpreter / SignatureRunner whose buffer this is (None: a buffer of its
-        own, `owned`: destroy() frees it); generation: the owner's compilation it belongs to."""
+    def __init__(self, buffer: Any, dtype: Any, shape: tuple[int, ...], owner: Any = None,
+                 generation: int = 0) -> None:
+        """owner: a weak reference to the Interpreter / SignatureRunner whose buffer this is (None: the caller's
+        own); generation: the owner's compilation it belongs to."""
         self._gpu = buffer
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(d) for d in shape)
-        self.owner, self.generation, self._owned = owner, generation, owned
+        self.owner, self.generation = owner, generation
         self._host: np.ndarray | None = None  # the bytes as last written from or read to the host, while valid
         self._pending: list[TensorBuffer] | None = None  # outputs of one run: read back together, in one map
         self._destroyed = False
@@ -91,7 +91,7 @@ class TensorBuffer:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-        return cls(device.create_buffer(size=gpu_bytes(nbytes), usage=usage), dtype, shape, owned=True)
+        return cls(device.create_buffer(size=gpu_bytes(nbytes), usage=usage), dtype, shape)
 
     def write(self, data_array: np.ndarray) -> None:
         """Write the array's bytes at the start of the buffer (any supported dtype, as LiteRT: the bytes are
@@ -132,10 +132,10 @@ class TensorBuffer:
         return {"dtype": SUPPORTED_DTYPES.get(self.dtype, self.dtype.name), "shape": list(self.shape)}
 
     def destroy(self) -> None:
-        """Release the GPU buffer (one this TensorBuffer owns); the TensorBuffer cannot be used afterwards."""
-        if not self._destroyed and self._owned:
-            self._gpu.destroy()
-        self._destroyed, self._host, self._pending = True, None, None
+        """Let go of the GPU buffer; the TensorBuffer cannot be used afterwards. The memory is freed once nothing
+        uses it (not destroyed at once: a model's recorded commands may still bind it, and wgpu-native aborts the
+        process on a submit that reads a destroyed buffer)."""
+        self._destroyed, self._host, self._pending, self._gpu = True, None, None, None
 
     @property
     def capsule(self) -> Any:
@@ -149,13 +149,16 @@ class TensorBuffer:
     def buffer(self) -> Any:
         """The wgpu.GPUBuffer. Asking for it forgets the host copy of the contents: the caller may write it on the
         GPU, so the next read() or host-fed run reads the GPU buffer back."""
+        if self._destroyed:
+            raise ValueError("TensorBuffer has been destroyed")
         self._host = None
         self._pending = None
         return self._gpu
 
     @property
     def device(self) -> Any:
-        return self._gpu._device
+        """The wgpu.GPUDevice the buffer is on (None once destroyed)."""
+        return self._gpu._device if self._gpu is not None else None
 
     @property
     def nbytes(self) -> int:
@@ -174,8 +177,8 @@ class TensorBuffer:
         return iter((self.buffer, self.dtype))
 
     def __repr__(self) -> str:
-        state = ", destroyed" if self._destroyed else ""
-        return f"TensorBuffer({self.shape} {self.dtype.name}, {self._gpu.size} bytes{state})"
+        state = "destroyed" if self._destroyed else f"{self._gpu.size} bytes"
+        return f"TensorBuffer({self.shape} {self.dtype.name}, {state})"
 
     def _live(self, what: str) -> None:
         if self._destroyed:

@@ -90,6 +90,42 @@ def test_resize_runs_the_new_shape():
                                   it.get_tensor(it.get_output_details()[0]["index"]))
 
 
+def _dynamic_batch_model() -> bytes:
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4), shape_signature=(-1, 4))
+    mb.output(mb.op("ADD", [x, mb.const("one", np.ones((4,), np.float32))], (1, 4), shape_signature=(-1, 4)))
+    return mb.build()
+
+
+def dynamic_chain(api: types.SimpleNamespace) -> list:
+    """a resized to batch 3 feeds b (batch 1 declared, dynamic): b takes the buffer's shape, as LiteRT does; its
+    old output buffer is too small (RuntimeError), new ones fit. Also: destroying a bound input buffer is safe."""
+    a = api.CompiledModel.from_buffer(_dynamic_batch_model(), hardware_accel=api.accel)
+    b = api.CompiledModel.from_buffer(_dynamic_batch_model(), hardware_accel=api.accel)
+    a.resize_input_tensor(0, [3, 4])
+    a_in, a_out = a.create_input_buffers(0), a.create_output_buffers(0)
+    a_in[0].write(np.arange(12, dtype=np.float32))
+    a.run_by_index(0, a_in, a_out)
+    seen = [a_out[0].get_tensor_details()]
+    b_out = b.create_output_buffers(0)
+    with pytest.raises(RuntimeError):
+        b.run_by_index(0, a_out, b_out)
+    seen.append(b.get_input_tensor_details(b.get_signature_by_index(0)["key"]))
+    b_out = b.create_output_buffers(0)
+    b.run_by_index(0, a_out, b_out)
+    seen.append(b_out[0].read(12, np.float32).tolist())
+    a_in[0].destroy()  # bound to a's input: the next run binds another before anything is submitted
+    again = a.create_input_buffers(0)
+    again[0].write(np.ones(12, np.float32))
+    a.run_by_index(0, again, a_out)
+    seen.append(a_out[0].read(12, np.float32).tolist())
+    return seen
+
+
+def test_dynamic_input_takes_its_buffers_shape():
+    assert dynamic_chain(OURS) == dynamic_chain(LITERT)
+
+
 def _cpu_partition_model() -> bytes:
     """CONV_2D on the GPU, then CUMSUM, which LiteRT runs on the CPU."""
     rng = np.random.default_rng(5)
