@@ -142,7 +142,7 @@ class TensorBuffer:
         """The native handle (here the wgpu.GPUBuffer); ValueError once destroyed, as LiteRT's."""
         if self._destroyed:
             raise ValueError("TensorBuffer has been destroyed")
-        return self.buffer
+        return self._gpu  # not .buffer: a run passing the buffer keeps its host copy
 
     # -- the GPU side ------------------------------------------------------------------------------------------
     @property

@@ -246,7 +246,7 @@ def test_cpu_accelerator_runs_on_litert():
 
 
 @pytest.mark.skipif(not TOY_LLM.exists(), reason=f"{TOY_LLM} not present (see /work/shared/models/README.md)")
-def test_decoder_signatures_by_name():
+def test_decoder_signatures_by_name(count_maps):  # noqa: F811 - the imported fixture
     """The toy decoder's decode signature through run_by_name, two steps with the KV cache passed from one
     step's output buffers to the next step's inputs on the GPU: logits and caches as the SignatureRunner's (host
     path), and as LiteRT's."""
@@ -274,11 +274,13 @@ def test_decoder_signatures_by_name():
         ins["tokens"].write(np.array([[token]], np.int32))
         ins["input_pos"].write(np.array([step], np.int32))
         inputs = dict(ins) if step == 0 else {**ins, **{n: outs[0][n] for n in feeds}}  # the cache stays on the GPU
+        count_maps["maps"] = 0
         m.run_by_name(key, inputs, outs[step])
+        read = {n: buffer.read(buffer.size, np.float32).reshape(buffer.shape) for n, buffer in outs[step].items()}
+        assert count_maps["maps"] == 1  # token ids come from write()'s host copy; all five outputs: one map
         host = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([step], np.int32), **state}
         want, oracle = runner(**host), reference(**host)
-        for n, buffer in outs[step].items():
-            got = buffer.read(int(np.prod(want[n].shape)), np.float32).reshape(want[n].shape)
+        for n, got in read.items():
             np.testing.assert_allclose(got, want[n], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(got, oracle[n], rtol=1e-4, atol=1e-4)
         state = {n: want[n] for n in feeds}
