@@ -9,6 +9,8 @@ users who write their own shaders; it still unpacks as `(buffer, dtype)` as the 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -205,6 +207,12 @@ class TensorBuffer:
         return self._host
 
 
+# Staging buffers reused by read_back, by (device, size): creating one per read costs as much as the copy.
+_STAGING: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
+_STAGING_KEPT = 8
+_staging_lock = threading.Lock()
+
+
 def read_back(buffers: list[TensorBuffer]) -> None:
     """Copy the buffers (all on one device) to one staging buffer, map it once, and keep each one's bytes."""
     import wgpu
@@ -218,17 +226,23 @@ def read_back(buffers: list[TensorBuffer]) -> None:
     for b in buffers:
         offsets.append(total)
         total += -(-b._gpu.size // 256) * 256
-    staging = device.create_buffer(size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-    encoder = device.create_command_encoder()
-    for b, offset in zip(buffers, offsets):
-        encoder.copy_buffer_to_buffer(b._gpu, 0, staging, offset, b._gpu.size)
-    device.queue.submit([encoder.finish()])
-    staging.map_async("READ_NOSYNC").sync_wait()
-    try:
-        data = np.frombuffer(staging.read_mapped(copy=False), np.uint8)
+    with _staging_lock:  # one reader of a staging buffer at a time
+        key = (id(device), total)
+        kept = _STAGING.pop(key, None)
+        staging = kept[1] if kept is not None and kept[0] is device else device.create_buffer(
+            size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        _STAGING[key] = (device, staging)
+        while len(_STAGING) > _STAGING_KEPT:
+            _STAGING.popitem(last=False)
+        encoder = device.create_command_encoder()
         for b, offset in zip(buffers, offsets):
-            b._host = data[offset:offset + b.nbytes].copy()
-            b._pending = None
-    finally:
-        staging.unmap()
-        staging.destroy()
+            encoder.copy_buffer_to_buffer(b._gpu, 0, staging, offset, b._gpu.size)
+        device.queue.submit([encoder.finish()])
+        staging.map_async("READ_NOSYNC").sync_wait()
+        try:
+            data = np.frombuffer(staging.read_mapped(copy=False), np.uint8)
+            for b, offset in zip(buffers, offsets):
+                b._host = data[offset:offset + b.nbytes].copy()
+                b._pending = None
+        finally:
+            staging.unmap()
