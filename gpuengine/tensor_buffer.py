@@ -185,6 +185,11 @@ class TensorBuffer:
     def _live(self, what: str) -> None:
         if self._destroyed:
             raise RuntimeError(f"{what}: invalid capsule (the TensorBuffer has been destroyed)")
+        if self.owner is not None:
+            owner = self.owner()
+            if owner is None or owner._generation != self.generation or owner._compiled is None:
+                raise RuntimeError(f"{what}: this buffer came from an interpreter or runner that has compiled again "
+                                   "or was deleted since (its buffers are valid until then); ask for it again")
 
     def written_on_gpu(self, group: list[TensorBuffer] | None = None) -> None:
         """A model wrote this buffer on the GPU: the host copy is stale. group: the buffers that run wrote, read

@@ -216,6 +216,11 @@ def test_interpreter_buffers_are_tensor_buffers():
     ib.invoke()
     np.testing.assert_array_equal(outs[0].read(256, np.float32).reshape(1, 8, 8, 4),
                                   ib.get_tensor(ib.get_output_details()[0]["index"]))
+    it.allocate_tensors()  # a new allocation: the interpreter's old buffers are stale
+    with pytest.raises(RuntimeError, match="compiled again"):
+        out.read(320, np.float32)
+    with pytest.raises(RuntimeError, match="compiled again"):
+        b.run_by_index(0, [out], outs)
     other = device.adapter.request_device_sync()
     foreign = TensorBuffer.allocate(other, np.float32, (1, 8, 8, 5))
     with pytest.raises(RuntimeError, match="another GPU device"):
