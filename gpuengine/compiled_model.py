@@ -343,8 +343,14 @@ class CompiledModel:
             for buffer in group:
                 buffer.written_on_gpu(group)
         for t, buffer, on_gpu in out_tensors:
-            if not on_gpu:
-                buffer.set_host(results[t] if t in results else compiled.constants[t])
+            if not on_gpu:  # computed on the host, a constant, or an input passed straight through
+                for source in (results, compiled.constants, values):
+                    if t in source:
+                        buffer.set_host(source[t])
+                        break
+                else:
+                    raise RuntimeError(f"output tensor {t} ({graph.tensors[t].name!r}) has no value: it passes an "
+                                       "input through that was bound on the GPU; read that input's buffer")
 
     def _auto_resize(self, s: _Signature, inputs: list[TensorBuffer]) -> None:
         """An input buffer of another shape that the model's dynamic (-1) dimensions allow resizes the input, as
