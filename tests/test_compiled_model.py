@@ -52,6 +52,21 @@ def test_litert_docs_example_runs_unchanged():
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
+def test_module_names_match_litert():
+    """`from X.compiled_model import CompiledModel, TensorBuffer, HardwareAccelerator` (and .tensor_buffer,
+    .hardware_accelerator) work with X = gpuengine as with ai_edge_litert, and the flags have LiteRT's values."""
+    import gpuengine.compiled_model as ours
+    import gpuengine.hardware_accelerator as ours_hw
+    import gpuengine.tensor_buffer as ours_tb
+
+    for name in ("CompiledModel", "TensorBuffer", "HardwareAccelerator"):
+        assert hasattr(ours, name) and hasattr(litert_cm, name)
+    assert ours_tb.TensorBuffer is TensorBuffer and ours_hw.HardwareAccelerator is HardwareAccelerator
+    assert {f.name: int(f) for f in HardwareAccelerator} == {f.name: int(f) for f in LITERT.HardwareAccelerator}
+    m = CompiledModel.from_buffer(conv_model(1, 3, 5), hardware_accel=LITERT.HardwareAccelerator.GPU)
+    assert isinstance(m, CompiledModel)  # LiteRT's own flag works too
+
+
 def test_queries_match_litert():
     model = conv_model(1, 3, 5)
     ours, theirs = OURS.CompiledModel.from_buffer(model), LITERT.CompiledModel.from_buffer(model)
