@@ -65,6 +65,10 @@ def test_module_names_match_litert():
     assert {f.name: int(f) for f in HardwareAccelerator} == {f.name: int(f) for f in LITERT.HardwareAccelerator}
     m = CompiledModel.from_buffer(conv_model(1, 3, 5), hardware_accel=LITERT.HardwareAccelerator.GPU)
     assert isinstance(m, CompiledModel)  # LiteRT's own flag works too
+    from ai_edge_litert.options import Options
+
+    m = CompiledModel.from_buffer(conv_model(1, 3, 5), options=Options(hardware_accelerators=HardwareAccelerator.GPU))
+    assert isinstance(m, CompiledModel)  # and LiteRT's grouped options
 
 
 def test_queries_match_litert():
