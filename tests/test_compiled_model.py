@@ -3,6 +3,7 @@ chain models on the GPU, and every misuse raises the exception type LiteRT's Com
 
 from __future__ import annotations
 
+import importlib.util
 import types
 from pathlib import Path
 
@@ -21,6 +22,7 @@ litert_tb = pytest.importorskip("ai_edge_litert.tensor_buffer")
 litert_hw = pytest.importorskip("ai_edge_litert.hardware_accelerator")
 
 TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "compiled_model.py"
 OURS = types.SimpleNamespace(CompiledModel=CompiledModel, TensorBuffer=TensorBuffer,
                              HardwareAccelerator=HardwareAccelerator, accel=HardwareAccelerator.GPU)
 LITERT = types.SimpleNamespace(CompiledModel=litert_cm.CompiledModel, TensorBuffer=litert_tb.TensorBuffer,
@@ -310,6 +312,11 @@ def test_decoder_signatures_by_name(count_maps):  # noqa: F811 - the imported fi
         state = {n: want[n] for n in feeds}
     uploaded = m.signature_runner(key).compiled.gpu_programs[0].uploaded  # the last step's host uploads
     assert set(uploaded) == {details["tokens"]["index"], details["input_pos"]["index"]}
+    # examples/compiled_model.py's greedy decode loop: the same tokens on LiteRT and on gpuengine
+    spec = importlib.util.spec_from_file_location("compiled_model_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.generate(m, [1, 5, 9, 2], 4) == example.generate(theirs, [1, 5, 9, 2], 4)
 
 
 # -- misuse: each case runs against LiteRT's CompiledModel (CPU) and gpuengine's; both must raise the same type --
