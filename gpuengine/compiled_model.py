@@ -44,6 +44,8 @@ class _Signature:
     compiled: CompiledGraph | None = None  # the compilation `bound` and `gpu_inputs` belong to
     bound: dict[int, Any] = field(default_factory=dict)  # input tensor -> the wgpu buffer its kernels read
     gpu_inputs: set[int] = field(default_factory=set)  # inputs a GPU buffer can be bound to
+    rebinds: dict[int, int] = field(default_factory=dict)  # input -> times another buffer replaced the bound one
+    copied: set[int] = field(default_factory=set)  # inputs whose buffer changes run to run: copied on the GPU
     last: dict[str, TensorBuffer] = field(default_factory=dict)  # run_by_name: inputs left out keep these
 
     @property
@@ -314,15 +316,14 @@ class CompiledModel:
                 raise RuntimeError(f"Failed to register output tensor buffer {name!r}: the buffer belongs to "
                                    "another GPU device than this model's")
             out_tensors.append((t, buffer, on_gpu))
-        for t in [t for t in s.bound if t not in binds]:  # a host value again: upload it
-            runner._bind(t, None)
-            del s.bound[t]
-        for t, gpu_buffer in binds.items():
-            if s.bound.get(t) is not gpu_buffer:  # binding re-records the command buffers: only on a change
-                runner._bind(t, gpu_buffer)
-                s.bound[t] = gpu_buffer
+        copies = self._bind_inputs(s, compiled, binds)
         if runner._index_checks:
             runner._index_checks.check(values, runner._names)
+        if copies:  # inputs in copy mode: their buffers copied into the program's own, ahead of it in the queue
+            encoder = device.create_command_encoder()
+            for t, gpu_buffer in copies:
+                encoder.copy_buffer_to_buffer(gpu_buffer, 0, program.raw_in[t], 0, graph.tensors[t].size * 4)
+            device.queue.submit([encoder.finish()])
         if program is None:  # CPU partitions or host-driven control flow: host values cross between them
             results = compiled.run(values)
         else:
@@ -351,6 +352,45 @@ class CompiledModel:
                 else:
                     raise RuntimeError(f"output tensor {t} ({graph.tensors[t].name!r}) has no value: it passes an "
                                        "input through that was bound on the GPU; read that input's buffer")
+
+    @staticmethod
+    def _bind_inputs(s: _Signature, compiled: CompiledGraph, binds: dict[int, Any]) -> list[tuple[int, Any]]:
+        """Bind each GPU-read input to its buffer, so the kernels read it where it is. Binding another buffer
+        re-records the program's command buffers, so an input whose buffer keeps changing (a KV cache ping-ponging
+        between two sets) goes to copy mode after the second change: its buffer is copied on the GPU into the
+        program's own input buffer before each run. Returns those copies (input, wgpu buffer)."""
+        runner = s.runner
+
+        def resident(t: int, on: bool) -> None:
+            for prog in compiled.gpu_programs:
+                if t in prog.inputs:
+                    prog.set_resident(t, on)
+
+        for t in [t for t in s.bound if t not in binds]:  # a host value again: upload it
+            runner._bind(t, None)
+            del s.bound[t]
+        for t in [t for t in s.copied if t not in binds]:
+            resident(t, False)
+            s.copied.discard(t)
+        copies = []
+        for t, gpu_buffer in binds.items():
+            if t in s.copied:
+                copies.append((t, gpu_buffer))
+                continue
+            if s.bound.get(t) is gpu_buffer:
+                continue
+            if t in s.bound:
+                s.rebinds[t] = s.rebinds.get(t, 0) + 1
+                if s.rebinds[t] >= 2:
+                    runner._bind(t, None)
+                    del s.bound[t]
+                    resident(t, True)
+                    s.copied.add(t)
+                    copies.append((t, gpu_buffer))
+                    continue
+            runner._bind(t, gpu_buffer)
+            s.bound[t] = gpu_buffer
+        return copies
 
     def _auto_resize(self, s: _Signature, inputs: list[TensorBuffer]) -> None:
         """An input buffer of another shape that the model's dynamic (-1) dimensions allow resizes the input, as
@@ -434,7 +474,7 @@ class CompiledModel:
                 tuple(runner._graph.tensors[t].shape) != shape for t, shape in s.shapes.items()):
             compiled = runner._compile(dict(s.shapes))
         if s.compiled is not compiled:  # a new compilation binds nothing yet
-            s.compiled, s.bound = compiled, {}
+            s.compiled, s.bound, s.rebinds, s.copied = compiled, {}, {}, set()
             s.gpu_inputs = set()
             for t in s.sig.inputs.values():
                 try:

@@ -317,6 +317,8 @@ def test_decoder_signatures_by_name(count_maps):  # noqa: F811 - the imported fi
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     assert example.generate(m, [1, 5, 9, 2], 4) == example.generate(theirs, [1, 5, 9, 2], 4)
+    decode = m._signatures[m.get_signature_index(key)]
+    assert decode.copied == {t for n, t in decode.sig.inputs.items() if n in feeds}  # ping-pong: copy mode
 
 
 # -- misuse: each case runs against LiteRT's CompiledModel (CPU) and gpuengine's; both must raise the same type --
