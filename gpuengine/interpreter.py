@@ -303,7 +303,8 @@ class Interpreter:
     # -- GPU-resident inputs and outputs (positions as in get_input_details / get_output_details) -------------
     def output_buffer(self, i: int) -> TensorBuffer:
         """The GPU buffer holding output i (its position in get_output_details()) after each invoke, BHWC
-        row-major, and its dtype; valid until the next allocate_tensors()."""
+        row-major, and its dtype, as a TensorBuffer (`.buffer`, `.dtype`, `read()`; a CompiledModel's input as it
+        is); valid until the next allocate_tensors()."""
         t = self._position(i, self._graph.outputs, "output")
         prog = next((p for p in self._require_allocated().gpu_programs if t in p.outputs), None)
         if prog is None:
