@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compiled_model import CompiledModel
 from .engine import InvokeJob
 from .errors import AdapterError, GpuEngineError, ModelError, UnsupportedOpError
-from .interpreter import Interpreter, SignatureRunner, TensorBuffer
+from .hardware_accelerator import HardwareAccelerator
+from .interpreter import Interpreter, SignatureRunner
+from .tensor_buffer import TensorBuffer
 
 __version__ = "0.1.0"
-__all__ = ["AdapterError", "GpuEngineError", "Interpreter", "InvokeJob", "ModelError", "SignatureRunner",
-           "TensorBuffer", "UnsupportedOpError", "__version__", "get_device"]
+__all__ = ["AdapterError", "CompiledModel", "GpuEngineError", "HardwareAccelerator", "Interpreter", "InvokeJob",
+           "ModelError", "SignatureRunner", "TensorBuffer", "UnsupportedOpError", "__version__", "get_device"]
 
 
 def get_device(adapter: str | None = "auto") -> Any:

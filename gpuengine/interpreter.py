@@ -28,6 +28,7 @@ from .model.reader import read_model
 from .model.shapes import shape_key
 from .runtime.bounds import IndexChecks
 from .runtime.program import EngineOptions, GpuProgram
+from .tensor_buffer import TensorBuffer
 from .tuning.target import check as check_target
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
@@ -65,21 +66,6 @@ def tensor_details(t: Tensor) -> dict[str, Any]:
     }
 
 
-class TensorBuffer:
-    """A model input or output on the GPU: `buffer` (a wgpu.GPUBuffer) holds it in BHWC row-major order as
-    `dtype`; valid until its interpreter's next allocate_tensors(). Unpacks as (buffer, dtype)."""
-
-    def __init__(self, buffer: Any, dtype: Any, shape: tuple[int, ...], owner: Any, generation: int) -> None:
-        # int32 tensors live on the GPU as exact f32 values (|x| < 2^24): their buffers hold f32
-        self.buffer, self.dtype, self.shape, self.owner, self.generation = buffer, dtype, shape, owner, generation
-
-    def __iter__(self) -> Any:
-        return iter((self.buffer, self.dtype))
-
-    def __repr__(self) -> str:
-        return f"TensorBuffer({self.shape} {np.dtype(self.dtype).name}, {self.buffer.size} bytes)"
-
-
 # Input shapes whose compiled programs (GPU buffers included) an Interpreter keeps: a resize back to one of them
 # allocates nothing; beyond this many, the least recently used is dropped.
 COMPILED_SHAPES = 4
@@ -103,13 +89,16 @@ def checked_input_buffer(buffer: Any, tensor: Tensor, what: str, device: Any) ->
     import wgpu
 
     if isinstance(buffer, TensorBuffer):
-        owner = buffer.owner()
-        if owner is None or owner._generation != buffer.generation or owner._compiled is None:  # noqa: SLF001
+        if buffer.destroyed:
+            raise ValueError("TensorBuffer has been destroyed")
+        owner = buffer.owner() if buffer.owner is not None else buffer
+        if owner is None or (buffer.owner is not None and (owner._generation != buffer.generation
+                                                           or owner._compiled is None)):
             raise ValueError("this GPU buffer came from an interpreter or runner that has been re-allocated or "
                              "deleted since (buffers are valid until it compiles again); ask for it again")
         if np.dtype(buffer.dtype) != tensor.dtype:
             raise ValueError(f"{what} is {tensor.dtype}, the buffer holds {buffer.dtype}")
-        buffer = buffer.buffer
+        buffer = buffer._gpu
     if not isinstance(buffer, wgpu.GPUBuffer):
         raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got {type(buffer).__name__}")
     if buffer._device is not device:  # noqa: SLF001
@@ -314,7 +303,8 @@ class Interpreter:
     # -- GPU-resident inputs and outputs (positions as in get_input_details / get_output_details) -------------
     def output_buffer(self, i: int) -> TensorBuffer:
         """The GPU buffer holding output i (its position in get_output_details()) after each invoke, BHWC
-        row-major, and its dtype; valid until the next allocate_tensors()."""
+        row-major, and its dtype, as a TensorBuffer (`.buffer`, `.dtype`, `read()`; a CompiledModel's input as it
+        is); valid until the next allocate_tensors()."""
         t = self._position(i, self._graph.outputs, "output")
         prog = next((p for p in self._require_allocated().gpu_programs if t in p.outputs), None)
         if prog is None:

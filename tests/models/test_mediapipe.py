@@ -127,8 +127,10 @@ def test_matches_litert_in_fp16(name):
     assert memory[0] <= 0.55 * memory[1]
 
 
-def test_example_pipeline_runs(monkeypatch, capsys):
-    """examples/segment_then_detect.py: the GPU-chained pipeline gives the host path's detections."""
+@pytest.mark.parametrize("api", ["interpreter", "compiled"])
+def test_example_pipeline_runs(monkeypatch, capsys, api):
+    """examples/segment_then_detect.py: the GPU-chained pipeline gives the host path's detections, through the
+    Interpreter's GPU buffers and through CompiledModel's TensorBuffers."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -139,7 +141,7 @@ def test_example_pipeline_runs(monkeypatch, capsys):
     spec = importlib.util.spec_from_file_location("segment_then_detect", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(sys, "argv", ["segment_then_detect.py", "--frames", "2"])
+    monkeypatch.setattr(sys, "argv", ["segment_then_detect.py", "--frames", "2", "--api", api])
     assert module.main() == 0
     out = capsys.readouterr().out
     assert "GPU-chained:" in out and "through the host:" in out  # main() is 0: detections within 1e-3
