@@ -269,9 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(func=cmd_fetch)
     ops = sub.add_parser("ops", help="the ops that run on the GPU (a markdown table, from the kernel registry)")
     ops.set_defaults(func=cmd_ops)
-    from . import bench, fuzz, precision, profile, tune
+    from . import bench, calibrate, fuzz, precision, predict, profile, tune
 
-    for module in (bench, profile, tune, fuzz, precision):
+    for module in (bench, profile, tune, fuzz, precision, predict, calibrate):
         module.add_subcommand(sub)
     return parser
 

@@ -1,0 +1,175 @@
+"""Fitting a device description (tuning/latency.py) to the device in hand: probe kernels and models are timed
+dispatch by dispatch, and the free parameters (latency.FITTED) are fitted to minimize the relative error.
+
+Each sample is one dispatch in one decomposition, timed as `tune` times it (runtime/timing.py `span`: the
+dispatch recorded back to back in one pass, after a warm-up, median of runs), so it includes the dependent
+dispatch's barrier the model's `dispatch_ns` stands for. The probes are a small net of 1x1, 3x3, depthwise and
+fully connected layers of several shapes, each decomposable dispatch in its default and a few other
+decompositions (splits, small and large tiles): the spread the fit needs to separate latency from throughput.
+
+The fit is scipy.optimize.least_squares on log(predicted / measured) over the log of each parameter (they stay
+positive); `holdout` fits on some dispatches and reports the error on the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .latency import FITTED, Device, DispatchCost, candidate_cost, dispatch_cost, predict_ns, with_parameters
+
+
+@dataclass
+class Sample:
+    cost: DispatchCost
+    measured_ns: float
+    group: str  # the dispatch (one model's dispatch index) this decomposition belongs to
+    default: bool  # the decomposition the program chose
+
+
+def probe_model(scale: int = 1) -> bytes:
+    """Probe kernels: convolutions, a depthwise conv, a mean and a softmax of several shapes (`scale`
+    multiplies the spatial size)."""
+    from ..zoo.mobilenet import Net
+
+    net = Net(7, "latency probes")
+    x = net.input("x", (1, 8 * scale, 8 * scale, 24))
+    a = net.conv(x, 48, 1, 1, "RELU6", name="expand")
+    b = net.dwconv(a, 3, 1, "RELU6", name="dw")
+    c = net.conv(b, 96, 3, 2, "RELU", name="k3s2")
+    d = net.conv(c, 256, 1, 1, "NONE", name="wide")
+    e = net.conv(d, 16, 1, 1, "NONE", name="deep")
+    return net.build(net.softmax(net.global_avg_pool(e)))
+
+
+def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, target_pass_ns: float = 2e6,
+                    max_repeat: int = 64, clock: Callable[[], float] | None = None,
+                    deadline: float | None = None) -> list[Sample]:
+    """Samples of every dispatch of an allocated Interpreter's GPU programs, and of up to `alternatives` other
+    decompositions of each decomposable one (chosen to spread: the smallest and largest split and tile)."""
+    import time
+
+    from ..runtime.timing import DispatchTimer
+
+    clock = clock or time.monotonic
+    samples: list[Sample] = []
+    for p, prog in enumerate(it.compiled.gpu_programs):
+        timer = DispatchTimer(prog)
+        timer.warm_up(0.1)
+        precision = prog.precision
+        for i, disp in enumerate(prog.dispatches):
+            spec = disp.spec
+            base = dispatch_cost(spec, prog.graph, precision)
+            hot = prog._hot[i]  # noqa: SLF001
+            single = timer.span(runs=1, dispatches=[hot], warmup_s=0)
+            repeat = int(min(max_repeat, max(1, target_pass_ns // max(1.0, single))))
+            group = f"{name}#{p}.{i}"
+            ns = timer.span(runs=runs, dispatches=[hot], repeat=repeat, warmup_s=0)
+            samples.append(Sample(base, ns, group, True))
+            if spec.variants is None or not prog.tunable[i] or alternatives <= 0:
+                continue
+            for d in spread(spec.variants, spec.decomposition, prog.target.subgroups, alternatives):
+                if deadline is not None and clock() > deadline:
+                    return samples
+                try:
+                    variant = prog.variant(i, decomposition=d)
+                except Exception:  # noqa: BLE001 - a decomposition this device cannot run is no sample
+                    continue
+                ns = timer.span(runs=runs, dispatches=[variant], repeat=repeat, warmup_s=0)
+                samples.append(Sample(candidate_cost(spec.variants, d, base), ns, group, False))
+    return samples
+
+
+def spread(variants: Any, default: Any, subgroups: bool, count: int) -> list[Any]:
+    """Up to `count` decompositions other than the default, spread over invocations launched (fewest, most,
+    between), runnable with WebGPU's default limits."""
+    from .search import decomposition_space
+
+    options, _ = decomposition_space(variants, default, subgroups)
+    others = sorted((d for d in options if d != default), key=lambda d: variants.invocations(d))
+    if len(others) <= count:
+        return others
+    picks = {round(k * (len(others) - 1) / (count - 1)) for k in range(count)} if count > 1 else {0}
+    return [others[k] for k in sorted(picks)]
+
+
+def _residuals(costs: Sequence[DispatchCost], measured: np.ndarray, base: Device,
+               names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
+    def residuals(log_values: np.ndarray) -> np.ndarray:
+        device = with_parameters(base, dict(zip(names, np.exp(log_values))), base.source)
+        predicted = np.array([predict_ns(c, device) for c in costs])
+        return np.log(predicted / measured)
+
+    return residuals
+
+
+def fit(samples: Sequence[Sample], base: Device, names: Sequence[str] = FITTED, source: str = "") -> Device:
+    """`base` with the parameters `names` fitted to the samples (least squares on log error)."""
+    from scipy.optimize import least_squares
+
+    costs = [s.cost for s in samples]
+    measured = np.array([max(1.0, s.measured_ns) for s in samples])
+    start = np.log([getattr(base, n) for n in names])
+    result = least_squares(_residuals(costs, measured, base, names), start, method="trf", loss="soft_l1",
+                           f_scale=0.2)
+    values = dict(zip(names, np.exp(result.x)))
+    return with_parameters(base, values, source or f"fitted on {len(samples)} dispatches")
+
+
+def relative_errors(samples: Sequence[Sample], device: Device) -> np.ndarray:
+    return np.array([abs(predict_ns(s.cost, device) - s.measured_ns) / s.measured_ns for s in samples])
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 2:
+        return 1.0
+    value = spearmanr(a, b).statistic
+    return 1.0 if math.isnan(value) else float(value)
+
+
+def order_agreement(samples: Sequence[Sample], device: Device, min_candidates: int = 3) -> dict[str, float]:
+    """Spearman correlation between predicted and measured times of each dispatch's decompositions."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    return {g: spearman([predict_ns(s.cost, device) for s in group], [s.measured_ns for s in group])
+            for g, group in groups.items() if len(group) >= min_candidates}
+
+
+@dataclass
+class Holdout:
+    device: Device
+    fitted_on: int
+    held_out: int
+    median_error: float  # median |predicted - measured| / measured on the held-out dispatches
+    spearman: dict[str, float]  # per held-out decomposed dispatch
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fitted_on": self.fitted_on, "held_out": self.held_out, "median_error": self.median_error,
+                "spearman": self.spearman}
+
+
+def holdout(samples: Sequence[Sample], base: Device, every: int = 3, offset: int = 0) -> Holdout:
+    """Fit on the dispatches not held out (every `every`-th dispatch, all its decompositions, is held out) and
+    measure the error on the held-out ones."""
+    groups = sorted({s.group for s in samples}, key=lambda g: [s.group for s in samples].index(g))
+    held = {g for k, g in enumerate(groups) if k % every == offset % every}
+    train = [s for s in samples if s.group not in held]
+    test = [s for s in samples if s.group in held]
+    device = fit(train, base)
+    return Holdout(device, len(train), len(test), float(np.median(relative_errors(test, device))),
+                   order_agreement(test, device))
+
+
+def report(samples: Sequence[Sample], device: Device) -> dict[str, Any]:
+    errors = relative_errors(samples, device)
+    order = order_agreement(samples, device)
+    return {"samples": len(samples), "median_error": float(np.median(errors)) if len(errors) else None,
+            "spearman_min": min(order.values()) if order else None,
+            "spearman_median": float(np.median(list(order.values()))) if order else None}
