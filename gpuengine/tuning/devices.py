@@ -49,8 +49,8 @@ def lavapipe(cores: int | None = None) -> Device:
     """Mesa's lavapipe: a Vulkan device on the host's CPU cores (8 f32 lanes of AVX2 each). unit_ns and the fixed
     costs were fitted on the dev box (`gpuengine calibrate`, 2 cores); the rest is a typical desktop CPU."""
     return Device("lavapipe", cores or os.cpu_count() or 1, 8, 3.0, 20.0, 32 * 2**20, unit_ns=20.0,
-                  dispatch_ns=16_000.0, workgroup_ns=1_000.0, barrier_ns=150.0, invocation_ns=500.0, submit_ns=250_000.0,
-                  record_ns=4_000.0, target="cpu", source="fitted on lavapipe, dev box (2 cores)")
+                  dispatch_ns=16_000.0, workgroup_ns=1_000.0, barrier_ns=150.0, invocation_ns=500.0,
+                  submit_ns=250_000.0, record_ns=4_000.0, target="cpu", source="fitted on lavapipe, dev box (2 cores)")
 
 
 def built_in(name: str) -> Device:

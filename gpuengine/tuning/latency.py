@@ -11,7 +11,8 @@ of `lanes` lanes each, a clock, a memory bandwidth and cache, and fixed costs. O
   + max(compute, memory)                          (LASNet: data movement against computation)
   + workgroups x workgroup_ns / units             (launching workgroups, spread over the units)
 
-    compute = (work x unit_ns + barriers x barrier_ns + invocation_ns) x waves,   waves = max(1, active / (units x lanes))
+    compute = (work x unit_ns + barriers x barrier_ns + invocation_ns) x waves
+    waves   = max(1, active / (units x lanes))
     memory  = bytes / bandwidth   (bytes within the cache at `cache_speedup` times the bandwidth)
 
 Below one wave the device has idle lanes and time is one invocation's latency; above, the device is full and time
