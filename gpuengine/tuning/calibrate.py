@@ -13,6 +13,7 @@ positive); `holdout` fits on some dispatches and reports the error on the others
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,11 @@ def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, ta
                     max_repeat: int = 64, clock: Callable[[], float] | None = None,
                     deadline: float | None = None) -> list[Sample]:
     """Samples of every dispatch of an allocated Interpreter's GPU programs, and of up to `alternatives` other
-    decompositions of each decomposable one (chosen to spread: the smallest and largest split and tile)."""
+    decompositions of each decomposable one (chosen to spread: the fewest and most invocations, between).
+
+    Each sample is the fastest of `runs` timed passes taken in separate rounds over all of a dispatch's
+    decompositions: on a shared machine other work only ever adds time, so the minimum is the stable figure, and
+    interleaving keeps a burst of load from landing on one decomposition only."""
     import time
 
     from ..runtime.timing import DispatchTimer
@@ -60,27 +65,28 @@ def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, ta
     for p, prog in enumerate(it.compiled.gpu_programs):
         timer = DispatchTimer(prog)
         timer.warm_up(0.1)
-        precision = prog.precision
         for i, disp in enumerate(prog.dispatches):
+            if deadline is not None and clock() > deadline:
+                return samples
             spec = disp.spec
-            base = dispatch_cost(spec, prog.graph, precision)
+            base = dispatch_cost(spec, prog.graph, prog.precision)
             hot = prog._hot[i]  # noqa: SLF001
             single = timer.span(runs=1, dispatches=[hot], warmup_s=0)
             repeat = int(min(max_repeat, max(1, target_pass_ns // max(1.0, single))))
-            group = f"{name}#{p}.{i}"
-            ns = timer.span(runs=runs, dispatches=[hot], repeat=repeat, warmup_s=0)
-            samples.append(Sample(base, ns, group, True))
-            if spec.variants is None or not prog.tunable[i] or alternatives <= 0:
-                continue
-            for d in spread(spec.variants, spec.decomposition, prog.target.subgroups, alternatives):
-                if deadline is not None and clock() > deadline:
-                    return samples
-                try:
-                    variant = prog.variant(i, decomposition=d)
-                except Exception:  # noqa: BLE001 - a decomposition this device cannot run is no sample
-                    continue
-                ns = timer.span(runs=runs, dispatches=[variant], repeat=repeat, warmup_s=0)
-                samples.append(Sample(candidate_cost(spec.variants, d, base), ns, group, False))
+            entries = [(base, hot, True)]
+            if spec.variants is not None and prog.tunable[i] and alternatives > 0:
+                for d in spread(spec.variants, spec.decomposition, prog.target.subgroups, alternatives):
+                    try:
+                        variant = prog.variant(i, decomposition=d)
+                    except Exception:  # noqa: BLE001 - a decomposition this device cannot run is no sample
+                        continue
+                    entries.append((candidate_cost(spec.variants, d, base), variant, False))
+            best = [math.inf] * len(entries)
+            for _ in range(max(1, runs)):
+                for k, (_, dispatch, _) in enumerate(entries):
+                    best[k] = min(best[k], timer.span(runs=1, dispatches=[dispatch], repeat=repeat, warmup_s=0))
+            samples += [Sample(cost, ns, f"{name}#{p}.{i}", default)
+                        for (cost, _, default), ns in zip(entries, best)]
     return samples
 
 
@@ -97,27 +103,36 @@ def spread(variants: Any, default: Any, subgroups: bool, count: int) -> list[Any
     return [others[k] for k in sorted(picks)]
 
 
-def _residuals(costs: Sequence[DispatchCost], measured: np.ndarray, base: Device,
-               names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
-    def residuals(log_values: np.ndarray) -> np.ndarray:
-        device = with_parameters(base, dict(zip(names, np.exp(log_values))), base.source)
-        predicted = np.array([predict_ns(c, device) for c in costs])
-        return np.log(predicted / measured)
-
-    return residuals
+MIN_KERNEL_SAMPLES = 4  # a template gets its own efficiency from this many samples on
+PRIOR_WEIGHT = 0.5  # pulls each efficiency toward 1 (the generic cost units) where the data say little
 
 
 def fit(samples: Sequence[Sample], base: Device, names: Sequence[str] = FITTED, source: str = "") -> Device:
-    """`base` with the parameters `names` fitted to the samples (least squares on log error)."""
+    """`base` with the parameters `names`, and an efficiency per template with enough samples, fitted to the
+    samples (robust least squares on the log of predicted / measured, over the log of each parameter)."""
     from scipy.optimize import least_squares
 
     costs = [s.cost for s in samples]
     measured = np.array([max(1.0, s.measured_ns) for s in samples])
-    start = np.log([getattr(base, n) for n in names])
-    result = least_squares(_residuals(costs, measured, base, names), start, method="trf", loss="soft_l1",
-                           f_scale=0.2)
-    values = dict(zip(names, np.exp(result.x)))
-    return with_parameters(base, values, source or f"fitted on {len(samples)} dispatches")
+    counts: dict[str, int] = {}
+    for c in costs:
+        counts[c.kernel] = counts.get(c.kernel, 0) + 1
+    kernels = sorted(k for k, n in counts.items() if n >= MIN_KERNEL_SAMPLES and k)
+    start = np.concatenate([np.log([getattr(base, n) for n in names]),
+                            np.log([base.efficiency.get(k, 1.0) for k in kernels])])
+
+    def device_of(x: np.ndarray) -> Device:
+        values = dict(zip(names, np.exp(x[:len(names)])))
+        efficiency = {**base.efficiency, **dict(zip(kernels, np.exp(x[len(names):]).tolist()))}
+        return with_parameters(base, values, base.source, efficiency)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        device = device_of(x)
+        predicted = np.array([predict_ns(c, device) for c in costs])
+        return np.concatenate([np.log(predicted / measured), PRIOR_WEIGHT * x[len(names):]])
+
+    result = least_squares(residuals, start, method="trf", loss="soft_l1", f_scale=0.2)
+    return dataclasses.replace(device_of(result.x), source=source or f"fitted on {len(samples)} dispatches")
 
 
 def relative_errors(samples: Sequence[Sample], device: Device) -> np.ndarray:
@@ -165,6 +180,26 @@ def holdout(samples: Sequence[Sample], base: Device, every: int = 3, offset: int
     device = fit(train, base)
     return Holdout(device, len(train), len(test), float(np.median(relative_errors(test, device))),
                    order_agreement(test, device))
+
+
+def cross_validate(samples: Sequence[Sample], base: Device, folds: int = 3,
+                   min_spread: float = 1.5) -> tuple[np.ndarray, dict[str, float]]:
+    """Every dispatch held out once: fit on the other folds, predict its decompositions. Returns the held-out
+    relative errors (all samples) and the Spearman correlation of each decomposed dispatch whose decompositions'
+    measured times differ by at least `min_spread` (orders within noise are not orders)."""
+    groups = list(dict.fromkeys(s.group for s in samples))
+    errors: list[float] = []
+    order: dict[str, float] = {}
+    for k in range(folds):
+        held = {g for i, g in enumerate(groups) if i % folds == k}
+        device = fit([s for s in samples if s.group not in held], base)
+        test = [s for s in samples if s.group in held]
+        errors += list(relative_errors(test, device))
+        for g, rho in order_agreement(test, device).items():
+            times = [s.measured_ns for s in test if s.group == g]
+            if max(times) >= min_spread * min(times):
+                order[g] = rho
+    return np.array(errors), order
 
 
 def report(samples: Sequence[Sample], device: Device) -> dict[str, Any]:

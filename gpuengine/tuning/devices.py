@@ -22,7 +22,7 @@ from .target import Target
 
 CYCLES_PER_UNIT = 7.7  # H100, latency-bound (see the module docstring)
 H100_FIXED = {"dispatch_ns": 2230.0, "workgroup_ns": 20.0, "barrier_ns": 20.0, "invocation_ns": 20.0,
-              "submit_ns": 220_000.0, "record_ns": 6830.0}
+              "store_ns": 20.0, "shuffle_ns": 4.0, "submit_ns": 220_000.0, "record_ns": 6830.0}
 
 
 def _gpu(name: str, units: int, lanes: int, clock_ghz: float, bandwidth_gbs: float, cache_mib: float,
@@ -50,7 +50,8 @@ def lavapipe(cores: int | None = None) -> Device:
     costs were fitted on the dev box (`gpuengine calibrate`, 2 cores); the rest is a typical desktop CPU."""
     return Device("lavapipe", cores or os.cpu_count() or 1, 8, 3.0, 20.0, 32 * 2**20, unit_ns=20.0,
                   dispatch_ns=16_000.0, workgroup_ns=1_000.0, barrier_ns=150.0, invocation_ns=500.0,
-                  submit_ns=250_000.0, record_ns=4_000.0, target="cpu", source="fitted on lavapipe, dev box (2 cores)")
+                  store_ns=100.0, shuffle_ns=100.0, submit_ns=250_000.0, record_ns=4_000.0, target="cpu",
+                  source="fitted on lavapipe, dev box (2 cores)")
 
 
 def built_in(name: str) -> Device:

@@ -11,8 +11,9 @@ of `lanes` lanes each, a clock, a memory bandwidth and cache, and fixed costs. O
   + max(compute, memory)                          (LASNet: data movement against computation)
   + workgroups x workgroup_ns / units             (launching workgroups, spread over the units)
 
-    compute = (work x unit_ns + barriers x barrier_ns + invocation_ns) x waves
-    waves   = max(1, active / (units x lanes))
+    compute = (work x unit_ns + barriers x barrier_ns + shuffles x shuffle_ns + invocation_ns
+               + stores x store_ns) x waves
+    waves   = max(1, invocations / (min(units, workgroups) x lanes))
     memory  = bytes / bandwidth   (bytes within the cache at `cache_speedup` times the bandwidth)
 
 Below one wave the device has idle lanes and time is one invocation's latency; above, the device is full and time
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,8 @@ from ..layout import phwc4_elements
 from ..model.ir import Graph
 
 # The parameters calibrate.py fits from measurements (the rest of a Device comes from its published figures).
-FITTED = ("unit_ns", "invocation_ns", "dispatch_ns", "workgroup_ns", "barrier_ns", "bandwidth_gbs")
+FITTED = ("unit_ns", "invocation_ns", "store_ns", "shuffle_ns", "dispatch_ns", "workgroup_ns", "barrier_ns",
+          "bandwidth_gbs")
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,11 @@ class Device:
     submit_ns: float  # one submit + readback map round trip
     record_ns: float  # host time to record one dispatch (set_pipeline + set_bind_group + dispatch)
     invocation_ns: float = 0.0  # what one invocation costs its lane besides its work (start, index math, exit)
+    store_ns: float = 0.0  # storing one output vec4 (bounds check, fused epilogue, the write)
+    shuffle_ns: float = 0.0  # one vec4 through one level of a subgroup reduction
     cache_speedup: float = 3.0  # cache bandwidth / memory bandwidth
+    # per template (KernelSpec.shader): how many times the generic cost of a work unit it takes (fitted; 1 if absent)
+    efficiency: dict[str, float] = field(default_factory=dict)
     target: str = "discrete"  # the adapter class (tuning/target.py) the description stands for
     source: str = "published figures"  # or "fitted on <adapter> (<n> dispatches)"
 
@@ -94,7 +100,9 @@ class DispatchCost:
     split: int = 1
     barriers: int = 0  # workgroup barriers one invocation passes (shared-memory split reductions)
     workgroup_memory: int = 0  # bytes of workgroup memory one workgroup declares
+    shuffles: int = 0  # vec4 subgroup shuffles one invocation does (levels x accumulators, subgroup splits)
     label: str = ""
+    kernel: str = ""  # the template (KernelSpec.shader): a fitted device may know its efficiency
 
     @property
     def bytes(self) -> int:
@@ -123,6 +131,13 @@ def split_barriers(d: Decomposition | None) -> int:
     if d is None or d.split <= 1 or d.subgroup:
         return 0
     return int(math.log2(d.split)) + 2
+
+
+def split_shuffles(d: Decomposition | None) -> int:
+    """Subgroup shuffles of a split's butterfly: one per level and accumulated vec4 (tiling.reduction_cost)."""
+    if d is None or d.split <= 1 or not d.subgroup:
+        return 0
+    return int(math.log2(d.split)) * d.tile[0] * d.tile[1]
 
 
 def lane_memory(d: Decomposition | None) -> int:
@@ -158,7 +173,8 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32") -> Di
         # the multiply-adds, in vec4s (kernels/tiling.py's units).
         work = tiling.OVERHEAD + tiling.LOAD * read / 16 / active + macs / 4 / active
     return DispatchCost(invocations, active, groups, work, read, written, macs or read // 4,
-                        d.split if d else 1, split_barriers(d), lane_memory(d), spec.label)
+                        d.split if d else 1, split_barriers(d), lane_memory(d), split_shuffles(d), spec.label,
+                        spec.shader)
 
 
 def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | None = None) -> DispatchCost:
@@ -168,12 +184,16 @@ def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | No
     per = d.invocations_per_workgroup
     return DispatchCost(invocations, max(1, min(invocations, int(variants.active(d)))), max(1, invocations // per),
                         float(variants.work(d)), base.bytes_read if base else 0, base.bytes_written if base else 0,
-                        variants.macs, d.split, split_barriers(d), lane_memory(d), base.label if base else "")
+                        variants.macs, d.split, split_barriers(d), lane_memory(d), split_shuffles(d),
+                        base.label if base else "", base.kernel if base else "")
 
 
 # -- the model ----------------------------------------------------------------------------------------------
 def waves(cost: DispatchCost, device: Device) -> float:
-    return max(1.0, cost.active / device.concurrent)
+    """Rounds of the device's lanes the launched invocations need: a unit runs whole workgroups (a dispatch of
+    fewer workgroups than units leaves the other units idle), and the idle invocations of a workgroup hold their
+    lanes as long as the busy ones do."""
+    return max(1.0, cost.invocations / (min(device.units, cost.workgroups) * device.lanes))
 
 
 def memory_ns(cost: DispatchCost, device: Device) -> float:
@@ -183,7 +203,10 @@ def memory_ns(cost: DispatchCost, device: Device) -> float:
 
 
 def compute_ns(cost: DispatchCost, device: Device) -> float:
-    per_invocation = cost.work * device.unit_ns + cost.barriers * device.barrier_ns + device.invocation_ns
+    stores = cost.bytes_written / 16 / cost.active  # output vec4s an invocation stores
+    per_invocation = (cost.work * device.unit_ns * device.efficiency.get(cost.kernel, 1.0)
+                      + cost.barriers * device.barrier_ns + device.invocation_ns
+                      + stores * device.store_ns + cost.shuffles * device.shuffle_ns)
     return per_invocation * waves(cost, device)
 
 
@@ -248,5 +271,7 @@ def predict_specs(partitions: list[list[KernelSpec]], graph: Graph, device: Devi
     return ModelPrediction(device, rows)
 
 
-def with_parameters(device: Device, values: dict[str, float], source: str) -> Device:
-    return dataclasses.replace(device, **{k: float(v) for k, v in values.items()}, source=source)
+def with_parameters(device: Device, values: dict[str, float], source: str,
+                    efficiency: dict[str, float] | None = None) -> Device:
+    extra = {"efficiency": efficiency} if efficiency is not None else {}
+    return dataclasses.replace(device, **{k: float(v) for k, v in values.items()}, source=source, **extra)
