@@ -53,41 +53,41 @@ def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, ta
     """Samples of every dispatch of an allocated Interpreter's GPU programs, and of up to `alternatives` other
     decompositions of each decomposable one (chosen to spread: the fewest and most invocations, between).
 
-    Each sample is the fastest of `runs` timed passes taken in separate rounds over all of a dispatch's
-    decompositions: on a shared machine other work only ever adds time, so the minimum is the stable figure, and
-    interleaving keeps a burst of load from landing on one decomposition only."""
+    Each sample is the fastest of `runs` timed passes, taken in rounds over all samples: on a shared machine
+    other work only ever adds time, so the minimum is the stable figure, and rounds spread each sample's passes
+    over the whole measurement, so a burst of load cannot land on all of one sample's passes."""
     import time
 
     from ..runtime.timing import DispatchTimer
 
     clock = clock or time.monotonic
-    samples: list[Sample] = []
+    entries: list[tuple[Any, DispatchCost, Any, int, str, bool]] = []  # timer, cost, dispatch, repeat, group, default
     for p, prog in enumerate(it.compiled.gpu_programs):
         timer = DispatchTimer(prog)
         timer.warm_up(0.1)
         for i, disp in enumerate(prog.dispatches):
-            if deadline is not None and clock() > deadline:
-                return samples
             spec = disp.spec
             base = dispatch_cost(spec, prog.graph, prog.precision)
             hot = prog._hot[i]  # noqa: SLF001
             single = timer.span(runs=1, dispatches=[hot], warmup_s=0)
             repeat = int(min(max_repeat, max(1, target_pass_ns // max(1.0, single))))
-            entries = [(base, hot, True)]
-            if spec.variants is not None and prog.tunable[i] and alternatives > 0:
-                for d in spread(spec.variants, spec.decomposition, prog.target.subgroups, alternatives):
-                    try:
-                        variant = prog.variant(i, decomposition=d)
-                    except Exception:  # noqa: BLE001 - a decomposition this device cannot run is no sample
-                        continue
-                    entries.append((candidate_cost(spec.variants, d, base), variant, False))
-            best = [math.inf] * len(entries)
-            for _ in range(max(1, runs)):
-                for k, (_, dispatch, _) in enumerate(entries):
-                    best[k] = min(best[k], timer.span(runs=1, dispatches=[dispatch], repeat=repeat, warmup_s=0))
-            samples += [Sample(cost, ns, f"{name}#{p}.{i}", default)
-                        for (cost, _, default), ns in zip(entries, best)]
-    return samples
+            group = f"{name}#{p}.{i}"
+            entries.append((timer, base, hot, repeat, group, True))
+            if spec.variants is None or not prog.tunable[i] or alternatives <= 0:
+                continue
+            for d in spread(spec.variants, spec.decomposition, prog.target.subgroups, alternatives):
+                try:
+                    variant = prog.variant(i, decomposition=d)
+                except Exception:  # noqa: BLE001 - a decomposition this device cannot run is no sample
+                    continue
+                entries.append((timer, candidate_cost(spec.variants, d, base), variant, repeat, group, False))
+    best = [math.inf] * len(entries)
+    for _ in range(max(1, runs)):
+        if deadline is not None and clock() > deadline and all(math.isfinite(b) for b in best):
+            break
+        for k, (timer, _, dispatch, repeat, _, _) in enumerate(entries):
+            best[k] = min(best[k], timer.span(runs=1, dispatches=[dispatch], repeat=repeat, warmup_s=0))
+    return [Sample(cost, ns, group, default) for (_, cost, _, _, group, default), ns in zip(entries, best)]
 
 
 def spread(variants: Any, default: Any, subgroups: bool, count: int) -> list[Any]:

@@ -13,13 +13,14 @@ of `lanes` lanes each, a clock, a memory bandwidth and cache, and fixed costs. O
 
     compute = (work x unit_ns + barriers x barrier_ns + shuffles x shuffle_ns + invocation_ns
                + stores x store_ns) x waves
-    waves   = max(1, invocations / (min(units, workgroups) x lanes))
+    waves   = max(1, invocations launched / (units x lanes))
     memory  = bytes / bandwidth   (bytes within the cache at `cache_speedup` times the bandwidth)
 
 Below one wave the device has idle lanes and time is one invocation's latency; above, the device is full and time
 grows with the total work. A model's time is the sum of its dispatches plus its fixed costs (the submit and
 readback round trip, host recording per dispatch). Its floor is what no schedule can beat: per dispatch the larger
-of bytes / bandwidth and 2 x multiply-adds / peak FLOPs, plus the chain's dispatch barriers.
+of its bytes moved once (memory's rule above) and 2 x multiply-adds / peak FLOPs, plus the chain's dispatch
+barriers; a prediction is never below it.
 """
 
 from __future__ import annotations
@@ -190,10 +191,10 @@ def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | No
 
 # -- the model ----------------------------------------------------------------------------------------------
 def waves(cost: DispatchCost, device: Device) -> float:
-    """Rounds of the device's lanes the launched invocations need: a unit runs whole workgroups (a dispatch of
-    fewer workgroups than units leaves the other units idle), and the idle invocations of a workgroup hold their
-    lanes as long as the busy ones do."""
-    return max(1.0, cost.invocations / (min(device.units, cost.workgroups) * device.lanes))
+    """Rounds of the device's lanes the launched invocations need: the idle invocations of a workgroup hold their
+    lanes as long as the busy ones do. (Limiting the units to the workgroups' count, one workgroup per unit, fit
+    lavapipe's measurements worse: 24 % against 21 % median held-out error.)"""
+    return max(1.0, cost.invocations / device.concurrent)
 
 
 def memory_ns(cost: DispatchCost, device: Device) -> float:
@@ -211,15 +212,16 @@ def compute_ns(cost: DispatchCost, device: Device) -> float:
 
 
 def predict_ns(cost: DispatchCost, device: Device) -> float:
-    """Predicted GPU time of one dispatch in a chain of dependent dispatches."""
+    """Predicted GPU time of one dispatch in a chain of dependent dispatches (never below its floor)."""
     launch = cost.workgroups * device.workgroup_ns / device.units
-    return device.dispatch_ns + max(compute_ns(cost, device), memory_ns(cost, device)) + launch
+    modelled = device.dispatch_ns + max(compute_ns(cost, device), memory_ns(cost, device)) + launch
+    return max(modelled, floor_ns(cost, device))
 
 
 def floor_ns(cost: DispatchCost, device: Device) -> float:
-    """What no decomposition can beat: all bytes once at memory bandwidth, or all multiply-adds at peak, and the
-    dispatch barrier."""
-    return device.dispatch_ns + max(cost.bytes / device.bandwidth_gbs, 2.0 * cost.macs / device.peak_gflops)
+    """What no decomposition can beat: the dispatch's bytes moved once (at cache speed what fits in the cache),
+    or its multiply-adds at peak FLOPs, and the dispatch barrier."""
+    return device.dispatch_ns + max(memory_ns(cost, device), 2.0 * cost.macs / device.peak_gflops)
 
 
 def rank(variants: Variants, candidates: list[Decomposition], device: Device,
