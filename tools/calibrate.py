@@ -35,8 +35,10 @@ def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def plot(samples: list[Any], device: Any, path: str) -> None:
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("gpuengine: --plot needs matplotlib (pip install gpuengine[plot])") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
