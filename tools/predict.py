@@ -26,16 +26,26 @@ def description(args: argparse.Namespace, name: str | None) -> Any:
         raise SystemExit(f"gpuengine: {e}") from None
 
 
-def predict_model(data: bytes, device: Any, precision: str = "fp32") -> Any:
+def planned(data: bytes, target: str, precision: str = "fp32") -> tuple[Any, list[Any]]:
+    """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class."""
     from gpuengine.engine import planned_dispatches
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
-    from gpuengine.tuning.latency import predict_specs
     from gpuengine.tuning.target import named
 
-    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(precision=precision),
-                                          named(device.target))
-    return predict_specs(partitions, plan.graph, device, precision)
+    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(precision=precision), named(target))
+    return plan.graph, partitions
+
+
+def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None) -> Any:
+    """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
+    from gpuengine.tuning.latency import predict_specs
+
+    plans = {} if plans is None else plans
+    if device.target not in plans:
+        plans[device.target] = planned(data, device.target, precision)
+    graph, partitions = plans[device.target]
+    return predict_specs(partitions, graph, device, precision)
 
 
 def as_json(name: str, p: Any) -> dict[str, Any]:
@@ -53,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     names = devices.names() if args.device == "all" and not args.fit else [args.device]
     results = []
     for model_name, data in models(args):
+        plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
         for name in names:
-            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision)))
+            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans)))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
         return 0
