@@ -61,8 +61,6 @@ def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> 
     A decomposable kernel has its candidates ranked by the latency model (tuning/latency.py, on the adapter's
     fit or its class's built-in description) and only the best quarter is measured, besides the default;
     `measure_all` searches as before the model (every candidate nearest the default first, then neighbours)."""
-    import math
-
     from gpuengine.tuning import latency
     from gpuengine.tuning.search import Limits, decomposition_space, search, tune_workgroup
 
@@ -90,7 +88,10 @@ def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> 
 
         if measure_all:
             return search(measure, default, candidates, around, budget, repeats=1), default, first
-        best_few = ranked[:max(1, math.ceil(len(candidates) / 4))]
+        # a quarter of the candidates in all, the default (normally the model's own first choice) among them
+        best_few = ranked[:max(1, len(candidates) // 4)]
+        if default not in best_few:
+            best_few = best_few[:-1]
         return search(measure, default, best_few, lambda d: [], budget, repeats=1), default, first
     limits = Limits(max_inv, (int(prog.gpu.limits.get("max-compute-workgroup-size-x", 256)),
                               int(prog.gpu.limits.get("max-compute-workgroup-size-y", 256)),
