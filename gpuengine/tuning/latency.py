@@ -3,16 +3,17 @@ FLOPs do not predict a GPU's time; a model of the hardware, the layer and how it
 
 A dispatch is described by its decomposition (`DispatchCost`: invocations launched and active, workgroups, the
 work of one invocation in kernels/tiling.py's cost units, bytes read and written, multiply-adds, the split's
-barriers and workgroup memory), all derived from a KernelSpec generically (bindings' sizes, the Variants'
-callbacks), so a new kernel needs no edit here. A device (`Device`, tuning/devices.py) has `units` compute units
-of `lanes` lanes each, a clock, a memory bandwidth and cache, and fixed costs. One dispatch takes
+barriers, subgroup shuffles and workgroup memory, the template), all derived from a KernelSpec generically
+(bindings' sizes, the Variants' callbacks), so a new kernel needs no edit here. A device (`Device`,
+tuning/devices.py) has `units` compute units of `lanes` lanes each, a clock, a memory bandwidth and cache, and
+fixed costs. One dispatch takes
 
     dispatch_ns                                   (the dependent-dispatch barrier of a chain)
   + max(compute, memory)                          (LASNet: data movement against computation)
   + workgroups x workgroup_ns / units             (launching workgroups, spread over the units)
 
-    compute = (work x unit_ns + barriers x barrier_ns + shuffles x shuffle_ns + invocation_ns
-               + stores x store_ns) x waves
+    compute = (work x unit_ns x efficiency[template] + barriers x barrier_ns + shuffles x shuffle_ns
+               + invocation_ns + stores x store_ns) x waves       (stores: output vec4s per busy invocation)
     waves   = max(1, active invocations (whole SIMD groups of `lanes`) / (units x lanes))
     memory  = bytes / bandwidth   (bytes within the cache at `cache_speedup` times the bandwidth)
 
