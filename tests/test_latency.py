@@ -129,8 +129,7 @@ def test_fit_file_round_trip(tmp_path):
 # -- lavapipe: fitted and held out ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lavapipe_samples():
+def _probe_samples() -> list[calibrate.Sample]:
     from gpuengine import Interpreter
 
     samples = []
@@ -142,10 +141,39 @@ def lavapipe_samples():
     return samples
 
 
-def test_fit_predicts_held_out_dispatches_on_lavapipe(lavapipe_samples):
-    groups = {s.group for s in lavapipe_samples}
-    assert len(groups) >= 15 and len(lavapipe_samples) >= 40
-    errors, order = calibrate.cross_validate(lavapipe_samples, devices.lavapipe())
-    assert len(errors) == len(lavapipe_samples) and len(order) >= 4
+def test_fit_predicts_held_out_dispatches_on_lavapipe():
+    """Lavapipe's "GPU" is this machine's CPU, shared with whatever else runs: each sample is already the fastest
+    of 15 rounds. When the goal is missed, the probes are measured again and each sample keeps the faster of the
+    two (30 rounds over a longer time: more chances of a quiet moment); the goal itself never moves."""
+    samples = _probe_samples()
+    assert len({s.group for s in samples}) >= 15 and len(samples) >= 40
+    errors, order = calibrate.cross_validate(samples, devices.lavapipe())
+    if np.median(errors) > GOAL_ERROR or np.median(list(order.values())) < GOAL_SPEARMAN:
+        again = _probe_samples()
+        assert [(s.group, s.cost) for s in again] == [(s.group, s.cost) for s in samples]
+        samples = [calibrate.Sample(s.cost, min(s.measured_ns, t.measured_ns), s.group, s.default)
+                   for s, t in zip(samples, again)]
+        errors, order = calibrate.cross_validate(samples, devices.lavapipe())
+    assert len(errors) == len(samples) and len(order) >= 4
     assert np.median(errors) <= GOAL_ERROR, f"held-out median error {np.median(errors):.1%}"
     assert np.median(list(order.values())) >= GOAL_SPEARMAN, order
+
+
+def test_calibrate_saves_a_fit_that_predict_and_the_policy_use(tmp_path, capsys):
+    from gpuengine.tools.cli import main
+
+    from gpuengine import Interpreter
+
+    cache = tmp_path / "tuning.json"
+    assert main(["calibrate", "--scale", "1", "--alternatives", "1", "--runs", "2", "--cache", str(cache),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["saved"] == str(tmp_path / "latency.json") and report["fit"]["samples"] >= 9
+    assert report["holdout"]["held_out"] >= 3 and report["fit"]["median_error"] is not None
+    assert main(["predict", "tiny", "--fit", report["saved"], "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["device_source"].startswith("fitted on") and predicted["predicted_ms"] > 0
+    it = Interpreter(model_content=zoo.get("tiny"), workgroup_cache=str(cache))
+    it.allocate_tensors()
+    fitted = it.compiled.gpu_programs[0].choices.tuned.latency
+    assert fitted is not None and fitted.source == predicted["device_source"]
