@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="fit the latency model to this device (probe kernels and models)")
     p.add_argument("models", nargs="*", help="models whose dispatches are timed too (default: the probes only)")
-    p.add_argument("--runs", type=int, default=5, help="timed passes per sample (median)")
+    p.add_argument("--runs", type=int, default=8, help="timed passes per sample (the fastest is kept)")
     p.add_argument("--alternatives", type=int, default=3, help="other decompositions timed per dispatch")
     p.add_argument("--scale", type=int, default=2, help="spatial scale of the probe net")
     p.add_argument("--budget", type=float, default=120.0, help="seconds to spend measuring (about)")
