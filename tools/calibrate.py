@@ -52,7 +52,7 @@ def plot(samples: list[Any], device: Any, path: str) -> None:
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     ax.set_xlabel("measured us")
     ax.set_ylabel("predicted us")
-    ax.set_title(f"latency model on {device.name}: one point a dispatch")
+    ax.set_title(f"latency model on {device.name[:40]}\none point a dispatch", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
 

@@ -75,7 +75,7 @@ def plot(rows: list[dict[str, Any]], path: str, adapter: str | None) -> None:
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     ax.set_xlabel("measured us (profile)")
     ax.set_ylabel("predicted us (latency model)")
-    ax.set_title(f"{adapter}: one point a dispatch", fontsize=9)
+    ax.set_title(f"{(adapter or '')[:48]}\none point a dispatch", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
 
