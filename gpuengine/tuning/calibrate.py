@@ -110,7 +110,10 @@ PRIOR_WEIGHT = 0.5  # pulls each efficiency toward 1 (the generic cost units) wh
 def fit(samples: Sequence[Sample], base: Device, names: Sequence[str] = FITTED, source: str = "") -> Device:
     """`base` with the parameters `names`, and an efficiency per template with enough samples, fitted to the
     samples (robust least squares on the log of predicted / measured, over the log of each parameter)."""
-    from scipy.optimize import least_squares
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise RuntimeError("fitting the latency model needs scipy: pip install gpuengine[calibrate]") from None
 
     costs = [s.cost for s in samples]
     measured = np.array([max(1.0, s.measured_ns) for s in samples])
