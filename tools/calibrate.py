@@ -58,6 +58,10 @@ def plot(samples: list[Any], device: Any, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        import scipy.optimize  # noqa: F401 - the fit and its report need it
+    except ImportError:
+        raise SystemExit("gpuengine: calibrate needs scipy: pip install gpuengine[calibrate]") from None
     from gpuengine.tuning import calibrate, devices
 
     prog, samples = collect(args)
