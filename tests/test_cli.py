@@ -123,6 +123,9 @@ def test_profile_times_add_up(capsys):
     assert sum(report[k] for k in parts) == pytest.approx(report["invoke_ms"], rel=0.35)
     assert report["host_encode_ms"] > 0 and report["target"] in ("discrete", "integrated", "cpu")
     assert all(d["invocations"] >= 1 for d in report["dispatches"])
+    # the latency model's prediction beside each measurement (tests/test_latency.py holds it to its accuracy)
+    assert all(d["predicted_ns"] > 0 and d["error"] is not None for d in report["dispatches"])
+    assert report["predicted_ms"] == pytest.approx(sum(d["predicted_ns"] for d in report["dispatches"]) / 1e6)
 
 
 def test_tune_writes_cache_and_bench_picks_it_up(capsys, tmp_path):
@@ -133,6 +136,8 @@ def test_tune_writes_cache_and_bench_picks_it_up(capsys, tmp_path):
     assert model["verification"] == "ok" and model["max_rel_diff"] <= 1e-4
     assert model["gpu_ms_default"] > 0 and model["gpu_ms_tuned"] > 0 and model["e2e_ms_tuned"] > 0
     assert any(isinstance(k["tuned"], dict) for k in report["kernels"])  # decompositions were searched
+    hits, ranked = report["prediction_first_was_best"]  # the latency model chose what was measured
+    assert 0 <= hits <= ranked and ranked == sum(isinstance(k["tuned"], dict) for k in report["kernels"])
     bench = run_json(capsys, ["bench", "tiny", "--runs", "2", "--warmup", "1", "--compare", "", "--json",
                               "--cache", str(cache)])
     assert bench["tuned"] is True

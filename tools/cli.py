@@ -280,9 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(func=cmd_fetch)
     ops = sub.add_parser("ops", help="the ops that run on the GPU (a markdown table, from the kernel registry)")
     ops.set_defaults(func=cmd_ops)
-    from . import bench, fuzz, llm, precision, profile, tune
+    from . import bench, calibrate, fuzz, llm, precision, predict, profile, tune
 
-    for module in (bench, profile, tune, fuzz, precision, llm):
+    for module in (bench, profile, tune, fuzz, precision, predict, calibrate, llm):
         module.add_subcommand(sub)
     return parser
 

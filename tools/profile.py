@@ -48,9 +48,42 @@ def host_figures(it: Any, runs: int) -> dict[str, float]:
     return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode}
 
 
+def device_of(prog: Any) -> Any:
+    """The latency model's description of a program's adapter: its fit (`gpuengine calibrate`), else the built-in
+    one for its class (lavapipe for a software adapter)."""
+    from gpuengine.tuning import devices
+
+    if prog.choices.tuned.latency is not None:
+        return prog.choices.tuned.latency
+    return devices.lavapipe() if prog.gpu.is_software else devices.for_target(prog.target)
+
+
+def plot(rows: list[dict[str, Any]], path: str, adapter: str | None) -> None:
+    """Predicted against measured, one point a dispatch (needs matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("gpuengine: --plot needs matplotlib (pip install gpuengine[plot])") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r["gpu_ns"] / 1e3 for r in rows]
+    predicted = [r["predicted_ns"] / 1e3 for r in rows]
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.loglog(measured, predicted, "o", alpha=0.6)
+    lo, hi = min(measured + predicted), max(measured + predicted)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set_xlabel("measured us (profile)")
+    ax.set_ylabel("predicted us (latency model)")
+    ax.set_title(f"{(adapter or '')[:48]}\none point a dispatch", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuengine.kernels.prologue import model_ops
     from gpuengine.runtime.timing import DispatchTimer
+    from gpuengine.tuning.latency import dispatch_cost, predict_ns
 
     name, data = models(args)[0]
     it = interpreter(data, args)
@@ -58,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     e2e, _ = time_invokes(it, inputs, args.runs, 3)
     graph = it.compiled.graph
     rows, total_ns, span_ns, pass_ns, method = [], 0.0, 0.0, 0.0, ""
+    device = None
     for prog in it.compiled.gpu_programs:
+        device = device_of(prog)
         timer = DispatchTimer(prog)
         timing = timer.measure(runs=args.runs)
         method = timing.method
@@ -70,28 +105,35 @@ def run(args: argparse.Namespace) -> int:
             rows.append({"kernel": d.spec.shader, "ops": ops or [d.spec.label],
                          "workgroup": list(d.spec.workgroup), "grid": list(d.groups), "gpu_ns": ns,
                          "invocations": prog.launched(k), "macs": prog.macs(k),
+                         "predicted_ns": predict_ns(dispatch_cost(d.spec, prog.graph, prog.precision), device),
                          "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None})
     for r in rows:
         r["share"] = r["gpu_ns"] / total_ns if total_ns else 0.0
+        r["error"] = (r["predicted_ns"] - r["gpu_ns"]) / r["gpu_ns"] if r["gpu_ns"] else None
     host = host_figures(it, args.runs)
     compiled = it.compiled
     report = {"model": name, "adapter": compiled.gpu.name if compiled.gpu else None,
               "target": compiled.target.name if compiled.target else None, "method": method,
               "dispatches": rows, "gpu_total_ms": total_ns / 1e6, "gpu_span_ms": span_ns / 1e6,
-              "gpu_pass_ms": pass_ns / 1e6,
+              "gpu_pass_ms": pass_ns / 1e6, "predicted_ms": sum(r["predicted_ns"] for r in rows) / 1e6,
+              "latency_model": device.source if device else None,
               **host, "end_to_end_ms": e2e["median_ms"]}
+    if args.plot:
+        plot(rows, args.plot, report["adapter"])
     if args.json:
         print(json.dumps(report))
         return 0
     print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}; timing: {method})")
     print(f"{'#':>4} {'kernel':<22} {'ops':<30} {'workgroup':<10} {'grid':<12} {'invocations':>11} {'gpu us':>9} "
-          f"{'share':>6}")
+          f"{'share':>6} {'pred us':>9} {'error':>6}")
     for k, r in enumerate(rows):
         print(f"{k:>4} {r['kernel']:<22} {'+'.join(r['ops'])[:30]:<30} {'x'.join(map(str, r['workgroup'])):<10} "
-              f"{'x'.join(map(str, r['grid'])):<12} {r['invocations']:>11} {r['gpu_ns'] / 1e3:9.1f} {r['share']:6.1%}")
+              f"{'x'.join(map(str, r['grid'])):<12} {r['invocations']:>11} {r['gpu_ns'] / 1e3:9.1f} {r['share']:6.1%}"
+              f" {r['predicted_ns'] / 1e3:9.1f} {r['error'] if r['error'] is not None else 0:+6.0%}")
     print(f"GPU time: sum of dispatches {report['gpu_total_ms']:.3f} ms, span of those runs "
           f"{report['gpu_span_ms']:.3f} ms (timestamps between dispatches add their own cost); one pass without "
-          f"them {report['gpu_pass_ms']:.3f} ms (what bench reports)")
+          f"them {report['gpu_pass_ms']:.3f} ms (what bench reports); latency model {report['predicted_ms']:.3f} ms "
+          f"({report['latency_model']})")
     print(f"host per invoke: critical {report['host_critical_ms']:.3f} ms (submit {report['submit_ms']:.3f}), "
           f"upload {report['upload_ms']:.3f}, readback {report['readback_ms']:.3f}, waiting for the GPU "
           f"{report['gpu_wait_ms']:.3f}, recording the next invoke meanwhile {report['host_overlapped_ms']:.3f} ms")
@@ -105,5 +147,6 @@ def add_subcommand(sub: Any) -> None:
     prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
     prof.add_argument("--runs", type=int, default=10)
     prof.add_argument("--json", action="store_true")
+    prof.add_argument("--plot", default=None, help="save predicted vs measured per dispatch (needs matplotlib)")
     add_engine_options(prof)
     prof.set_defaults(func=run)

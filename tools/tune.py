@@ -1,8 +1,12 @@
 """`gpuengine tune`: search each kernel's decomposition (tile, split, tiles per workgroup, reduction mode) or, for
 kernels without decompositions, its workgroup size; keep the winners per adapter in the tuning cache.
 
-Every candidate is timed as `bench` times a model (runtime/timing.py `span`): in one compute pass with
-timestamps only at its ends, on a GPU kept at its working clocks, here with the kernel recorded several times
+A decomposable kernel's candidates are ranked by the latency model (tuning/latency.py: the adapter's fit from
+`gpuengine calibrate`, else its class's built-in description) and only the best quarter is measured besides the
+default; `--measure-all` searches them all as before, and the report says how often the model's first choice
+was the fastest measured. Workgroup sizes of the other kernels are searched as before (the model does not rank
+workgroup shapes). Every candidate is timed as `bench` times a model (runtime/timing.py `span`): in one compute
+pass with timestamps only at its ends, on a GPU kept at its working clocks, here with the kernel recorded several times
 back to back (each run reads what the previous wrote, as in a model) so a pass lasts long enough to time.
 Afterwards each model runs with the winners and must give the outputs it gave before (else its winners are
 dropped), and its GPU time and end-to-end latency are measured before and after, interleaved, the same way.
@@ -51,9 +55,16 @@ def jobs_of(its: list[tuple[str, Any]]) -> dict[str, Job]:
     return jobs
 
 
-def tune_one(job: Job, timer: Any, budget: float) -> tuple[Any, Any]:
-    """(search result, default choice) for one kernel."""
+def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> tuple[Any, Any, Any]:
+    """(search result, default choice, the latency model's first choice or None) for one kernel.
+
+    A decomposable kernel has its candidates ranked by the latency model (tuning/latency.py, on the adapter's
+    fit or its class's built-in description) and only the best quarter is measured, besides the default;
+    `measure_all` searches as before the model (every candidate nearest the default first, then neighbours)."""
+    from gpuengine.tuning import latency
     from gpuengine.tuning.search import Limits, decomposition_space, search, tune_workgroup
+
+    from .profile import device_of
 
     prog, i = job.program, job.index
     spec = prog.dispatches[i].spec
@@ -68,16 +79,27 @@ def tune_one(job: Job, timer: Any, budget: float) -> tuple[Any, Any]:
     if spec.variants is not None:
         default = spec.decomposition
         candidates, around = decomposition_space(spec.variants, default, prog.target.subgroups, max_inv)
-        result = search(lambda d: timed(prog.variant(i, decomposition=d)), default, candidates, around, budget,
-                        repeats=1)
-        return result, default
+        base = latency.dispatch_cost(spec, prog.graph, prog.precision)
+        ranked = [d for _, d in latency.rank(spec.variants, candidates, device_of(prog), base)]
+        first = ranked[0] if ranked else None
+
+        def measure(d: Any) -> float:
+            return timed(prog.variant(i, decomposition=d))
+
+        if measure_all:
+            return search(measure, default, candidates, around, budget, repeats=1), default, first
+        # a quarter of the candidates in all, the default (normally the model's own first choice) among them
+        best_few = ranked[:max(1, len(candidates) // 4)]
+        if default not in best_few:
+            best_few = best_few[:-1]
+        return search(measure, default, best_few, lambda d: [], budget, repeats=1), default, first
     limits = Limits(max_inv, (int(prog.gpu.limits.get("max-compute-workgroup-size-x", 256)),
                               int(prog.gpu.limits.get("max-compute-workgroup-size-y", 256)),
                               int(prog.gpu.limits.get("max-compute-workgroup-size-z", 64))))
     default = tuple(spec.workgroup)
     result = tune_workgroup(lambda wg: timed(prog.variant(i, workgroup=wg)), default, spec.grid, limits, budget,
                             repeats=1)
-    return result, default
+    return result, default, None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                                   warmup_s=0)
     remaining_weight = sum(weights.values()) or 1.0
     deadline = time.monotonic() + args.budget
-    results: dict[str, tuple[Any, Any]] = {}
+    results: dict[str, tuple[Any, Any, Any]] = {}
     bar = tqdm(list(jobs.items()), desc="tuning kernels", unit="kernel", file=sys.stderr, disable=args.json)
     for key, job in bar:
         left = deadline - time.monotonic()
@@ -114,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
         budget = min(left, max(0.2, left * weights[key] / remaining_weight))
         remaining_weight -= weights[key]
         bar.set_postfix_str(job.program.dispatches[job.index].spec.label[:40])
-        result, default = tune_one(job, timers[id(job.program)], budget)
-        results[key] = (result, default)
+        result, default, first = tune_one(job, timers[id(job.program)], budget, args.measure_all)
+        results[key] = (result, default, first)
         cache.record(gpu.cache_key(), gpu.name, key, result.best, result.default_ns, result.best_ns)
     cache.save()
 
@@ -152,14 +174,23 @@ def run(args: argparse.Namespace) -> int:
               "kernels_tuned": len(results),
               "kernels": [{"key": k[:100], "label": jobs[k].program.dispatches[jobs[k].index].spec.label[:60],
                            "default": describe(d), "tuned": describe(r.best), "default_us": r.default_ns / 1e3,
-                           "tuned_us": r.best_ns / 1e3, "evaluated": len(r.evaluated)}
-                          for k, (r, d) in results.items()],
+                           "tuned_us": r.best_ns / 1e3, "evaluated": len(r.evaluated),
+                           "predicted_first": describe(f) if f is not None else None,
+                           "predicted_first_is_best": (f in r.evaluated and r.evaluated[f] <= min(r.evaluated.values()))
+                           if f is not None else None}
+                          for k, (r, d, f) in results.items()],
               "models": model_reports}
+    ranked = [k for k in report["kernels"] if k["predicted_first_is_best"] is not None]
+    report["measured"] = sum(k["evaluated"] for k in report["kernels"])
+    report["prediction_first_was_best"] = (sum(bool(k["predicted_first_is_best"]) for k in ranked), len(ranked))
     if args.json:
         print(json.dumps(report))
         return 0
+    hits, ranked_kernels = report["prediction_first_was_best"]
     print(f"adapter: {gpu.name} (target {target.name})\ncache: {cache.path}\n"
-          f"tuned {len(results)}/{len(jobs)} kernels")
+          f"tuned {len(results)}/{len(jobs)} kernels, {report['measured']} measurements; the latency model's first "
+          f"choice was the fastest measured for {hits} of {ranked_kernels} decomposable kernels"
+          f"{' (all candidates measured)' if args.measure_all else ' (its best quarter measured)'}")
     print(f"{'kernel':<44} {'default us':>11} {'tuned us':>9}  tuned choice")
     for k in report["kernels"]:
         print(f"{k['label'][:44]:<44} {k['default_us']:11.2f} {k['tuned_us']:9.2f}  {k['tuned']}")
@@ -178,6 +209,9 @@ def add_subcommand(sub: Any) -> None:
                                        "tuning cache")
     tune.add_argument("models", nargs="*", help="models (default: the zoo's mobilenet_v2)")
     tune.add_argument("--budget", type=float, default=60.0, help="seconds of search in all")
+    tune.add_argument("--measure-all", action="store_true",
+                      help="search every decomposition (as before the latency model) instead of measuring only "
+                           "the quarter the model predicts fastest")
     tune.add_argument("--json", action="store_true")
     add_engine_options(tune)
     tune.set_defaults(func=run)

@@ -218,7 +218,9 @@ class Choices:
         if tuned is not None and self.runs(variants, tuned):
             self.from_cache += 1
             return tuned
-        return policy.choose(variants, self.target)
+        # the adapter's fitted latency model where the target is the adapter's own class, else the class's
+        fitted = self.tuned.latency if self.target.detected else None
+        return policy.choose(variants, self.target, fitted)
 
     def runs(self, variants: Variants, d: Decomposition) -> bool:
         """Whether d is one of the kernel's decompositions (any tiles per workgroup) and fits this device."""

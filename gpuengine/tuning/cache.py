@@ -34,6 +34,7 @@ class Tuned:
 
     decompositions: dict[str, Decomposition] = field(default_factory=dict)
     workgroups: dict[str, Workgroup] = field(default_factory=dict)
+    latency: Any = None  # the adapter's fitted latency.Device (`gpuengine calibrate`, latency.json beside the cache)
 
 
 class TuningCache:
@@ -50,9 +51,11 @@ class TuningCache:
 
     def tuned(self, device_key: str) -> Tuned:
         """The valid entries for one adapter (malformed ones are skipped)."""
+        from .devices import fit_path, load_fits
+
         device = self.data["devices"].get(device_key, {})
         kernels = device.get("kernels", {}) if isinstance(device, dict) else {}
-        out = Tuned()
+        out = Tuned(latency=load_fits(fit_path(self.path)).get(device_key))
         for key, entry in kernels.items() if isinstance(kernels, dict) else ():
             if not isinstance(entry, dict):
                 continue

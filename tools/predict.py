@@ -1,0 +1,94 @@
+"""`gpuengine predict`: the latency model's time for a model on a device description, without running it.
+
+The plan is the one a GPU program would build for the description's adapter class (engine.planned_dispatches:
+nothing is compiled, no GPU is needed), each dispatch's time comes from tuning/latency.py, and the floor (bytes
+at memory bandwidth or FLOPs at peak, plus the chain's dispatch barriers) says how far the plan is from what the
+device could do. `--device all` prints one line per built-in description.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import models
+
+
+def description(args: argparse.Namespace, name: str | None) -> Any:
+    from gpuengine.tuning import devices
+
+    try:
+        if args.fit:
+            return devices.load_fit(args.fit, name)
+        return devices.built_in(name or "h100")
+    except ValueError as e:
+        raise SystemExit(f"gpuengine: {e}") from None
+
+
+def planned(data: bytes, target: str, precision: str = "fp32") -> tuple[Any, list[Any]]:
+    """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class."""
+    from gpuengine.engine import planned_dispatches
+    from gpuengine.model.reader import read_model
+    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.tuning.target import named
+
+    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(precision=precision), named(target))
+    return plan.graph, partitions
+
+
+def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None) -> Any:
+    """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
+    from gpuengine.tuning.latency import predict_specs
+
+    plans = {} if plans is None else plans
+    if device.target not in plans:
+        plans[device.target] = planned(data, device.target, precision)
+    graph, partitions = plans[device.target]
+    return predict_specs(partitions, graph, device, precision)
+
+
+def as_json(name: str, p: Any) -> dict[str, Any]:
+    return {"model": name, "device": p.device.name, "device_source": p.device.source,
+            "predicted_ms": p.gpu_ns / 1e6, "floor_ms": p.floor_ns / 1e6, "ratio": p.ratio,
+            "fixed_ms": p.fixed_ns / 1e6, "total_ms": p.total_ns / 1e6,
+            "dispatches": [{"label": c.label, "predicted_ms": ns / 1e6, "floor_ms": fl / 1e6,
+                            "invocations": c.invocations, "workgroups": c.workgroups, "bytes": c.bytes,
+                            "macs": c.macs} for c, ns, fl in p.dispatches]}
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuengine.tuning import devices
+
+    names = devices.names() if args.device == "all" and not args.fit else [args.device]
+    results = []
+    for model_name, data in models(args):
+        plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
+        for name in names:
+            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans)))
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results))
+        return 0
+    for r in results:
+        if len(names) == 1:
+            print(f"model: {r['model']}\ndevice: {r['device']} ({r['device_source']})")
+            print(f"{'#':>4} {'dispatch':<58} {'predicted us':>12} {'floor us':>9} {'x floor':>8}")
+            for k, d in enumerate(r["dispatches"]):
+                ratio = d["predicted_ms"] / d["floor_ms"] if d["floor_ms"] else float("inf")
+                print(f"{k:>4} {d['label'][:58]:<58} {d['predicted_ms'] * 1e3:12.1f} {d['floor_ms'] * 1e3:9.1f} "
+                      f"{ratio:8.1f}")
+        print(f"{r['model']} on {r['device']}: GPU {r['predicted_ms']:.3f} ms predicted, floor {r['floor_ms']:.3f} ms "
+              f"({r['ratio']:.1f}x the floor); with submit and recording {r['total_ms']:.3f} ms per invoke")
+    return 0
+
+
+def add_subcommand(sub: Any) -> None:
+    p = sub.add_parser("predict", help="predicted GPU time per dispatch and in total, and the floor, without a GPU")
+    p.add_argument("models", nargs="*", help="model(s) (default: the zoo's mobilenet_v2)")
+    p.add_argument("--device", default=None,
+                   help="built-in description (h100, rtx4090, rtx3060, apple-m1, iris-xe, lavapipe; 'all': each), "
+                        "or with --fit the adapter key in the fit file (default: its only one)")
+    p.add_argument("--fit", default=None, help="a fit file written by `gpuengine calibrate`")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
