@@ -477,6 +477,8 @@ class CompiledModel:
             s.compiled, s.bound, s.rebinds, s.copied = compiled, {}, {}, set()
             s.gpu_inputs = set()
             for t in s.sig.inputs.values():
+                if compiled.graph.tensors[t].dtype != np.float32:
+                    continue  # an int32 input's GPU buffer holds exact f32 values, a TensorBuffer int32 bytes: upload
                 try:
                     gpu_readers(compiled, t, compiled.graph.tensors[t], "")
                     s.gpu_inputs.add(t)
