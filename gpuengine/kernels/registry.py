@@ -31,6 +31,7 @@ KERNEL_MODULES = (
     "softmax",
     "normalization",
     "attention",
+    "kv_cache",
     "mediapipe_pooling",
     "select",
     "pad",
