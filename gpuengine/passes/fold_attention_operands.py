@@ -23,7 +23,7 @@ from .graph_utils import with_fields
 
 def fold_attention_operands(graph: Graph) -> Graph:
     graph = graph.copy()
-    for i, op in enumerate(graph.ops):
+    for op in graph.ops:
         if op.code != ATTENTION:
             continue
         new, removed = op, []

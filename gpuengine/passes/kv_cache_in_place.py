@@ -11,8 +11,6 @@ are. Anything else keeps its DYNAMIC_UPDATE_SLICE (a copy of the cache, as befor
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..kernels import registry
@@ -26,14 +24,12 @@ from .graph_utils import with_fields
 def kv_cache_in_place(graph: Graph) -> Graph:
     graph = graph.copy()
     readers = graph.consumers()
-    replaced: dict[int, Op] = {}
     for i, op in enumerate(graph.ops):
         if op.code != "DYNAMIC_UPDATE_SLICE":
             continue
         found = _rewrite(graph, i, op, readers)
-        if found is not None:
-            replaced.update(found)
-    graph.ops = [replaced.get(i, o) for i, o in enumerate(graph.ops)]
+        if found is not None:  # K and V feed one ATTENTION: each rewrite starts from the last one's
+            graph.ops = [found.get(j, o) for j, o in enumerate(graph.ops)]
     return graph
 
 
@@ -56,7 +52,7 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
     first = Step("RESHAPE", flat_shape(shape), shape)
     result = {i: write}
     for j in readers.get(out, []):
-        reader = result.get(j, graph.ops[j])
+        reader = graph.ops[j]
         if reader.code != ATTENTION or reader.inputs[0] == out or (len(reader.inputs) > 3 and reader.inputs[3] == out):
             return None
         fields = {}
@@ -66,5 +62,5 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
         candidate = with_fields(reader, **fields)
         if registry.check(candidate, graph) is not None:
             return None
-        result[j] = dataclasses.replace(candidate)
+        result[j] = candidate
     return result

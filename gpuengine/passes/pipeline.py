@@ -6,7 +6,8 @@ takes a piece of them: their MULs and ADDs would otherwise be fused or folded on
 ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
 and ·V into one attention op (after the layout fold, whose views it keeps); the copies and scalar MULs in
 front of its operands (a KV cache's transpose and grouped-query broadcast) into its views and scale; then a
-signature's KV cache write in place (after that fold: it needs the attention to read the cache through views); collapse SPACE_TO_BATCH -> conv ->
+signature's KV cache write in place (after that fold: it needs the attention to read the cache through views);
+collapse SPACE_TO_BATCH -> conv ->
 BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold
 scales into convs (changes weights, must precede the padding merge that changes the conv's options); merge spatial
 PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD
@@ -31,8 +32,8 @@ from ..model.ir import Graph, Model
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
 from .drop_leading_units import drop_leading_units
-from .fold_constants import fold_constants
 from .fold_attention_operands import fold_attention_operands
+from .fold_constants import fold_constants
 from .fold_matmul_layout import fold_matmul_layout
 from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention

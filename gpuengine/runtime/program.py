@@ -25,8 +25,8 @@ from ..errors import UnsupportedOpError
 from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
-from ..kernels.kv_cache import KV_CACHE_WRITE
 from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
+from ..kernels.kv_cache import KV_CACHE_WRITE
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
