@@ -32,6 +32,7 @@ KERNEL_MODULES = (
     "normalization",
     "attention",
     "kv_cache",
+    "rope",
     "mediapipe_pooling",
     "select",
     "pad",
