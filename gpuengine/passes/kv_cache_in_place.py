@@ -7,6 +7,10 @@ new rows, no step copies or converts the cache, and feeding the output back as t
 (`set_input_buffer(name, output_buffer(name))`) binds the same buffer. The attention views get a first step from
 the cache's flat storage shape [rows, C] (PHWC4 = BHWC bytes when C % 4 == 0), so they read those bytes as they
 are. Anything else keeps its DYNAMIC_UPDATE_SLICE (a copy of the cache, as before).
+
+The update is read through a layout view too (the RESHAPE / SLICE / TRANSPOSE ops in front of it: V sliced from a
+fused QKV projection's output), and a ROPE op (passes/fuse_rope.py) producing it for this write alone joins the
+write when its tables are the same for every row (a decode step's): the key rows are rotated as they are stored.
 """
 
 from __future__ import annotations
@@ -15,10 +19,15 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.attention import ATTENTION, VIEWS
-from ..kernels.kv_cache import KV_CACHE_WRITE, flat_shape
+from ..kernels.kv_cache import KV_CACHE_WRITE, ROPE_TABLES, VIEW_UPDATE, flat_shape
 from ..kernels.layout_view import Step
+from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
+from .fold_matmul_layout import _step
+from .fuse_rope import _slice_step, drop_unread_views
 from .graph_utils import with_fields
+
+MAX_STEPS = 8
 
 
 def kv_cache_in_place(graph: Graph) -> Graph:
@@ -30,7 +39,8 @@ def kv_cache_in_place(graph: Graph) -> Graph:
         found = _rewrite(graph, i, op, readers)
         if found is not None:  # K and V feed one ATTENTION: each rewrite starts from the last one's
             graph.ops = [found.get(j, o) for j, o in enumerate(graph.ops)]
-    return graph
+    graph.ops = [o for o in graph.ops if o.code != "_GONE"]
+    return drop_unread_views(graph)
 
 
 def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dict[int, Op] | None:
@@ -49,8 +59,10 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
                options=Options("KvCacheWriteOptions", {"source_ops": ("DYNAMIC_UPDATE_SLICE",)}))
     if registry.check(write, graph) is not None:
         return None
+    write, absorbed = _read_update(graph, write)
     first = Step("RESHAPE", flat_shape(shape), shape)
-    result = {i: write}
+    result = {i: write, **{graph.ops.index(o): Op(index=o.index, code="_GONE", inputs=[], outputs=[])
+                           for o in absorbed}}
     for j in readers.get(out, []):
         reader = graph.ops[j]
         if reader.code != ATTENTION or reader.inputs[0] == out or (len(reader.inputs) > 3 and reader.inputs[3] == out):
@@ -64,3 +76,41 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
             return None
         result[j] = candidate
     return result
+
+
+def _read_update(graph: Graph, write: Op) -> tuple[Op, list[Op]]:
+    """The write reading its update through the layout ops (and a ROPE) in front of it, when the kernel takes it;
+    and the ROPE op it absorbed (at most one, removed by the caller; layout ops go when nothing reads them)."""
+    producers, readers = graph.producers(), graph.consumers()
+    t = write.inputs[1]
+    steps: tuple[Step, ...] = ()
+    rope: Op | None = None
+    while len(steps) < MAX_STEPS and t in producers and t not in graph.outputs:
+        op = graph.ops[producers[t]]
+        step = _step(graph, op) or _slice_step(graph, op)
+        if step is not None and len(step.in_shape) <= 4 and len(step.out_shape) <= 4:
+            steps, t = (step, *steps), op.inputs[0]
+            continue
+        if op.code == ROPE and rope is None and len(readers.get(t, [])) == 1 and _keeps_rows(steps):
+            rope, steps, t = op, (*(op.opt(VIEW_X) or ()), *steps), op.inputs[0]
+            continue
+        break
+    if not steps and rope is None:
+        return write, []
+    inputs = [write.inputs[0], t, write.inputs[2], *(rope.inputs[1:] if rope else [])]
+    candidate = with_fields(write, inputs, **{VIEW_UPDATE: steps or None, ROPE_TABLES: rope is not None})
+    if registry.check(candidate, graph) is None:
+        return candidate, [rope] if rope else []
+    return write, []
+
+
+def _keeps_rows(steps: tuple[Step, ...]) -> bool:
+    """Each step moves whole rows of the last axis (a rotation of the rows commutes with it)."""
+    for step in steps:
+        if step.in_shape[-1] != step.out_shape[-1]:
+            return False
+        if step.kind == "TRANSPOSE" and step.perm[-1] != len(step.in_shape) - 1:
+            return False
+        if step.kind == "SLICE" and step.perm[-1] != 0:
+            return False
+    return True
