@@ -1,20 +1,13 @@
-// KV_CACHE_WRITE: the new rows of a KV cache written into the cache's own buffer (BHWC f32, the signature's
-// input and output at once), one vec4 of the update per invocation; the rest of the cache is not touched.
-// START reads the run-time offsets (clamped so the update fits, DYNAMIC_UPDATE_SLICE's semantics); LANE sets
-// value[l] from update row (u0, ...) at channel c (through the update's layout view, rotated when the op has
-// cos / sin tables); DST_AT is the cache's BHWC vec4 index.
+// KV_CACHE_WRITE: the new rows of KV caches written into each cache's own buffer (BHWC f32, the signature's
+// input and output at once), one vec4 of an update per invocation; the rest of a cache is not touched.
+// WRITES holds one block per cache (a layer's K and V share the dispatch): invocation i -> update row (u0, ...)
+// and channel slice us, the run-time offsets (clamped so the update fits, DYNAMIC_UPDATE_SLICE's semantics), the
+// four lanes (through the update's layout view, rotated when the write has cos / sin tables), the store.
 ${BINDINGS}
 
 @compute @workgroup_size(${WG_X}, 1, 1)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let i = gid.x;
   if (i >= ${TOTAL}u) { return; }
-  ${COORDS}
-  ${START}
-  var value = vec4<f32>(0.0);
-  for (var l = 0u; l < 4u; l++) {
-    let c = us * 4u + l;
-    ${LANE}
-  }
-  dst[${DST_AT}] = value;
+  ${WRITES}
 }

@@ -9,9 +9,14 @@ view whose stored shape is [rows, C]: with C % 4 == 0 its PHWC4 storage is those
 offsets[, cos, sin]); output the cache after the write. The update may be read through a layout view (`view_update`:
 the slice of a fused QKV projection's output, read where it lies) and rotated on the way (`rope`, with the cos / sin
 tables of a decode step, the same for every row: kernels/rope.py), so the key rows need no dispatch of their own.
+Several writes with the same offsets (a layer's K and V) may share one dispatch: option `groups` gives, per write,
+how many of the op's inputs are its own (cache, update, offsets[, cos, sin]), its update view and whether it rotates;
+output g is write g's cache.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -27,6 +32,23 @@ from .rope import rope_check, rope_lanes, view_read
 KV_CACHE_WRITE = "KV_CACHE_WRITE"
 VIEW_UPDATE = "view_update"
 ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
+GROUPS = "groups"  # several writes in one dispatch: ((inputs, view_update, rope), ...), one output each
+
+
+def writes(op: Op) -> list[Op]:
+    """The op as single writes (each one cache, its inputs and options)."""
+    groups = op.opt(GROUPS)
+    if not groups:
+        return [op]
+    result, first = [], 0
+    for g, (count, steps, rope) in enumerate(groups):
+        fields = {k: v for k, v in op.options.fields.items() if k != GROUPS}
+        single = dataclasses.replace(op, inputs=op.inputs[first:first + count], outputs=[op.outputs[g]],
+                                     options=dataclasses.replace(op.options, fields={
+                                         **fields, VIEW_UPDATE: steps, ROPE_TABLES: rope}))
+        result.append(single)
+        first += count
+    return result
 
 
 def logical_update(op: Op, graph: Graph) -> tuple[int, ...]:
@@ -44,6 +66,15 @@ class KvCacheKernel:
     internal_ops = (KV_CACHE_WRITE,)
 
     def supports(self, op: Op, graph: Graph) -> str | None:
+        groups = op.opt(GROUPS)
+        if groups:
+            if sum(g[0] for g in groups) != len(op.inputs) or len(groups) != len(op.outputs) or len(groups) > 2:
+                return f"{KV_CACHE_WRITE} groups do not match its inputs and outputs (at most 2 writes)"
+            for single in writes(op):
+                reason = self.supports(single, graph)
+                if reason:
+                    return reason
+            return None
         rope = bool(op.opt(ROPE_TABLES))
         if len(op.inputs) != (5 if rope else 3) or len(op.outputs) != 1 or min(op.inputs) < 0:
             return f"{KV_CACHE_WRITE} expects cache, update, offsets[, cos, sin] and 1 output"
@@ -75,12 +106,40 @@ class KvCacheKernel:
         return None
 
     def build(self, op: Op, graph: Graph) -> Lowering:
+        names: dict[int, str] = {}  # read-only tensors bound once, whichever writes read them
+        bindings: list[Binding] = []
+
+        def bind(t: int, prefix: str, element: str | None = None) -> str:
+            if t not in names:
+                names[t] = f"{prefix}{len(names)}"
+                binding = _source(graph, t, names[t])
+                if element is not None and binding.data is None:
+                    binding.element = element
+                bindings.append(binding)
+            return names[t]
+
+        blocks, labels, totals = [], [], []
+        for g, single in enumerate(writes(op)):
+            block, total, label = self._write(single, graph, g, bind)
+            blocks.append(f"if (i < {total}u) {{\n    {block}\n  }}")
+            labels.append(label)
+            totals.append(total)
+        bindings += [Binding(f"dst{g}", tensor=t, writable=True, raw=True, element="vec4<f32>")
+                     for g, t in enumerate(op.outputs)]
+        total = max(totals)
+        params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks))}
+        return [KernelSpec("kv_cache", params, bindings, grid=(total, 1, 1), workgroup=(min(64, total), 1, 1),
+                           label=" + ".join(labels) + " (in place)")]
+
+    @staticmethod
+    def _write(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:
+        """WGSL of write g for invocation i (one vec4 of its update), its invocations and its label."""
         cache_t, update_t, start_t = op.inputs[:3]
         shape = tuple(graph.tensors[cache_t].shape)
         u_shape = logical_update(op, graph)
         s_shape = tuple(graph.tensors[start_t].shape)
-        c = shape[-1]
-        s = slices(c)
+        s = slices(shape[-1])
+        upd, start = bind(update_t, "upd", "S1"), bind(start_t, "start")
         # invocation i -> update row (u0, ...) and channel slice us
         rest = "i"
         lines = [f"let us = {rest} % {s}u;"]
@@ -91,23 +150,22 @@ class KvCacheKernel:
         rows = [Ix.const(0) if d == 1 else Ix(f"u{j}", np.int64(0)) for j, d in enumerate(u_shape[:-1])]
         steps = op.opt(VIEW_UPDATE)
         if op.opt(ROPE_TABLES):
-            lane = rope_lanes("upd", steps, u_shape, rows, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:]))
+            cos, sin = bind(op.inputs[3], "tab"), bind(op.inputs[4], "tab")
+            lane = rope_lanes(upd, steps, u_shape, rows, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:]),
+                              cos=cos, sin=sin)
         else:
-            lane = f"value[l] = {view_read('upd', steps, u_shape, [*rows, Ix('c', np.int64(0))])};"
-        starts = [_index("start", s_shape, [Ix.const(j)], d - u + 1, f"s{j}")
+            lane = f"value[l] = {view_read(upd, steps, u_shape, [*rows, Ix('c', np.int64(0))])};"
+        lines += [_index(start, s_shape, [Ix.const(j)], d - u + 1, f"s{j}")
                   for j, (d, u) in enumerate(zip(shape[:-1], u_shape[:-1]))]
         linear = "0u"
         for j, d in enumerate(shape[:-1]):
             linear = f"(({linear}) * {d}u + s{j} + u{j})"
-        total = int(np.prod(u_shape[:-1], dtype=np.int64)) * s
-        params = {"TOTAL": total, "COORDS": Code("\n  ".join(lines)), "START": Code("\n  ".join(starts)),
-                  "DST_AT": Code(f"{linear} * {s}u + us"), "LANE": Code(lane)}
-        tables = [_source(graph, t, name) for t, name in zip(op.inputs[3:], ("cos_t", "sin_t"))]
-        bindings = [Binding("upd", tensor=update_t, element="S1"), _source(graph, start_t, "start"), *tables,
-                    Binding("dst", tensor=op.outputs[0], writable=True, raw=True, element="vec4<f32>")]
+        lines += ["var value = vec4<f32>(0.0);",
+                  f"for (var l = 0u; l < 4u; l++) {{\n      let c = us * 4u + l;\n      {lane}\n    }}",
+                  f"dst{g}[{linear} * {s}u + us] = value;"]
         what = f"{KV_CACHE_WRITE}{'+ROPE' if op.opt(ROPE_TABLES) else ''}"
-        return [KernelSpec("kv_cache", params, bindings, grid=(total, 1, 1), workgroup=(min(64, total), 1, 1),
-                           label=f"{what} {u_shape} into {shape} (in place{', view' if steps else ''})")]
+        return "\n    ".join(lines), int(np.prod(u_shape[:-1], dtype=np.int64)) * s, \
+            f"{what} {u_shape} into {shape}{' (view)' if steps else ''}"
 
 
 KERNEL = KvCacheKernel()

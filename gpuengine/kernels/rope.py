@@ -61,7 +61,7 @@ def rope_check(x: tuple[int, ...], cos: tuple[int, ...], sin: tuple[int, ...]) -
 
 
 def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[Ix],
-               cos_shape: tuple[int, ...], sin_shape: tuple[int, ...]) -> str:
+               cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], cos: str = "cos_t", sin: str = "sin_t") -> str:
     """WGSL setting `value[l]` to the rotated element at channel `c` (a u32 in scope) of row `rows` of x."""
     half = shape[-1] // 2
     cx = Ix("cx", np.int64(0))
@@ -70,8 +70,8 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
         f"let j = c % {half}u; let lo = c < {half}u;",
         f"let xa = {view_read(x, steps, shape, [*rows, Ix('c', np.int64(0))])};",
         f"let cx = select(c - {half}u, c + {half}u, lo); let xb = {view_read(x, steps, shape, [*rows, cx])};",
-        f"let cs = {view_read('cos_t', None, cos_shape, table_coords(cos_shape, rows, j))};",
-        f"let sn = {view_read('sin_t', None, sin_shape, table_coords(sin_shape, rows, j))};",
+        f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
+        f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};",
         "value[l] = select(xa * cs + xb * sn, xa * cs - xb * sn, lo);"])
 
 

@@ -11,6 +11,7 @@ are. Anything else keeps its DYNAMIC_UPDATE_SLICE (a copy of the cache, as befor
 The update is read through a layout view too (the RESHAPE / SLICE / TRANSPOSE ops in front of it: V sliced from a
 fused QKV projection's output), and a ROPE op (passes/fuse_rope.py) producing it for this write alone joins the
 write when its tables are the same for every row (a decode step's): the key rows are rotated as they are stored.
+Two writes with the same offsets (a layer's K and V) then become one dispatch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.attention import ATTENTION, VIEWS
-from ..kernels.kv_cache import KV_CACHE_WRITE, ROPE_TABLES, VIEW_UPDATE, flat_shape
+from ..kernels.kv_cache import GROUPS, KV_CACHE_WRITE, ROPE_TABLES, VIEW_UPDATE, flat_shape
 from ..kernels.layout_view import Step
 from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
@@ -40,7 +41,31 @@ def kv_cache_in_place(graph: Graph) -> Graph:
         if found is not None:  # K and V feed one ATTENTION: each rewrite starts from the last one's
             graph.ops = [found.get(j, o) for j, o in enumerate(graph.ops)]
     graph.ops = [o for o in graph.ops if o.code != "_GONE"]
-    return drop_unread_views(graph)
+    return _pair_writes(drop_unread_views(graph))
+
+
+def _pair_writes(graph: Graph) -> Graph:
+    """Each write joined by the next one with the same offsets, when nothing between them reads its cache."""
+    i = 0
+    while i < len(graph.ops):
+        a = graph.ops[i]
+        if a.code == KV_CACHE_WRITE and not a.opt(GROUPS):
+            for j in range(i + 1, len(graph.ops)):
+                b = graph.ops[j]
+                if a.outputs[0] in b.inputs:
+                    break
+                if b.code != KV_CACHE_WRITE or b.opt(GROUPS) or b.inputs[2] != a.inputs[2]:
+                    continue
+                groups = tuple((len(w.inputs), w.opt(VIEW_UPDATE), bool(w.opt(ROPE_TABLES))) for w in (a, b))
+                merged = Op(index=b.index, code=KV_CACHE_WRITE, inputs=[*a.inputs, *b.inputs],
+                            outputs=[*a.outputs, *b.outputs], options=Options("KvCacheWriteOptions", {
+                                GROUPS: groups, "source_ops": ("DYNAMIC_UPDATE_SLICE", "DYNAMIC_UPDATE_SLICE")}))
+                if registry.check(merged, graph) is None:
+                    graph.ops = [merged if o is b else o for o in graph.ops if o is not a]
+                    i -= 1
+                break
+        i += 1
+    return graph
 
 
 def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dict[int, Op] | None:

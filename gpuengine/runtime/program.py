@@ -26,7 +26,7 @@ from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
 from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
-from ..kernels.kv_cache import KV_CACHE_WRITE
+from ..kernels.kv_cache import KV_CACHE_WRITE, writes
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -269,11 +269,12 @@ def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: lis
     pairs = {}
     for i in ops:
         op = graph.ops[i]
-        if op.code == KV_CACHE_WRITE:
-            if op.inputs[0] not in inputs or op.outputs[0] not in outputs:
-                raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[op.inputs[0]].name!r} must be an "
+        for write in writes(op) if op.code == KV_CACHE_WRITE else []:
+            cache, out = write.inputs[0], write.outputs[0]
+            if cache not in inputs or out not in outputs:
+                raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[cache].name!r} must be an "
                                          "input and its result an output of the GPU partition")
-            pairs[op.inputs[0]] = op.outputs[0]
+            pairs[cache] = out
     return pairs
 
 
