@@ -266,3 +266,22 @@ def test_smollm_decode_step_matches_litert():
             keep = np.ones(256, bool)
             keep[37] = False
             np.testing.assert_array_equal(got[name][:, keep], feeds[name][:, keep])
+
+
+def test_profile_signature_reports_a_decode_step(capsys):
+    """`gpuengine profile MODEL --signature decode`: one call of the decode loop (the cache bound to its own output
+    buffers): per-dispatch GPU times of its dispatches and the host's share of a step."""
+    import json
+
+    from gpuengine.tools.cli import main
+
+    path = SHARED / "toy_decoder_kv.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared test models)")
+    assert main(["profile", str(path), "--signature", "decode", "--runs", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["signature"] == "decode"
+    kernels = [d["kernel"] for d in report["dispatches"]]
+    assert kernels.count("kv_cache") == 2 and "bhwc_to_phwc4" in kernels  # tokens and positions only
+    assert sum(d["ops"][0].startswith("input decode_kv") for d in report["dispatches"]) == 0
+    assert report["upload_ms"] >= 0 and report["host_critical_ms"] > 0 and report["end_to_end_ms"] > 0
