@@ -122,9 +122,11 @@ def test_each_pass_alone():
 
 def test_rotary_pattern_becomes_rope_and_joins_the_key_write():
     graph = optimized(decode_step(rope=True))
-    assert [op.code for op in graph.ops] == ["ROPE", "KV_CACHE_WRITE", "ATTENTION"]
-    (k_count, _, k_rope), (v_count, _, v_rope) = graph.ops[1].opt("groups")
+    assert [op.code for op in graph.ops] == ["KV_CACHE_WRITE", "ATTENTION"]
+    (k_count, _, k_rope), (v_count, _, v_rope), (q_count, _, q_rope, kind) = graph.ops[0].opt("groups")
     assert (k_count, k_rope, v_count, v_rope) == (5, True, 3, False)  # k_new rotated as it is stored
+    assert (q_count, q_rope, kind) == (3, True, "query")  # and q rotated in the same dispatch
+    assert graph.ops[1].inputs[0] == graph.ops[0].outputs[2]
 
 
 def test_fuse_rope_alone_matches_litert():
@@ -184,10 +186,9 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
     program = ours.compiled.gpu_programs[0]
-    # converted: q, k, v, start, mask (and cos, sin); then (ROPE of q,) the K and V writes (K rotated), ATTENTION
+    # converted: q, k, v, start, mask (and cos, sin); then the K and V writes (K rotated, and q's ROPE), ATTENTION
     shaders = [d.spec.shader for d in program.dispatches]
-    assert shaders == ["bhwc_to_phwc4"] * (7 if rope else 5) + ["rope"] * rope + ["kv_cache"] + [
-        "attention", "phwc4_to_bhwc"]
+    assert shaders == ["bhwc_to_phwc4"] * (7 if rope else 5) + ["kv_cache", "attention", "phwc4_to_bhwc"]
     for cache, out in ((3, 1), (4, 2)):
         out_t = ours.get_output_details()[out]["index"]
         assert program.output_buffer(out_t) is program.input_buffer(index[cache])  # one buffer for both
@@ -222,8 +223,8 @@ def planned_signature(path: Path, key: str) -> list:
 @pytest.mark.parametrize("name,key,layers", [("smollm_4l_int8.tflite", "decode", 4),
                                              ("toy_decoder_kv.tflite", "decode", 2)])
 def test_decode_step_structure(name: str, key: str, layers: int):
-    """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, ROPE (q), one dispatch writing the K
-    (rotated) and V rows into the caches in place, ATTENTION; no cache is converted to or from PHWC4 or copied."""
+    """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, one dispatch writing the K (rotated) and
+    V rows into the caches in place and rotating q, ATTENTION; no cache is converted to or from PHWC4 or copied."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")
     # the write offsets (PACK of the position, computed once for every layer) may land inside the first layer
@@ -232,11 +233,11 @@ def test_decode_step_structure(name: str, key: str, layers: int):
     at = [i for i, s in enumerate(shaders) if s == "attention"]
     assert len(at) == layers
     for i in at:
-        assert shaders[i - 3:i] == ["fully_connected", "rope", "kv_cache"], shaders[i - 6:i + 1]
+        assert shaders[i - 2:i] == ["fully_connected", "kv_cache"], shaders[i - 6:i + 1]
     assert not [s.label for s in specs if "kv_cache" in s.label]  # no converter of a cache
-    assert all(s.shader != "copy" for s in specs[at[0] - 3:at[-1]])  # no copy dispatch inside the layers
-    # 11 a layer: 2 RMS_NORM, 5 FULLY_CONNECTED, LOGISTIC+MUL+MUL (the int8 branch fuses these) and the 3 above
-    assert [b - a for a, b in zip(at, at[1:])] == [11] * (layers - 1)
+    assert all(s.shader != "copy" for s in specs[at[0] - 2:at[-1]])  # no copy dispatch inside the layers
+    # 10 a layer: 2 RMS_NORM, 5 FULLY_CONNECTED, LOGISTIC+MUL+MUL (the int8 branch fuses these) and the 2 above
+    assert [b - a for a, b in zip(at, at[1:])] == [10] * (layers - 1)
 
 
 def test_smollm_decode_step_matches_litert():

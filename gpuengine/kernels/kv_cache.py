@@ -11,7 +11,9 @@ the slice of a fused QKV projection's output, read where it lies) and rotated on
 tables of a decode step, the same for every row: kernels/rope.py), so the key rows need no dispatch of their own.
 Several writes with the same offsets (a layer's K and V) may share one dispatch: option `groups` gives, per write,
 how many of the op's inputs are its own (cache, update, offsets[, cos, sin]), its update view and whether it rotates;
-output g is write g's cache.
+output g is write g's cache. A group may also be a rotation of the step's query (`ROPE` semantics: inputs x, cos,
+sin; its view of x; output a PHWC4 tensor, which the runtime then keeps in f32 as the caches are), so one dispatch
+does all a decode step's work between the QKV projection and the attention.
 """
 
 from __future__ import annotations
@@ -20,19 +22,21 @@ import dataclasses
 
 import numpy as np
 
-from ..layout import slices
+from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from . import layout_view
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
-from .rope import rope_check, rope_lanes, view_read
+from .rope import KERNEL as ROPE_KERNEL
+from .rope import ROPE, VIEW_X, rope_check, rope_lanes, view_read
 
 KV_CACHE_WRITE = "KV_CACHE_WRITE"
 VIEW_UPDATE = "view_update"
 ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
-GROUPS = "groups"  # several writes in one dispatch: ((inputs, view_update, rope), ...), one output each
+GROUPS = "groups"  # several writes in one dispatch: ((inputs, view, rope[, kind]), ...), one output each
+QUERY = "query"  # a group's kind: a rotated tensor (ROPE) rather than a cache write
 
 
 def writes(op: Op) -> list[Op]:
@@ -41,11 +45,12 @@ def writes(op: Op) -> list[Op]:
     if not groups:
         return [op]
     result, first = [], 0
-    for g, (count, steps, rope) in enumerate(groups):
+    for g, (count, steps, rope, *kind) in enumerate(groups):
         fields = {k: v for k, v in op.options.fields.items() if k != GROUPS}
-        single = dataclasses.replace(op, inputs=op.inputs[first:first + count], outputs=[op.outputs[g]],
-                                     options=dataclasses.replace(op.options, fields={
-                                         **fields, VIEW_UPDATE: steps, ROPE_TABLES: rope}))
+        own = {VIEW_X: steps} if kind == [QUERY] else {VIEW_UPDATE: steps, ROPE_TABLES: rope}
+        single = dataclasses.replace(op, code=ROPE if kind == [QUERY] else op.code,
+                                     inputs=op.inputs[first:first + count], outputs=[op.outputs[g]],
+                                     options=dataclasses.replace(op.options, fields={**fields, **own}))
         result.append(single)
         first += count
     return result
@@ -68,10 +73,10 @@ class KvCacheKernel:
     def supports(self, op: Op, graph: Graph) -> str | None:
         groups = op.opt(GROUPS)
         if groups:
-            if sum(g[0] for g in groups) != len(op.inputs) or len(groups) != len(op.outputs) or len(groups) > 2:
-                return f"{KV_CACHE_WRITE} groups do not match its inputs and outputs (at most 2 writes)"
+            if sum(g[0] for g in groups) != len(op.inputs) or len(groups) != len(op.outputs) or len(groups) > 3:
+                return f"{KV_CACHE_WRITE} groups do not match its inputs and outputs (at most 3)"
             for single in writes(op):
-                reason = self.supports(single, graph)
+                reason = (ROPE_KERNEL if single.code == ROPE else self).supports(single, graph)
                 if reason:
                     return reason
             return None
@@ -118,18 +123,39 @@ class KvCacheKernel:
                 bindings.append(binding)
             return names[t]
 
-        blocks, labels, totals = [], [], []
+        blocks, labels, totals, outs = [], [], [], []
         for g, single in enumerate(writes(op)):
-            block, total, label = self._write(single, graph, g, bind)
+            query = single.code == ROPE
+            block, total, label = (self._rotate if query else self._write)(single, graph, g, bind)
             blocks.append(f"if (i < {total}u) {{\n    {block}\n  }}")
             labels.append(label)
             totals.append(total)
-        bindings += [Binding(f"dst{g}", tensor=t, writable=True, raw=True, element="vec4<f32>")
-                     for g, t in enumerate(op.outputs)]
+            outs.append(Binding(f"dst{g}", tensor=single.outputs[0], writable=True) if query else
+                        Binding(f"dst{g}", tensor=single.outputs[0], writable=True, raw=True, element="vec4<f32>"))
+        bindings += outs
         total = max(totals)
         params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks))}
         return [KernelSpec("kv_cache", params, bindings, grid=(total, 1, 1), workgroup=(min(64, total), 1, 1),
                            label=" + ".join(labels) + " (in place)")]
+
+    @staticmethod
+    def _rotate(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:
+        """WGSL of a ROPE group for invocation i (one PHWC4 vec4 of its output), its invocations and its label."""
+        x_t, cos_t, sin_t = op.inputs
+        steps = op.opt(VIEW_X)
+        shape = tuple(steps[-1].out_shape) if steps else tuple(graph.tensors[x_t].shape)
+        b, h, w, c = to_bhwc(shape)
+        s = slices(c)
+        x, cos, sin = bind(x_t, "upd", "S1"), bind(cos_t, "tab"), bind(sin_t, "tab")
+        names = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
+        rows = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], names)]
+        lane = rope_lanes(x, steps, shape, rows, tuple(graph.tensors[cos_t].shape),
+                          tuple(graph.tensors[sin_t].shape), cos=cos, sin=sin)
+        lines = [f"let ox = i % {w}u;", f"let oy = (i / {w}u) % {h}u;", f"let os = (i / {w * h}u) % {s}u;",
+                 f"let ob = i / {w * h * s}u;", "var value = vec4<f32>(0.0);",
+                 f"for (var l = 0u; l < 4u; l++) {{\n      let c = os * 4u + l;\n      if (c >= {c}u) {{ break; }}"
+                 f"\n      {lane}\n    }}", f"dst{g}[i] = D4(value);"]
+        return "\n    ".join(lines), b * h * w * s, f"{ROPE} {shape}{' (view x)' if steps else ''}"
 
     @staticmethod
     def _write(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:

@@ -11,7 +11,8 @@ are. Anything else keeps its DYNAMIC_UPDATE_SLICE (a copy of the cache, as befor
 The update is read through a layout view too (the RESHAPE / SLICE / TRANSPOSE ops in front of it: V sliced from a
 fused QKV projection's output), and a ROPE op (passes/fuse_rope.py) producing it for this write alone joins the
 write when its tables are the same for every row (a decode step's): the key rows are rotated as they are stored.
-Two writes with the same offsets (a layer's K and V) then become one dispatch.
+Two writes with the same offsets (a layer's K and V) then become one dispatch, and the ROPE of the query that the
+same layer's attention reads joins it too: from the QKV projection's output to the attention, one dispatch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.attention import ATTENTION, VIEWS
-from ..kernels.kv_cache import GROUPS, KV_CACHE_WRITE, ROPE_TABLES, VIEW_UPDATE, flat_shape
+from ..kernels.kv_cache import GROUPS, KV_CACHE_WRITE, QUERY, ROPE_TABLES, VIEW_UPDATE, flat_shape
 from ..kernels.layout_view import Step
 from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
@@ -41,7 +42,34 @@ def kv_cache_in_place(graph: Graph) -> Graph:
         if found is not None:  # K and V feed one ATTENTION: each rewrite starts from the last one's
             graph.ops = [found.get(j, o) for j, o in enumerate(graph.ops)]
     graph.ops = [o for o in graph.ops if o.code != "_GONE"]
-    return _pair_writes(drop_unread_views(graph))
+    return _join_queries(_pair_writes(drop_unread_views(graph)))
+
+
+def _groups(op: Op) -> tuple:
+    return op.opt(GROUPS) or ((len(op.inputs), op.opt(VIEW_UPDATE), bool(op.opt(ROPE_TABLES))),)
+
+
+def _join_queries(graph: Graph) -> Graph:
+    """Each cache write joined by the ROPE before it whose output only the attention reading its caches reads."""
+    readers = graph.consumers()
+    for w in [o for o in graph.ops if o.code == KV_CACHE_WRITE]:
+        at = graph.ops.index(w)
+        attention = {j for t in w.outputs for j in readers.get(t, [])}
+        for r in graph.ops[:at]:
+            if r.code != ROPE or r.outputs[0] in graph.outputs:
+                continue
+            users = readers.get(r.outputs[0], [])
+            if not users or not set(users) <= attention or min(users) <= at:
+                continue
+            merged = Op(index=w.index, code=KV_CACHE_WRITE, inputs=[*w.inputs, *r.inputs],
+                        outputs=[*w.outputs, *r.outputs], options=Options("KvCacheWriteOptions", {
+                            GROUPS: (*_groups(w), (len(r.inputs), r.opt(VIEW_X), True, QUERY)),
+                            "source_ops": (*(w.opt("source_ops") or ()), ROPE)}))
+            if registry.check(merged, graph) is None:
+                graph.ops = [merged if o is w else o for o in graph.ops if o is not r]
+                readers = graph.consumers()
+                break
+    return graph
 
 
 def _pair_writes(graph: Graph) -> Graph:

@@ -255,6 +255,9 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
         tunable.append(spec.workgroup is None or spec.variants is not None)
         finish(spec, root, choices)
     f32 = kept_f32(specs, graph, root, f32_names)
+    # a dispatch writing a cache in place (f32) stores f32: what else it writes (a rotated query) is kept in f32
+    f32 |= {root(b.tensor) for spec in specs if any(b.writable and b.tensor in in_place.values() for b in spec.bindings)
+            for b in spec.bindings if b.writable and stores_tensor(b)}
     for spec in specs:
         mark_exact(spec, graph, f32)
         for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
@@ -270,6 +273,8 @@ def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: lis
     for i in ops:
         op = graph.ops[i]
         for write in writes(op) if op.code == KV_CACHE_WRITE else []:
+            if write.code != KV_CACHE_WRITE:  # a rotated query written beside the caches
+                continue
             cache, out = write.inputs[0], write.outputs[0]
             if cache not in inputs or out not in outputs:
                 raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[cache].name!r} must be an "
