@@ -286,3 +286,75 @@ def test_profile_signature_reports_a_decode_step(capsys):
     assert kernels.count("kv_cache") == 2 and "bhwc_to_phwc4" in kernels  # tokens and positions only
     assert sum(d["ops"][0].startswith("input decode_kv") for d in report["dispatches"]) == 0
     assert report["upload_ms"] >= 0 and report["host_critical_ms"] > 0 and report["end_to_end_ms"] > 0
+
+
+def decode_step_transposed(k_layout: str) -> bytes:
+    """A decode step over caches in litert-torch's transposed layouts: V [B, N, T, H], K [B, N, T, H] ("BNTH") or
+    [B, N, H, T] ("BNHT", written one column per step, QK^T without adj_y). Inputs q, k_new, v_new, k_cache, v_cache,
+    v_start, mask, k_start; outputs attention, k_cache', v_cache'."""
+    heads = KV_HEADS * GROUP
+    k_shape = (1, KV_HEADS, DIM, T) if k_layout == "BNHT" else (1, KV_HEADS, T, DIM)
+    mb = ModelBuilder()
+    q = mb.input("q", (1, heads, 1, DIM))
+    k_new = mb.input("k_new", (1, KV_HEADS, DIM, 1) if k_layout == "BNHT" else (1, KV_HEADS, 1, DIM))
+    v_new = mb.input("v_new", (1, KV_HEADS, 1, DIM))
+    k_cache, v_cache = mb.input("k_cache", k_shape), mb.input("v_cache", (1, KV_HEADS, T, DIM))
+    v_start = mb.input("v_start", (4,), np.int32)
+    mask = mb.input("mask", (1, 1, 1, T))
+    k_start = mb.input("k_start", (4,), np.int32)
+
+    def grouped(x: int, shape: tuple[int, int], tag: str) -> int:
+        x = mb.op("RESHAPE", [x, mb.const(f"r1{tag}", np.array([KV_HEADS, 1, *shape], np.int32))],
+                  (KV_HEADS, 1, *shape))
+        x = mb.op("BROADCAST_TO", [x, mb.const(f"r2{tag}", np.array([KV_HEADS, GROUP, *shape], np.int32))],
+                  (KV_HEADS, GROUP, *shape))
+        return mb.op("RESHAPE", [x, mb.const(f"r3{tag}", np.array([1, heads, *shape], np.int32))], (1, heads, *shape))
+
+    k_out = mb.op("DYNAMIC_UPDATE_SLICE", [k_cache, k_new, k_start], k_shape)
+    v_out = mb.op("DYNAMIC_UPDATE_SLICE", [v_cache, v_new, v_start], (1, KV_HEADS, T, DIM))
+    k = grouped(k_out, k_shape[2:], "k")
+    s = mb.op("BATCH_MATMUL", [q, k], (1, heads, 1, T), {"adj_y": k_layout != "BNHT"})
+    s = mb.op("MUL", [s, mb.const("scale", np.array(DIM ** -0.5, np.float32))], (1, heads, 1, T))
+    p = mb.op("SOFTMAX", [mb.op("ADD", [s, mask], (1, heads, 1, T))], (1, heads, 1, T), {"beta": 1.0})
+    mb.output(mb.op("BATCH_MATMUL", [p, grouped(v_out, (T, DIM), "v")], (1, heads, 1, DIM)), k_out, v_out)
+    return mb.build()
+
+
+@pytest.mark.parametrize("k_layout", ["BNTH", "BNHT"])
+def test_transposed_cache_layouts_in_place_match_litert(k_layout: str):
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    from gpuengine import Interpreter
+
+    model = decode_step_transposed(k_layout)
+    assert [op.code for op in optimized(model).ops].count("DYNAMIC_UPDATE_SLICE") == 0
+    ours, theirs = Interpreter(model_content=model), LiteRT(model_content=model)
+    ours.allocate_tensors()
+    theirs.allocate_tensors()
+    index = [d["index"] for d in ours.get_input_details()]
+    rng = np.random.default_rng(11)
+    caches = None
+    for step, position in enumerate((3, 4, 9)):
+        heads = KV_HEADS * GROUP
+        k_new = (1, KV_HEADS, DIM, 1) if k_layout == "BNHT" else (1, KV_HEADS, 1, DIM)
+        k_cache = (1, KV_HEADS, DIM, T) if k_layout == "BNHT" else (1, KV_HEADS, T, DIM)
+        mask = np.where(np.arange(T) <= position, 0.0, -1e9).astype(np.float32).reshape(1, 1, 1, T)
+        fresh = {index[0]: rng.standard_normal((1, heads, 1, DIM)).astype(np.float32),
+                 index[1]: rng.standard_normal(k_new).astype(np.float32),
+                 index[2]: rng.standard_normal((1, KV_HEADS, 1, DIM)).astype(np.float32),
+                 index[5]: np.array([0, 0, position, 0], np.int32), index[6]: mask,
+                 index[7]: np.array([0, 0, 0, position] if k_layout == "BNHT" else [0, 0, position, 0], np.int32)}
+        if caches is None:
+            caches = [rng.standard_normal(k_cache).astype(np.float32),
+                      rng.standard_normal((1, KV_HEADS, T, DIM)).astype(np.float32)]
+            got = _run(ours, {**fresh, index[3]: caches[0], index[4]: caches[1]})
+            ours.set_input_buffer(3, ours.output_buffer(1))
+            ours.set_input_buffer(4, ours.output_buffer(2))
+        else:
+            got = _run(ours, fresh)
+        want = _run(theirs, {**fresh, index[3]: caches[0], index[4]: caches[1]})
+        caches = want[1:]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    program = ours.compiled.gpu_programs[0]
+    assert not [d.spec.label for d in program.dispatches if "cache" in d.spec.label and "PHWC4" in d.spec.label]

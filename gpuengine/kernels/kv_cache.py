@@ -99,11 +99,13 @@ class KvCacheKernel:
             return f"offsets must be int32 of shape ({len(cache.shape)},)"
         if out.shape != cache.shape or len(u_shape) != len(cache.shape) or not 1 <= len(cache.shape) <= 4:
             return f"update {u_shape} does not fit cache {cache.shape}"
-        if any(u > c for u, c in zip(u_shape, cache.shape)) or u_shape[-1] != cache.shape[-1]:
-            return f"update {u_shape} must hold whole rows of cache {cache.shape}"
+        if any(u > c for u, c in zip(u_shape, cache.shape)):
+            return f"update {u_shape} does not fit cache {cache.shape}"
         if cache.shape[-1] % 4 or int(np.prod(u_shape)) == 0:
             return "rows of a multiple of 4 channels"
         if rope:
+            if u_shape[-1] != cache.shape[-1]:
+                return "a rotated update must hold whole rows of the cache"
             tables = [tuple(graph.tensors[t].shape) for t in op.inputs[3:]]
             if any(d != 1 for table in tables for d in table[:-1]):
                 return "rotation tables must be the same for every row (a decode step's)"
@@ -130,8 +132,10 @@ class KvCacheKernel:
             blocks.append(f"if (i < {total}u) {{\n    {block}\n  }}")
             labels.append(label)
             totals.append(total)
+            whole = query or logical_update(single, graph)[-1] == graph.tensors[single.inputs[0]].shape[-1]
             outs.append(Binding(f"dst{g}", tensor=single.outputs[0], writable=True) if query else
-                        Binding(f"dst{g}", tensor=single.outputs[0], writable=True, raw=True, element="vec4<f32>"))
+                        Binding(f"dst{g}", tensor=single.outputs[0], writable=True, raw=True,
+                                element="vec4<f32>" if whole else "f32"))
         bindings += outs
         total = max(totals)
         params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks))}
@@ -159,39 +163,45 @@ class KvCacheKernel:
 
     @staticmethod
     def _write(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:
-        """WGSL of write g for invocation i (one vec4 of its update), its invocations and its label."""
+        """WGSL of write g for invocation i, its invocations and its label. An update of whole rows is stored one
+        vec4 per invocation (BTNH, BNTH caches); a column (the K cache stored [B, N, H, T]) one element each."""
         cache_t, update_t, start_t = op.inputs[:3]
         shape = tuple(graph.tensors[cache_t].shape)
         u_shape = logical_update(op, graph)
         s_shape = tuple(graph.tensors[start_t].shape)
+        rows_whole = u_shape[-1] == shape[-1]
         s = slices(shape[-1])
         upd, start = bind(update_t, "upd", "S1"), bind(start_t, "start")
-        # invocation i -> update row (u0, ...) and channel slice us
+        # invocation i -> update coordinates (u0, ...) and channel slice us (whole rows) or channel u{last}
         rest = "i"
-        lines = [f"let us = {rest} % {s}u;"]
-        rest = f"({rest} / {s}u)"
-        for j in range(len(u_shape) - 2, -1, -1):
+        lines = [f"let us = {rest} % {s}u;"] if rows_whole else []
+        rest = f"({rest} / {s}u)" if rows_whole else rest
+        axes = len(u_shape) - 1 if rows_whole else len(u_shape)
+        for j in range(axes - 1, -1, -1):
             lines.append(f"let u{j} = {rest} % {u_shape[j]}u;")
             rest = f"({rest} / {u_shape[j]}u)"
-        rows = [Ix.const(0) if d == 1 else Ix(f"u{j}", np.int64(0)) for j, d in enumerate(u_shape[:-1])]
+        coords = [Ix.const(0) if d == 1 else Ix(f"u{j}", np.int64(0)) for j, d in enumerate(u_shape[:axes])]
         steps = op.opt(VIEW_UPDATE)
+        lines += [_index(start, s_shape, [Ix.const(j)], d - u + 1, f"s{j}")
+                  for j, (d, u) in enumerate(zip(shape[:axes], u_shape[:axes]))]
+        linear = "0u"
+        for j, d in enumerate(shape[:axes]):
+            linear = f"(({linear}) * {d}u + s{j} + u{j})"
+        what = f"{KV_CACHE_WRITE}{'+ROPE' if op.opt(ROPE_TABLES) else ''}"
+        label = f"{what} {u_shape} into {shape}{' (view)' if steps else ''}"
+        if not rows_whole:
+            lines.append(f"dst{g}[{linear}] = {view_read(upd, steps, u_shape, coords)};")
+            return "\n    ".join(lines), int(np.prod(u_shape, dtype=np.int64)), label
         if op.opt(ROPE_TABLES):
             cos, sin = bind(op.inputs[3], "tab"), bind(op.inputs[4], "tab")
-            lane = rope_lanes(upd, steps, u_shape, rows, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:]),
+            lane = rope_lanes(upd, steps, u_shape, coords, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:]),
                               cos=cos, sin=sin)
         else:
-            lane = f"value[l] = {view_read(upd, steps, u_shape, [*rows, Ix('c', np.int64(0))])};"
-        lines += [_index(start, s_shape, [Ix.const(j)], d - u + 1, f"s{j}")
-                  for j, (d, u) in enumerate(zip(shape[:-1], u_shape[:-1]))]
-        linear = "0u"
-        for j, d in enumerate(shape[:-1]):
-            linear = f"(({linear}) * {d}u + s{j} + u{j})"
+            lane = f"value[l] = {view_read(upd, steps, u_shape, [*coords, Ix('c', np.int64(0))])};"
         lines += ["var value = vec4<f32>(0.0);",
                   f"for (var l = 0u; l < 4u; l++) {{\n      let c = us * 4u + l;\n      {lane}\n    }}",
                   f"dst{g}[{linear} * {s}u + us] = value;"]
-        what = f"{KV_CACHE_WRITE}{'+ROPE' if op.opt(ROPE_TABLES) else ''}"
-        return "\n    ".join(lines), int(np.prod(u_shape[:-1], dtype=np.int64)) * s, \
-            f"{what} {u_shape} into {shape}{' (view)' if steps else ''}"
+        return "\n    ".join(lines), int(np.prod(u_shape[:-1], dtype=np.int64)) * s, label
 
 
 KERNEL = KvCacheKernel()
