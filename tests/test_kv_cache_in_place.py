@@ -334,7 +334,7 @@ def test_transposed_cache_layouts_in_place_match_litert(k_layout: str):
     index = [d["index"] for d in ours.get_input_details()]
     rng = np.random.default_rng(11)
     caches = None
-    for step, position in enumerate((3, 4, 9)):
+    for position in (3, 4, 9):
         heads = KV_HEADS * GROUP
         k_new = (1, KV_HEADS, DIM, 1) if k_layout == "BNHT" else (1, KV_HEADS, 1, DIM)
         k_cache = (1, KV_HEADS, DIM, T) if k_layout == "BNHT" else (1, KV_HEADS, T, DIM)
