@@ -7,6 +7,9 @@ Host figures, medians over --runs invokes of `Interpreter.invoke()`:
 * host_overlapped_ms: recording the next invoke's command buffer, done while the GPU runs this one; it costs
   nothing as long as it is shorter than the GPU's work (gpu_span_ms), else the excess lengthens the wait.
 * host_encode_ms: recording one invoke's command buffer (the same work, timed alone).
+With --signature KEY, an invoke is one call of that signature in a loop carrying its state on the GPU (a decode
+step: the KV cache bound to the last call's output buffers, only the other outputs read back), as a decode loop
+runs it.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from .common import add_engine_options, feeds, interpreter, models
 from .litert_runner import time_invokes
 
 
-def host_figures(it: Any, runs: int) -> dict[str, float]:
-    """Median milliseconds per invoke of each host phase (see the module docstring)."""
+def host_figures(it: Any, runs: int, call: Any = None) -> dict[str, float]:
+    """Median milliseconds per invoke of each host phase (see the module docstring); `call`: what an invoke is
+    (default it.invoke; `it` is then anything with `compiled`)."""
     progs = it.compiled.gpu_programs
+    call = call or it.invoke
     rows = []
     for _ in range(max(1, runs)):
         start = time.perf_counter()
-        it.invoke()
+        call()
         total = time.perf_counter() - start
         phases = [p.phases for p in progs]
         upload = sum(p.upload for p in phases)
@@ -87,8 +92,12 @@ def run(args: argparse.Namespace) -> int:
 
     name, data = models(args)[0]
     it = interpreter(data, args)
-    inputs = feeds(it, [], seed=0)
-    e2e, _ = time_invokes(it, inputs, args.runs, 3)
+    call = None
+    if args.signature:
+        it, call, e2e = signature_loop(it, args)
+    else:
+        inputs = feeds(it, [], seed=0)
+        e2e, _ = time_invokes(it, inputs, args.runs, 3)
     graph = it.compiled.graph
     rows, total_ns, span_ns, pass_ns, method = [], 0.0, 0.0, 0.0, ""
     device = None
@@ -110,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         r["share"] = r["gpu_ns"] / total_ns if total_ns else 0.0
         r["error"] = (r["predicted_ns"] - r["gpu_ns"]) / r["gpu_ns"] if r["gpu_ns"] else None
-    host = host_figures(it, args.runs)
+    host = host_figures(it, args.runs, call)
     compiled = it.compiled
-    report = {"model": name, "adapter": compiled.gpu.name if compiled.gpu else None,
+    report = {"model": name, "signature": args.signature, "adapter": compiled.gpu.name if compiled.gpu else None,
               "target": compiled.target.name if compiled.target else None, "method": method,
               "dispatches": rows, "gpu_total_ms": total_ns / 1e6, "gpu_span_ms": span_ns / 1e6,
               "gpu_pass_ms": pass_ns / 1e6, "predicted_ms": sum(r["predicted_ns"] for r in rows) / 1e6,
@@ -123,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"model: {name}\nadapter: {report['adapter']} (target {report['target']}; timing: {method})")
+    signature = f" (signature {args.signature!r})" if args.signature else ""
+    print(f"model: {name}{signature}\nadapter: {report['adapter']} (target {report['target']}; timing: {method})")
     print(f"{'#':>4} {'kernel':<22} {'ops':<30} {'workgroup':<10} {'grid':<12} {'invocations':>11} {'gpu us':>9} "
           f"{'share':>6} {'pred us':>9} {'error':>6}")
     for k, r in enumerate(rows):
@@ -142,11 +152,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def signature_loop(it: Any, args: argparse.Namespace) -> tuple[Any, Any, dict[str, float]]:
+    """The signature runner, one call of it in a loop carrying its state on the GPU, and that call's median time."""
+    from .bench import carried, signature_feeds
+
+    try:
+        runner = it.get_signature_runner(args.signature)
+    except ValueError as e:
+        raise SystemExit(f"gpuengine profile: {e}") from None
+    inputs = signature_feeds(runner, seed=0)
+    state = carried(runner)
+    fresh = {n: v for n, v in inputs.items() if n not in state}
+    rest = [n for n in runner.get_output_details() if n not in state]
+    runner.run(inputs)  # compile; the state's buffers hold a first call's outputs
+    for n in state:
+        runner.set_input_buffer(n, runner.output_buffer(n))
+
+    def call() -> None:
+        runner.run(fresh, outputs=rest)
+
+    times = []
+    for k in range(max(1, args.runs) + 3):
+        start = time.perf_counter()
+        call()
+        if k >= 3:
+            times.append(time.perf_counter() - start)
+    return runner, call, {"median_ms": float(np.median(times) * 1e3)}
+
+
 def add_subcommand(sub: Any) -> None:
     prof = sub.add_parser("profile", help="GPU time per dispatch (timestamp queries) and host time per invoke")
     prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
     prof.add_argument("--runs", type=int, default=10)
     prof.add_argument("--json", action="store_true")
     prof.add_argument("--plot", default=None, help="save predicted vs measured per dispatch (needs matplotlib)")
+    prof.add_argument("--signature", metavar="KEY", help="profile this signature's calls in a loop carrying its "
+                      "state on the GPU (decode: the KV cache)")
     add_engine_options(prof)
     prof.set_defaults(func=run)

@@ -17,7 +17,9 @@ import numpy as np
 from .index_map import Case, Ix, analyse, storage_index
 
 VIEW_OPS = ("RESHAPE", "TRANSPOSE")
-STEP_KINDS = (*VIEW_OPS, "SLICE")  # SLICE: made by passes/merge_projections.py (a part of a merged output)
+# SLICE: made by passes/merge_projections.py (a part of a merged output); BROADCAST: a BROADCAST_TO of the same rank
+# (grouped-query attention repeating each KV head, passes/fold_attention_operands.py): size-1 axes read index 0
+STEP_KINDS = (*VIEW_OPS, "SLICE", "BROADCAST")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ def backward(steps: tuple[Step, ...], coords: list[Ix]) -> list[Ix]:
     for step in reversed(steps):
         if step.kind == "SLICE":
             coords = [c + b for c, b in zip(coords, step.perm)]
+        elif step.kind == "BROADCAST":
+            coords = [Ix.const(0) if d == 1 else c for c, d in zip(coords, step.in_shape)]
         elif step.kind == "TRANSPOSE":
             src: list[Ix] = [Ix.const(0)] * len(step.in_shape)
             for j, axis in enumerate(step.perm):
@@ -49,8 +53,8 @@ def backward(steps: tuple[Step, ...], coords: list[Ix]) -> list[Ix]:
 def forward(steps: tuple[Step, ...], coords: list[Ix]) -> list[Ix]:
     """Coordinates after the last step of coordinates in the tensor before the first."""
     for step in steps:
-        if step.kind == "SLICE":
-            raise ValueError("no output view through a SLICE")
+        if step.kind in ("SLICE", "BROADCAST"):
+            raise ValueError(f"no output view through a {step.kind}")
         if step.kind == "TRANSPOSE":
             coords = [coords[axis] for axis in step.perm]
         else:
@@ -95,6 +99,9 @@ def check(steps: tuple[Step, ...]) -> str | None:
             return "RESHAPE view changes the element count"
         if step.kind == "SLICE" and not _slice_in_bounds(step):
             return "SLICE view out of bounds"
+        if step.kind == "BROADCAST" and (len(step.in_shape) != len(step.out_shape) or any(
+                i not in (1, o) for i, o in zip(step.in_shape, step.out_shape))):
+            return "BROADCAST view that is no same-rank broadcast"
     return None
 
 

@@ -31,6 +31,8 @@ KERNEL_MODULES = (
     "softmax",
     "normalization",
     "attention",
+    "kv_cache",
+    "rope",
     "mediapipe_pooling",
     "select",
     "pad",

@@ -4,10 +4,13 @@ Order (why): fold constants first (weights become plain float32, shape chains va
 patterns below see real producers); LayerNorm / RMSNorm written as ops into one op each (before any pass below
 takes a piece of them: their MULs and ADDs would otherwise be fused or folded one by one); the RESHAPE / TRANSPOSE
 ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
-and ·V into one attention op (after the layout fold, whose views it keeps); a gated MLP's gate and up
-projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs);
-an RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
-SPACE_TO_BATCH -> conv ->
+and ·V into one attention op (after the layout fold, whose views it keeps); rotary embeddings into one ROPE op
+(before the elementwise fusions take its MULs); the copies and scalar MULs in front of the attention's operands (a
+KV cache's transpose and grouped-query broadcast) into its views and scale; K/V heads repeated for grouped-query
+attention that are left into its kv_group; then a signature's KV cache write in place (after those folds: it needs
+the attention to read the cache through views); a gated MLP's gate and up projections and their SiLU gating into one
+FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an RMSNorm into the one projection reading it
+(after that merge, so the merged MLP projection takes it); collapse SPACE_TO_BATCH -> conv ->
 BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold
 scales into convs (changes weights, must precede the padding merge that changes the conv's options); merge spatial
 PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD
@@ -33,6 +36,7 @@ from .attention_kv_group import attention_kv_group
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
 from .drop_leading_units import drop_leading_units
+from .fold_attention_operands import fold_attention_operands
 from .fold_constants import fold_constants
 from .fold_matmul_layout import fold_matmul_layout
 from .fold_scale_into_conv import fold_scale_into_conv
@@ -41,7 +45,9 @@ from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
 from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
+from .fuse_rope import fuse_rope
 from .inline_composites import inline_composites
+from .kv_cache_in_place import kv_cache_in_place
 from .merge_channel_pad import merge_channel_pad
 from .merge_gated_projections import merge_gated_projections
 from .merge_padding import merge_padding
@@ -53,7 +59,8 @@ from .remove_noops import remove_noops
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
-                                            attention_kv_group,
+                                            fuse_rope, fold_attention_operands, attention_kv_group,
+                                            kv_cache_in_place,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,

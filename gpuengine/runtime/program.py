@@ -26,6 +26,7 @@ from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
 from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
+from ..kernels.kv_cache import KV_CACHE_WRITE, writes
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -248,16 +249,40 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
             t = aliases[t]
         return t
 
-    specs = ([convert.to_phwc4(graph, t) for t in inputs] + specs
-             + [convert.from_phwc4(graph, t, root(t)) for t in outputs])
+    in_place = in_place_pairs(graph, ops, inputs, outputs)
+    specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place] + specs
+             + [convert.from_phwc4(graph, t, root(t)) for t in outputs if t not in in_place.values()])
     tunable = []
     for spec in specs:
         tunable.append(spec.workgroup is None or spec.variants is not None)
         finish(spec, root, choices)
     f32 = kept_f32(specs, graph, root, f32_names)
+    # a dispatch writing a cache in place (f32) stores f32: what else it writes (a rotated query) is kept in f32
+    f32 |= {root(b.tensor) for spec in specs if any(b.writable and b.tensor in in_place.values() for b in spec.bindings)
+            for b in spec.bindings if b.writable and stores_tensor(b)}
     for spec in specs:
         mark_exact(spec, graph, f32)
+        for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
+            if b.tensor in in_place.values() and b.data is None:
+                b.raw, b.exact = True, True
     return specs, root, tunable, f32
+
+
+def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int]) -> dict[int, int]:
+    """Input -> output of the partition's KV_CACHE_WRITE ops (passes/kv_cache_in_place.py): the two share one BHWC
+    buffer (the input's), which the write updates in place; neither is converted to or from PHWC4."""
+    pairs = {}
+    for i in ops:
+        op = graph.ops[i]
+        for write in writes(op) if op.code == KV_CACHE_WRITE else []:
+            if write.code != KV_CACHE_WRITE:  # a rotated query written beside the caches
+                continue
+            cache, out = write.inputs[0], write.outputs[0]
+            if cache not in inputs or out not in outputs:
+                raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[cache].name!r} must be an "
+                                         "input and its result an output of the GPU partition")
+            pairs[cache] = out
+    return pairs
 
 
 def finish(spec: KernelSpec, root: Callable[[int], int], choices: Choices) -> None:
@@ -316,6 +341,7 @@ class GpuProgram:
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.choices = Choices(self.target, tuned, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
         f32_names = options.f32_tensors if self.precision == "fp16" else frozenset()
+        self.in_place = in_place_pairs(graph, ops, self.inputs, self.outputs)  # caches written in their buffer
         specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
                                                                    options.optimize, self.choices, f32_names)
         self.tuned = self.choices.from_cache
@@ -445,11 +471,13 @@ class GpuProgram:
         plan = self.info.plan
         self.objects = [dev.create_buffer(size=max(16, -(-size // 16) * 16), usage=usage)
                         for size in plan.object_sizes]
-        self.raw_in = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_DST)
+        copies = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST  # COPY_DST: write_output
+        self.raw_in = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_DST
+                                            | (copies if t in self.in_place else 0))
                        for t in self.inputs}
-        self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | wgpu.BufferUsage.COPY_SRC
-                                             | wgpu.BufferUsage.COPY_DST)  # COPY_DST: write_output
-                        for t in self.outputs}
+        written = {out: t for t, out in self.in_place.items()}
+        self.raw_out = {t: self.raw_in[written[t]] if t in written else
+                        dev.create_buffer(size=self._raw_bytes(t), usage=usage | copies) for t in self.outputs}
         self.out_offsets: dict[int, int] = {}
         offset = 0
         for t in self.outputs:
@@ -769,7 +797,12 @@ class GpuProgram:
             self._feedback.pop(t, None)
             if buffer is None:
                 self._bound.pop(t, None)
-            elif any(buffer is out for out in self.raw_out.values()):
+            elif t in self.in_place and buffer is self.raw_in[t]:
+                self._bound.pop(t, None)  # a cache written in place fed its own output: already there, no copy
+            elif t in self.in_place or any(buffer is out for out in self.raw_out.values()):
+                # an in-place cache is never read from another's buffer (the write would change it): copied in
+                if not buffer.usage & 4:  # wgpu.BufferUsage.COPY_SRC
+                    raise ValueError("a buffer fed to a KV cache written in place needs COPY_SRC usage")
                 self._bound.pop(t, None)
                 self._feedback[t] = buffer
             else:
