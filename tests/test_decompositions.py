@@ -320,9 +320,9 @@ def test_each_invoke_submits_commands_recorded_in_advance(monkeypatch):
         events.append("record")
         return encode(self, slot)
 
-    def counting_submit(self, feeds, read, track):
+    def counting_submit(self, *args, **kwargs):
         events.append("submit")
-        return submit(self, feeds, read, track)
+        return submit(self, *args, **kwargs)
 
     monkeypatch.setattr(GpuProgram, "_encode", counting_encode)
     it = Interpreter(model_content=zoo.get("tiny"), max_inflight=1)

@@ -220,24 +220,27 @@ def planned_signature(path: Path, key: str) -> list:
             for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named("cpu")))[0]]
 
 
-@pytest.mark.parametrize("name,key,layers", [("smollm_4l_int8.tflite", "decode", 4),
-                                             ("toy_decoder_kv.tflite", "decode", 2)])
-def test_decode_step_structure(name: str, key: str, layers: int):
+@pytest.mark.parametrize("name,key,layers,per_layer", [("smollm_4l_int8.tflite", "decode", 4, 7),
+                                                       ("toy_decoder_kv.tflite", "decode", 2, 9)])
+def test_decode_step_structure(name: str, key: str, layers: int, per_layer: int):
     """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, one dispatch writing the K (rotated) and
-    V rows into the caches in place and rotating q, ATTENTION; no cache is converted to or from PHWC4 or copied."""
+    V rows into the caches in place and rotating q, ATTENTION (flash-decoding: partials and merge); no cache is
+    converted to or from PHWC4 or copied. A whole layer: SmolLM's int8 projections take their RMSNorm as a prologue
+    and its gate/up projections are one (7 dispatches: the issue's goal is at most 8); the toy decoder's float
+    projections keep their 2 RMS_NORM dispatches (9)."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")
     # the write offsets (PACK of the position, computed once for every layer) may land inside the first layer
     specs = [s for s in planned_signature(SHARED / name, key) if s.label != "PACK"]
     shaders = [s.shader for s in specs]
-    at = [i for i, s in enumerate(shaders) if s == "attention"]
-    assert len(at) == layers
-    for i in at:
-        assert shaders[i - 2:i] == ["fully_connected", "kv_cache"], shaders[i - 6:i + 1]
+    writes = [i for i, s in enumerate(shaders) if s == "kv_cache"]
+    assert len(writes) == layers
+    for i in writes:
+        assert shaders[i - 1].startswith("fully_connected"), shaders[i - 3:i + 3]
+        assert shaders[i + 1].startswith("attention"), shaders[i - 3:i + 3]
     assert not [s.label for s in specs if "kv_cache" in s.label]  # no converter of a cache
-    assert all(s.shader != "copy" for s in specs[at[0] - 2:at[-1]])  # no copy dispatch inside the layers
-    # 10 a layer: 2 RMS_NORM, 5 FULLY_CONNECTED, LOGISTIC+MUL+MUL (the int8 branch fuses these) and the 2 above
-    assert [b - a for a, b in zip(at, at[1:])] == [10] * (layers - 1)
+    assert all(s.shader != "copy" for s in specs[writes[0] - 1:writes[-1]])  # no copy dispatch inside the layers
+    assert [b - a for a, b in zip(writes, writes[1:])] == [per_layer] * (layers - 1)
 
 
 def test_smollm_decode_step_matches_litert():

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.attention import ATTENTION, K_ADJ, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..kernels.common import is_quantized
 from ..model.ir import Graph, Op, Options
 
 
@@ -29,7 +30,7 @@ def fuse_attention(graph: Graph) -> Graph:
             if found is None:
                 continue
             fused, members = found
-            reason = registry.check(fused, graph)
+            reason = _quantized_step(graph, members) or registry.check(fused, graph)
             if reason is not None:  # the decomposed ops stay; inspect says why
                 remark = f"{ATTENTION} not fused at {graph.tensors[fused.outputs[0]].name!r}: {reason}"
                 if remark not in graph.remarks:
@@ -40,6 +41,16 @@ def fuse_attention(graph: Graph) -> Graph:
             changed = True
             break
     return graph
+
+
+def _quantized_step(graph: Graph, members: list[int]) -> str | None:
+    """Why an int8 chain stays unfused: LiteRT rounds the scores and probabilities to their int8 grids between the
+    ops (SOFTMAX's output to 1/256), which one float ATTENTION kernel would skip."""
+    for j in members[:-1]:
+        for t in graph.ops[j].outputs:
+            if is_quantized(graph.tensors[t]):
+                return f"{graph.ops[j].code} output {graph.tensors[t].name!r} is quantized (LiteRT rounds it)"
+    return None
 
 
 def _sole_reader(graph: Graph, t: int, readers: dict[int, list[int]]) -> int | None:

@@ -6,25 +6,25 @@ takes a piece of them: their MULs and ADDs would otherwise be fused or folded on
 ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
 and ·V into one attention op (after the layout fold, whose views it keeps); rotary embeddings into one ROPE op
 (before the elementwise fusions take its MULs); the copies and scalar MULs in front of the attention's operands (a
-KV cache's transpose and grouped-query broadcast) into its views and scale; K/V heads repeated for grouped-query
-attention that are left into its kv_group; then a signature's KV cache write in place (after those folds: it needs
-the attention to read the cache through views); a gated MLP's gate and up projections and their SiLU gating into one
-FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an RMSNorm into the one projection reading it
-(after that merge, so the merged MLP projection takes it); collapse SPACE_TO_BATCH -> conv ->
-BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its batch-norm MUL/ADD); fold
-scales into convs (changes weights, must precede the padding merge that changes the conv's options); merge spatial
-PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which only target convs); channel PAD
-into the residual ADD that reads it; global average pool -> MEAN; then elementwise trees that no producer can host
-as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean, which makes such readers); last,
-trees over one tensor x (swish, hard-swish, GELU written as ops) into one ELEMENTWISE_TREE op that the producer of
-x hosts as an epilogue. That one runs after fuse_input_expression, which leaves trees whose run- time leaf has a
-producer to that producer: where x has none (a partition input), the 1x1 conv or reduction reading the tree
-evaluates it while loading, with no dispatch of its own, where the merged op would need one; and a tree op is no
-inline step, so merging first would hide its ops from the prologues.
-Before all of them, with the model at hand: STABLEHLO_COMPOSITE ops replaced by their decomposition subgraphs
-(inline_composites), so every pass sees the decomposition's ops; it is structural, so it runs with
-optimize=False too (a composite kept whole could only run on LiteRT). drop_leading_units (after fold_constants)
-is required too: rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel.
+KV cache's transpose and grouped-query broadcast) into its views and scale (K/V heads repeated for grouped-query
+attention by RESHAPE/BROADCAST_TO alone went into its kv_group just before); then a signature's KV cache write in
+place (after those folds: it needs the attention to read the cache through views); a gated MLP's gate and up
+projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an
+RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
+SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its
+batch-norm MUL/ADD); fold scales into convs (changes weights, must precede the padding merge that changes the
+conv's options); merge spatial PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which
+only target convs); channel PAD into the residual ADD that reads it; global average pool -> MEAN; then elementwise
+trees that no producer can host as an epilogue into the 1x1 conv or reduction reading them (after pool_to_mean,
+which makes such readers); last, trees over one tensor x (swish, hard-swish, GELU written as ops) into one
+ELEMENTWISE_TREE op that the producer of x hosts as an epilogue. That one runs after fuse_input_expression, which
+leaves trees whose run-time leaf has a producer to that producer: where x has none (a partition input), the 1x1
+conv or reduction reading the tree evaluates it while loading, with no dispatch of its own, where the merged op
+would need one; and a tree op is no inline step, so merging first would hide its ops from the prologues. Before all
+of them, with the model at hand: STABLEHLO_COMPOSITE ops replaced by their decomposition subgraphs
+(inline_composites), so every pass sees the decomposition's ops; it is structural, so it runs with optimize=False
+too (a composite kept whole could only run on LiteRT). drop_leading_units (after fold_constants) is required too:
+rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from .remove_noops import remove_noops
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
-                                            fuse_rope, fold_attention_operands, attention_kv_group,
+                                            attention_kv_group, fuse_rope, fold_attention_operands,
                                             kv_cache_in_place,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
                                             dilated_conv,
