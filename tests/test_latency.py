@@ -141,6 +141,7 @@ def _probe_samples() -> list[calibrate.Sample]:
     return samples
 
 
+@pytest.mark.timing
 def test_fit_predicts_held_out_dispatches_on_lavapipe():
     """Lavapipe's "GPU" is this machine's CPU, shared with whatever else runs: each sample is already the fastest
     of 8 rounds of 2 ms passes. When the goal is missed, the probes are measured again and each sample keeps the
