@@ -23,22 +23,7 @@ ${KV_MEMORY}
 @compute @workgroup_size(${WG_X}, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
   ${LANE}
-  ${ROW}
-  let m = row % ${M}u;
-  let bi = row / ${M}u;
-  let i0 = bi / ${B1}u;
-  let i1 = bi % ${B1}u;
-  let kv1 = ${KV};
-  var q: array<vec4<f32>, ${DS}>;
-  for (var s = 0u; s < ${DS}u; s++) {
-    q[s] = xq_at(i0, i1, m, s);
-  }
-  var mx = ${LOWEST};
-  var total = 0.0;
-  var acc: array<vec4<f32>, ${VS}>;
-  let scale = ${SCALE};
-  ${KEYS}
-  ${COMBINE}
+  ${ROW_STATE}
   if (k == 0u && has_row) {
     for (var s = 0u; s < ${VS}u; s++) {
       store(acc[s] / total, i0, i1, m, s);

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import string
 
 import numpy as np
 
@@ -47,6 +48,30 @@ MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays 
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
 MIN_CHUNK = 32  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
+
+
+# The part of a row's work both key-loop templates share (attention.wgsl, attention_partials.wgsl): the row's
+# indices, its query, the online-softmax state, the key loop and the merge of a split; filled in per dispatch.
+ROW_STATE = string.Template("""${ROW}
+  let m = row % ${M}u;
+  let bi = row / ${M}u;
+  let i0 = bi / ${B1}u;
+  let i1 = bi % ${B1}u;
+  let kv1 = ${KV};
+  var q: array<vec4<f32>, ${DS}>;
+  for (var s = 0u; s < ${DS}u; s++) {
+    q[s] = xq_at(i0, i1, m, s);
+  }
+  var mx = ${LOWEST};
+  var total = 0.0;
+  var acc: array<vec4<f32>, ${VS}>;
+  let scale = ${SCALE};
+  ${KEYS}
+  ${COMBINE}""")
+
+
+def _row_state(params: dict) -> Code:
+    return Code(ROW_STATE.substitute({k: literal(v) for k, v in params.items()}))
 
 
 def logical(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
@@ -202,6 +227,7 @@ class AttentionKernel:
                                              if shared_kv else ""),
                            "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
                            "COMBINE": Code(_combine(dec.split, vs) if dec.split > 1 else "")})
+            params["ROW_STATE"] = _row_state(params)
             fresh = [dataclasses.replace(b) for b in (*inputs, dst)]  # fusion edits a spec's bindings in place
             return KernelSpec("attention", params, fresh, grid=(tiles * dec.split, 1, 1),
                               workgroup=(invocations, 1, 1), dispatch=dispatch, out_channels=oc_,
@@ -267,6 +293,7 @@ class AttentionKernel:
                                              if shared_kv else ""),
                            "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
                            "COMBINE": Code(_combine(dec.split, vs) if dec.split > 1 else "")})
+            params["ROW_STATE"] = _row_state(params)
             fresh = [*(dataclasses.replace(b) for b in inputs), scratch(True)]
             return KernelSpec("attention_partials", params, fresh, grid=(tiles * dec.split, 1, 1),
                               workgroup=(invocations, 1, 1), dispatch=dispatch,
