@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,9 @@ def for_adapter(options: EngineOptions) -> EngineOptions:
     if options.latency_device is not None or check_target(options.target) != "auto":
         return options
     try:
-        gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+        with warnings.catch_warnings():  # a software adapter's warning comes once, when the plan compiles on it
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
     except AdapterError:
         return options
     fitted = TuningCache(options.workgroup_cache).tuned(gpu.cache_key()).latency
