@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +16,7 @@ from .control_flow import CONTROL_OPS, ControlPlan, control_program, float_if_co
 from .delegate.cpu_fallback import CpuProgram
 from .delegate.partition import Partition, partition
 from .delegate.support import gpu_support, unsupported_summary
+from .errors import AdapterError
 from .kernels.base import KernelSpec
 from .model.ir import Graph, Model
 from .model.shapes import propagate, shape_key
@@ -21,8 +24,11 @@ from .model.validate import validate_graph
 from .passes.pipeline import run_passes
 from .runtime.device import GpuDevice, get_device, gpu_for
 from .runtime.program import Choices, EngineOptions, GpuProgram, partition_specs
+from .tuning import devices
 from .tuning.cache import Tuned, TuningCache
+from .tuning.latency import Device
 from .tuning.target import Target
+from .tuning.target import check as check_target
 
 
 @dataclass
@@ -45,7 +51,7 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
     """Validate, transform, decide per op where it runs and partition. `model`: the model the graph belongs to,
     where the subgraphs of its WHILE / IF ops are (without it they run on LiteRT, which needs them too)."""
     validate_graph(graph)  # every graph the engine compiles (resized, a signature's) is checked op by op first
-    optimized = run_passes(graph, options.optimize, model)
+    optimized = run_passes(graph, options.optimize, model, planning_device(options))
     planned = {i: plan_control(op, optimized, model, options) for i, op in enumerate(optimized.ops)
                if op.code in CONTROL_OPS}
     optimized, moved = float_if_conditions(optimized, [i for i, p in planned.items()
@@ -60,6 +66,33 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
             support[i], control[i] = None, got
     return Plan(optimized, support, partition(optimized, support, set(control)),
                 unsupported_summary(optimized, support), control)
+
+
+def planning_device(options: EngineOptions) -> Device:
+    """The latency model's description of the device a plan is for: the one the options carry (the interpreter
+    sets the adapter's, engine.for_adapter), else the built-in one of the target class asked for (options.target,
+    env GPUENGINE_TARGET), else of a discrete GPU."""
+    if options.latency_device is not None:
+        return options.latency_device
+    choice = check_target(options.target)
+    return devices.for_target("discrete" if choice == "auto" else choice)
+
+
+def for_adapter(options: EngineOptions) -> EngineOptions:
+    """The options with the latency description of the adapter the interpreter will run on (its fit from
+    `gpuengine calibrate` where the class is its own, else its class's built-in one); unchanged where a target
+    class is named (planning_device takes it) or no adapter opens (the plan then runs on LiteRT, or fails later
+    with the adapter's error)."""
+    if options.latency_device is not None or check_target(options.target) != "auto":
+        return options
+    try:
+        with warnings.catch_warnings():  # a software adapter's warning comes once, when the plan compiles on it
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+    except AdapterError:
+        return options
+    fitted = TuningCache(options.workgroup_cache).tuned(gpu.cache_key()).latency
+    return dataclasses.replace(options, latency_device=fitted or devices.for_target(gpu.target(options.target)))
 
 
 @dataclass
@@ -142,6 +175,8 @@ def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
 def planned_dispatches(graph: Graph, options: EngineOptions, target: Target) -> tuple[Plan, list[list[KernelSpec]]]:
     """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
     without a tuning cache, computed without touching a GPU (nothing is compiled)."""
+    if options.latency_device is None:  # fusions decided for the target's class too
+        options = dataclasses.replace(options, latency_device=devices.for_target(target))
     plan = plan_graph(graph, options)
     choices = Choices(target)
     return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]

@@ -18,7 +18,7 @@ import numpy as np
 
 from .codegen import PRECISIONS
 from .control_flow import describe_control
-from .engine import CompiledGraph, InvokeJob, ShapeCache, prepare
+from .engine import CompiledGraph, InvokeJob, ShapeCache, for_adapter, prepare
 from .errors import ModelError
 from .memory import STRATEGIES
 from .mixed_precision import f32_tensor_names
@@ -178,6 +178,7 @@ class Interpreter:
         self._generation += 1
         self._release_bindings()
         if self._compiled is None:
+            self._options = for_adapter(self._options)  # fusions decided for the adapter's latency description
             entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
             key = shape_key(self._shapes)
             built = self._compiled_by_shape.get(key)
@@ -589,6 +590,7 @@ class SignatureRunner:
 
     def _compile(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:
         interpreter = self._interpreter
+        interpreter._options = for_adapter(interpreter._options)
         entry = prepare(self._base, shapes, interpreter._options, interpreter._model, self._shape_cache)
         self._graph = entry.graph
         self._compiled = CompiledGraph(entry.graph, interpreter._options, interpreter._num_threads,

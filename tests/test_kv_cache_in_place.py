@@ -215,7 +215,10 @@ def planned_signature(path: Path, key: str) -> list:
 
     model = read_model(str(path))
     sig = next(s for s in model.signatures if s.key == key)
-    plan = plan_graph(model.subgraphs[sig.subgraph], EngineOptions(), model)
+    from gpuengine.tuning.devices import for_target
+
+    # planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)
+    plan = plan_graph(model.subgraphs[sig.subgraph], EngineOptions(latency_device=for_target("cpu")), model)
     return [spec for p in plan.partitions if p.device == "gpu"
             for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named("cpu")))[0]]
 
@@ -226,7 +229,8 @@ def test_decode_step_structure(name: str, key: str, layers: int, per_layer: int)
     """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, one dispatch writing the K (rotated) and
     V rows into the caches in place and rotating q, ATTENTION (flash-decoding: partials and merge); no cache is
     converted to or from PHWC4 or copied. A whole layer: SmolLM's int8 projections take their RMSNorm as a prologue
-    and its gate/up projections are one (7 dispatches: the issue's goal is at most 8); the toy decoder's float
+    and its gate/up projections are one (7 dispatches: the issue's goal is at most 8; the latency model predicts
+    both prologues faster on lavapipe, tests/test_fusion_latency.py); the toy decoder's float
     projections keep their 2 RMS_NORM dispatches (9)."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")

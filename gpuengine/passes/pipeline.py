@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model.ir import Graph, Model
+from ..tuning.latency import Device
 from .attention_kv_group import attention_kv_group
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
@@ -68,14 +69,20 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fo
                                             fuse_elementwise_tree]
 
 
+# Given the latency model's description of the device the plan is for: fusions that trade a dispatch for
+# recomputation, decided by predicted time.
+WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection}
+
 # Always applied first, given the model: passes that read the subgraphs other ops reference.
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]
 
 
-def run_passes(graph: Graph, optimize: bool = True, model: Model | None = None) -> Graph:
-    """`model`: the model the graph belongs to, where composites' decompositions are (None: left as they are)."""
+def run_passes(graph: Graph, optimize: bool = True, model: Model | None = None, device: Device | None = None) -> Graph:
+    """`model`: the model the graph belongs to, where composites' decompositions are (None: left as they are).
+    `device`: the latency model's description of the device the plan is for (None: WITH_DEVICE passes fuse
+    wherever they can)."""
     for with_model in WITH_MODEL:
         graph = with_model(graph, model)
     for p in REQUIRED + (OPTIONAL if optimize else []):
-        graph = p(graph)
+        graph = p(graph, device) if p in WITH_DEVICE else p(graph)
     return graph

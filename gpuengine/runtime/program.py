@@ -50,6 +50,9 @@ class EngineOptions:
     target: str | None = None  # adapter class whose decompositions to use; None: env GPUENGINE_TARGET, else detected
     device: Any = None  # a wgpu.GPUDevice to run on (shared with other interpreters); None: the adapter's device
     max_inflight: int = 2  # invokes submitted and not yet read back, each with a staging buffer of its own
+    # the latency model's description (tuning/latency.Device) of the device plans are for, which fusions trading a
+    # dispatch for recomputation ask; None: the built-in one of `target`'s class (engine.planning_device)
+    latency_device: Any = None
 
 
 @dataclass

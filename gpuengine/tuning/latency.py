@@ -280,3 +280,21 @@ def with_parameters(device: Device, values: dict[str, float], source: str,
                     efficiency: dict[str, float] | None = None) -> Device:
     extra = {"efficiency": efficiency} if efficiency is not None else {}
     return dataclasses.replace(device, **{k: float(v) for k, v in values.items()}, source=source, **extra)
+
+
+def op_ns(op: Any, graph: Graph, device: Device, precision: str = "fp32") -> tuple[float, int]:
+    """(Predicted ns, dispatches) of one op lowered alone, each dispatch in the decomposition predicted fastest on
+    `device`, with the host's recording of each (what a fusion trading a dispatch for recomputation weighs)."""
+    from ..kernels import registry
+    from .policy import choose
+    from .target import named
+
+    target = named(device.target)
+    total, count = 0.0, 0
+    for item in registry.kernel_for(op).build(op, graph):
+        if isinstance(item, Variants):
+            item = item.resolve(choose(item, target, device))
+        if isinstance(item, KernelSpec):
+            total += predict_ns(dispatch_cost(item, graph, precision), device) + device.record_ns
+            count += 1
+    return total, count
