@@ -73,7 +73,7 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
     kinds = first_of_each_kind(graph)
     assert {"FULLY_CONNECTED", "BATCH_MATMUL", "BATCH_MATMUL_adj_y", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU",
             "SOFTMAX", "MUL", "ADD", "SUB"} <= set(kinds)
-    report = {}
+    report, precisions = {}, set()
     for kind, index in kinds.items():
         op = graph.ops[index]
         assert graph.tensors[op.outputs[0]].dtype == np.int8, kind
@@ -86,6 +86,7 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
                 it.set_tensor(detail["index"], value)
             it.invoke()
             results.append(it.get_tensor(it.get_output_details()[0]["index"]))
+        precisions.add(it.compiled.precision)
         report[kind] = quantized_agreement(results[1], results[0])
     failing = {kind: r for kind, r in report.items() if r[0] < QUANTIZED_SHARE}
     assert not failing, f"(share within {QUANTIZED_STEPS} steps, max steps): {failing}"
@@ -94,10 +95,14 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
     # (kernels/elementwise.py); FULLY_CONNECTED (per-channel weights) and BATCH_MATMUL (plain and adj_y) sum exact
     # integers and requantize as LiteRT's output stages (kernels/fully_connected.py int8_requant; before, one
     # rounding was 1 step off on 6, 14 and 66 elements): exactly LiteRT's integers
-    exact = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "MUL", "FULLY_CONNECTED", "BATCH_MATMUL", "BATCH_MATMUL_adj_y")
+    # (in fp16, MUL recovers its accumulator from f16-rounded operands: within the int8 goal, not exact)
+    exact = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "FULLY_CONNECTED", "BATCH_MATMUL", "BATCH_MATMUL_adj_y",
+             *(("MUL",) if precisions == {"fp32"} else ()))
     assert all(report[kind][1] == 0 for kind in exact), report
 
 
+@pytest.mark.fp32_only("MUL's requantization recovers its int32 product from the operands' stored values: f16 "
+                       "rounds them by up to 1/2048, a step off on up to ~3% of the elements")
 def test_int8_mul_of_two_runtime_tensors_rounds_as_litert(model: bytes):
     """An int8 MUL of two run-time tensors (LayerNorm's x * rsqrt(var)) rounds its product with LiteRT's
     MultiplyByQuantizedMultiplier (kernels/elementwise.py integer_requantize): LiteRT's integers exactly."""
