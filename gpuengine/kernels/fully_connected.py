@@ -13,6 +13,11 @@ in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options se
 weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
 the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
 
+Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
+weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
+(kernels/common.py MULTIPLY_BY_QUANTIZED_MULTIPLIER): LiteRT's int8 results exactly, where one float rounding
+was a step off on ~0.2-0.4% of the elements.
+
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
 operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
