@@ -115,6 +115,60 @@ def integer_requant(tensor: Tensor, unit: float, multiplier: int, shift: int) ->
                 f"value = (q - {f32_literal(zero)}) * {f32_literal(scale)}; }}")
 
 
+# The output stages of LiteRT's builtin integer FULLY_CONNECTED and BATCH_MATMUL, in exact 32-bit integer
+# arithmetic (WGSL has no i64): a rounding doubling high multiply by the Q31 multiplier (the 31-bit high half of the
+# 62-bit product |x| * multiplier from 16-bit partial products, nudged as SaturatingRoundingDoublingHighMul and
+# ARM's SQRDMULH do), then a rounding right shift. BATCH_MATMUL uses TFLite's MultiplyByQuantizedMultiplier, whose
+# RoundingDivideByPOT rounds ties away from zero; FULLY_CONNECTED's GEMM runs through ruy, whose shift rounds ties
+# up (as ARM's SRSHL): they differ on negative ties (measured against LiteRT 2.3.0).
+MULTIPLY_BY_QUANTIZED_MULTIPLIER = Code("""fn rounding_high_mul(a: i32, m: i32) -> i32 {
+  let x = u32(abs(a));
+  let y = u32(m);
+  let p00 = (x & 0xffffu) * (y & 0xffffu);
+  let p01 = (x & 0xffffu) * (y >> 16u);
+  let p10 = (x >> 16u) * (y & 0xffffu);
+  let p11 = (x >> 16u) * (y >> 16u);
+  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  let lo = (p00 & 0xffffu) | (mid << 16u);
+  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+  let nudged = lo + select(0x40000000u, 0x3fffffffu, a < 0);
+  let high = ((hi + select(0u, 1u, nudged < lo)) << 1u) | (nudged >> 31u);
+  return select(i32(high), -i32(high), a < 0);
+}
+fn rounding_shift_right(x: i32, exponent: u32) -> i32 {
+  return (x + i32((1u << exponent) >> 1u)) >> exponent;
+}
+fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
+  let mask = i32((1u << exponent) - 1u);
+  let threshold = (mask >> 1u) + select(0, 1, x < 0);
+  return (x >> exponent) + select(0, 1, (x & mask) > threshold);
+}
+fn multiply_by_quantized_multiplier(acc: vec4<i32>, multiplier: vec4<i32>, shift: vec4<i32>, ruy: bool) -> vec4<i32> {
+  var out = vec4<i32>(0);
+  for (var l = 0u; l < 4u; l++) {
+    let high = rounding_high_mul(acc[l] << u32(max(shift[l], 0)), multiplier[l]);
+    let right = u32(max(-shift[l], 0));
+    out[l] = select(rounding_divide_by_pot(high, right), rounding_shift_right(high, right), ruy);
+  }
+  return out;
+}
+""")
+
+
+def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) -> Code:
+    """`value` holds an exact int32 accumulator (as f32): LiteRT's builtin FC / BATCH_MATMUL output stage
+    (MULTIPLY_BY_QUANTIZED_MULTIPLIER, ties of the shift up where `ruy`, else away from zero) by `multiplier` /
+    `shift` (WGSL vec4<i32> expressions, per channel or not), plus the zero point, clamped; then the real value the
+    GPU holds. The spec must include MULTIPLY_BY_QUANTIZED_MULTIPLIER in its functions."""
+    q = tensor.quantization
+    scale = float(q.scale[0])  # type: ignore[union-attr]
+    zero = int(q.zero_point[0]) if q.zero_point.size else 0  # type: ignore[union-attr]
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    return Code(f"{{ let q = clamp(multiply_by_quantized_multiplier(vec4<i32>(round(value)), {multiplier}, {shift}, "
+                f"{'true' if ruy else 'false'}) + vec4<i32>({zero}), vec4<i32>({lo}), vec4<i32>({hi})); "
+                f"value = vec4<f32>(q - vec4<i32>({zero})) * {f32_literal(scale)}; }}")
+
+
 # Integer tensors the GPU holds exactly, as f32 values (exact for |x| < 2^24: token ids, positions, masks), stored
 # as f32 whatever the precision (f16 is exact only to 2048). Bool is 1.0 / 0.0. Values crossing the host boundary
 # convert to and from the tensor's dtype (runtime/program.py); kernels whose op has integer semantics on them

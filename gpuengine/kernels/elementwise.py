@@ -15,7 +15,7 @@ import numpy as np
 
 from ..codegen import literal
 from ..layout import slices
-from ..model.ir import Graph, Op
+from ..model.ir import Graph, Op, Tensor
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import (
     activation,
@@ -95,6 +95,12 @@ def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[
         grid=(w, h, b * slices(c)), epilogue=epilogue or [], out_channels=c, label=op.code,
     )
 
+
+
+def _int8_constant(tensor: Tensor) -> bool:
+    """An int8 constant with one scale: the kernel reads its real values (q - zero point) * scale."""
+    q = tensor.quantization
+    return tensor.data is not None and q is not None and q.scale.size == 1 and float(q.scale[0]) > 0
 
 class ElementwiseKernel:
     ops = (*UNARY, *BINARY, "CAST", TREE)
@@ -182,13 +188,14 @@ class ElementwiseKernel:
         return Epilogue([Code("{ " + " ".join(lines + statements) + " }")], functions, bindings)
 
     def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
-        """int8 MUL without a fused activation as LiteRT's integer kernel rounds it: the product of (q - zero
-        point)s times QuantizeMultiplier(scale_x * scale_y / scale_out), MultiplyByQuantizedMultiplier's two
-        roundings. None for other ops (fake_quant rounds them)."""
+        """int8 MUL without a fused activation (of run-time tensors, or one and an int8 constant such as a
+        LayerNorm's gamma) as LiteRT's integer kernel rounds it: the product of (q - zero point)s times
+        QuantizeMultiplier(scale_x * scale_y / scale_out), MultiplyByQuantizedMultiplier's two roundings. None for
+        other ops (fake_quant rounds them)."""
         if op.code != "MUL" or len(op.inputs) != 2 or int(op.opt("fused_activation_function", 0) or 0) != 0:
             return None
         tensors = [graph.tensors[t] for t in (*op.inputs, op.outputs[0])]
-        if any(t.dtype != np.int8 or not is_quantized(t) for t in tensors):
+        if any(t.dtype != np.int8 or not (is_quantized(t) or _int8_constant(t)) for t in tensors):
             return None
         unit = float(tensors[0].quantization.scale[0]) * float(tensors[1].quantization.scale[0])  # type: ignore
         multiplier, shift = quantize_multiplier(unit / float(tensors[2].quantization.scale[0]))  # type: ignore

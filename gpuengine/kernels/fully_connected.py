@@ -13,6 +13,11 @@ in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options se
 weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
 the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
 
+Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
+weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
+(kernels/common.py MULTIPLY_BY_QUANTIZED_MULTIPLIER): LiteRT's int8 results exactly, where one float rounding
+was a step off on ~0.2-0.4% of the elements.
+
 BATCH_MATMUL: [..., M, K] x [..., K, N] (adj_x / adj_y transpose the last two axes), rank 2..4 with numpy
 batch broadcasting. In PHWC4 the last axis is the channel axis, so K (or N) lands on vec4 lanes; a constant
 operand is transposed at build so the kernel only sees adjacency on runtime tensors. One output vec4 per
@@ -23,14 +28,29 @@ split and merge cost no dispatch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
-from ..model.ir import Graph, Op
+from ..model.ir import Graph, Op, Tensor
 from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
+from .common import (
+    EXACT_LIMIT,
+    MULTIPLY_BY_QUANTIZED_MULTIPLIER,
+    QUANTIZED_TYPES,
+    accumulator_requant,
+    activation,
+    activation_supported,
+    bhwc,
+    const_f32,
+    float_tensors,
+    is_const,
+    is_quantized,
+    quantize_multiplier,
+)
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
 from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
 from .wgsl_math import helpers_for
@@ -108,19 +128,25 @@ class FullyConnectedKernel:
             return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
         return None
 
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """A fully int8 FC / BATCH_MATMUL (int8_requant) sums exact integers: its output stage is LiteRT's."""
+        rq = int8_requant(op, graph)
+        return requant_code(op, rq, graph.tensors[op.outputs[0]]) if rq is not None else None
+
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == "BATCH_MATMUL":
             return [_bmm_build(op, graph)]
         if is_hybrid(op, graph):
             return [_hybrid_build(op, graph)]
         x, out = op.inputs[0], op.outputs[0]
-        w = const_f32(graph, op.inputs[1])
+        rq = int8_requant(op, graph)
+        w = rq.weights if rq is not None else const_f32(graph, op.inputs[1])
         o, i = w.shape
         ib, ih, iw, ic = bhwc(graph, x)
         rb, rh, rw, _ = bhwc(graph, out)
         rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
         bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
-        bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
+        bias = rq.bias if rq is not None else const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
         depth = si * p  # weight blocks per output slice: the reduction the split divides
         gated = bool(op.opt("gated"))
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
@@ -132,10 +158,14 @@ class FullyConnectedKernel:
         def make(d: Decomposition) -> KernelSpec:
             rt, st = d.tile
             sg = -(-so // st)
-            taps = [f"let s_{t} = S4(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]);"
-                    for t in range(rt)]
-            taps += [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
-            taps += mat_taps(d.tile)
+            src = [f"src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]" for t in range(rt)]
+            taps = [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
+            if rq is None:
+                taps = [f"let s_{t} = S4({v});" for t, v in enumerate(src)] + taps + mat_taps(d.tile)
+            else:  # integers: q - zero point of the input, int8 weights; products and sums in f32, exact
+                inverse = codegen.literal(rq.inverse_scales[0])
+                taps = [f"let s_{t} = round(vec4<f32>({v}) * {inverse});" for t, v in enumerate(src)] + taps
+                taps += [f"acc_{j}_{t} += mat4x4<f32>(w_{j}) * s_{t};" for j in range(st) for t in range(rt)]
             store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
@@ -143,7 +173,8 @@ class FullyConnectedKernel:
             bindings = [
                 Binding("src", tensor=x),
                 *weight_bindings,
-                Binding("bias", data=bias_vec4(bias, o, sg * st)),
+                Binding("bias", data=bias_vec4(bias, o, sg * st), element="S4" if rq is None else "vec4<f32>"),
+                *([requant_binding(rq, o, sg * st)] if rq is not None and rq.multipliers.size > 1 else []),
                 Binding("dst", tensor=out, writable=True),
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
@@ -152,8 +183,9 @@ class FullyConnectedKernel:
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
-                              functions=list(GATE_FNS) if gated else [],
-                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)} [{d.describe()}]")
+                              functions=list(GATE_FNS) if gated else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
+                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)}{f': {INT8_EXACT}' if rq else ''} "
+                                    f"[{d.describe()}]")
 
         tiles = _tiles(rows, so, gated)
         numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {})}
@@ -423,11 +455,18 @@ def output_locator(graph: Graph, out: int, oshape: tuple[int, ...], steps: tuple
 
 
 def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | None = None,
-             ) -> tuple[Code, Binding, tuple[int, ...], bool]:
+                   inverse_scale: float | None = None) -> tuple[Code, Binding, tuple[int, ...], bool]:
     """`name_at(i0, i1, row, sl)`: stored vec4 (row, slice) of the operand for output batch (i0, i1).
 
     A constant operand is transposed here when adjoint, so only runtime tensors keep `adj`. A runtime operand may
-    be read through a layout view (kernels/layout_view.py) of the tensor t."""
+    be read through a layout view (kernels/layout_view.py) of the tensor t. inverse_scale: an int8 operand read as
+    its integers q - zero point (round(real / scale))."""
+    if inverse_scale is not None:
+        fn, binding, shape, adj = operand_reader(graph, t, adj, name, view)
+        raw = fn.replace(f"fn {name}_at(", f"fn {name}_real(", 1)
+        return (Code(raw + f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ "
+                     f"return round({name}_real(i0, i1, row, sl) * {codegen.literal(inverse_scale)}); }}\n"),
+                binding, shape, adj)
     tensor = graph.tensors[t]
     shape = tuple(tensor.shape)
     if view:
@@ -461,8 +500,11 @@ def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | Non
 def _bmm_build(op: Op, graph: Graph) -> Variants:
     out = op.outputs[0]
     oshape = logical_out_shape(op, graph)
-    fa, ba, ashape, adj_x = operand_reader(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa", op.opt("view_a"))
-    fb, bb, bshape, adj_y = operand_reader(graph, op.inputs[1], bool(op.opt("adj_y", False)), "yb", op.opt("view_b"))
+    rq = int8_requant(op, graph)
+    fa, ba, ashape, adj_x = operand_reader(graph, op.inputs[0], bool(op.opt("adj_x", False)), "xa", op.opt("view_a"),
+                                           rq.inverse_scales[0] if rq else None)
+    fb, bb, bshape, adj_y = operand_reader(graph, op.inputs[1], bool(op.opt("adj_y", False)), "yb", op.opt("view_b"),
+                                           rq.inverse_scales[1] if rq else None)
     m, n = oshape[-2:]
     k = ashape[-2] if adj_x else ashape[-1]
     ks, so = slices(k), slices(n)
@@ -507,17 +549,105 @@ def _bmm_build(op: Op, graph: Graph) -> Variants:
     tiles = m * so * b0 * b1
     views = "+".join(k.split("_")[1] for k in (*VIEW_OPTIONS, OUT_VIEW) if op.opt(k))
     label = (f"BATCH_MATMUL {ashape}x{bshape}{' adj_x' if adj_x else ''}{' adj_y' if adj_y else ''}"
-             f"{f' (views {views})' if views else ''}")
+             f"{f' (views {views})' if views else ''}{f': {INT8_EXACT}' if rq else ''}")
 
     def make(d: Decomposition) -> KernelSpec:
         shared, dispatch = tiling.split_params(d, tiles, ["acc"])
         return KernelSpec("batch_matmul", {**fixed, **shared}, [ba, bb, Binding("dst", tensor=out, writable=True)],
                           grid=(tiles * d.split, 1, 1), workgroup=(d.invocations_per_workgroup, 1, 1),
-                          dispatch=dispatch, out_channels=oc_, label=f"{label} [{d.describe()}]")
+                          dispatch=dispatch, out_channels=oc_, label=f"{label} [{d.describe()}]",
+                          functions=[MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [])
 
     numbers = {k: v for k, v in fixed.items() if isinstance(v, int)}
     return tiling.variants("batch_matmul", numbers, [(1, 1)], ks, lambda _: tiles, lambda _: tiling.mat_step((4, 1)),
                            make, b0 * b1 * m * n * k, [a_expr, b_expr, fa, fb])
+
+
+# -- fully int8 FULLY_CONNECTED / BATCH_MATMUL: LiteRT's integer output stage ---------------------------------
+
+ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
+INT8_EXACT = "int8 x int8 -> int8: exact integer sums, LiteRT's output stage"
+
+
+@dataclass
+class Int8Requant:
+    """How a fully int8 FC or BATCH_MATMUL computes LiteRT's integers: its operands read as integers (q - zero
+    point = round(real / scale)), integer weights and bias, sums exact in f32 (every partial sum below 2^24, checked
+    from the weights and the operands' ranges), then the int32 accumulator requantized per output channel."""
+
+    multipliers: np.ndarray  # int32 Q31 multiplier per output channel (one for BATCH_MATMUL / per-tensor weights)
+    shifts: np.ndarray  # int32 exponent per output channel
+    inverse_scales: tuple[float, ...]  # 1 / scale of each run-time operand
+    weights: np.ndarray | None = None  # FC: integer weights [O, I] as f32
+    bias: np.ndarray | None = None  # FC: integer bias [O] as f32
+
+
+def _span(tensor: Tensor) -> int:
+    """The largest |q - zero point| of an int8 run-time tensor."""
+    zero = int(tensor.quantization.zero_point[0]) if tensor.quantization.zero_point.size else 0  # type: ignore
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    return max(abs(lo - zero), abs(hi - zero))
+
+
+def _int8_tensors(*tensors: Tensor) -> bool:
+    return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
+
+
+def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
+    """LiteRT's integer computation of a fully int8 FC (int8 input and output, symmetric int8 weights per tensor or
+    per output channel, int32 bias, no activation or RELU) or BATCH_MATMUL (int8 x int8 -> int8, run-time operands),
+    where f32 sums stay exact; None otherwise (the op then computes in float and rounds once, fake_quant)."""
+    out = graph.tensors[op.outputs[0]]
+    if op.code == "BATCH_MATMUL":
+        a, b = (graph.tensors[t] for t in op.inputs[:2])
+        if not _int8_tensors(a, b, out):
+            return None
+        k = logical_shape(op, graph, 0)[-2 if op.opt("adj_x") else -1]
+        if k * _span(a) * _span(b) >= EXACT_LIMIT:
+            return None
+        multiplier, shift = quantize_multiplier(float(a.quantization.scale[0]) * float(b.quantization.scale[0])  # type: ignore
+                                                / float(out.quantization.scale[0]))  # type: ignore[union-attr]
+        return Int8Requant(np.array([multiplier], np.int64), np.array([shift], np.int64),
+                           (1.0 / float(a.quantization.scale[0]), 1.0 / float(b.quantization.scale[0])))  # type: ignore
+    x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+    bias = graph.tensors[bias_t] if bias_t >= 0 else None
+    wq = w.quantization
+    if not _int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
+            or int(op.opt("fused_activation_function", 0) or 0) not in ACTIVATIONS_EXACT \
+            or op.opt("gated") or op.opt(NORM) or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
+            or wq.scale.size not in (1, w.shape[0]) or (wq.scale.size > 1 and wq.axis != 0):
+        return None
+    if bias is not None and (bias.dtype != np.int32 or bias.data is None or bias.quantization is None):
+        return None
+    weights = np.asarray(w.data, np.int64)
+    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(w.shape[0], np.int64)
+    if np.max(np.abs(weights).sum(axis=1) * _span(x) + np.abs(bias_q)) >= EXACT_LIMIT:
+        return None
+    sx, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
+    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (w.shape[0],))]
+    return Int8Requant(np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64),
+                       (1.0 / sx,), weights.astype(np.float32), bias_q.astype(np.float32))
+
+
+def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
+    """Per output slice, two vec4<u32>: the lanes' Q31 multipliers and their shifts (bit patterns of i32)."""
+    table = np.zeros((2, so_pad * 4), np.int32)
+    table[0, :channels] = rq.multipliers
+    table[1, :channels] = rq.shifts
+    table = np.ascontiguousarray(table.reshape(2, so_pad, 4).transpose(1, 0, 2))
+    return Binding("requant", data=table.view(np.uint32).reshape(-1), element="vec4<u32>")
+
+
+def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
+    """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
+    from the `requant` binding at the output slice `os`, a single one is baked. FULLY_CONNECTED rounds the shift's
+    ties up (LiteRT's FC runs its GEMM through ruy), BATCH_MATMUL away from zero (TFLite's own output stage)."""
+    ruy = op.code == "FULLY_CONNECTED"
+    if rq.multipliers.size > 1:
+        return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
+                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy)
+    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy)
 
 
 KERNEL = FullyConnectedKernel()
