@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from .common import add_engine_options, interpreter, load_model
+from .common import add_engine_options, interpreter, load_model, predicted_vs_measured
 
 
 def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -35,26 +35,10 @@ def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def plot(samples: list[Any], device: Any, path: str) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit("gpuengine: --plot needs matplotlib (pip install gpuengine[plot])") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from gpuengine.tuning.latency import predict_ns
 
-    measured = [s.measured_ns / 1e3 for s in samples]
-    predicted = [predict_ns(s.cost, device) / 1e3 for s in samples]
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.loglog(measured, predicted, "o", alpha=0.6)
-    lo, hi = min(measured + predicted), max(measured + predicted)
-    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax.set_xlabel("measured us")
-    ax.set_ylabel("predicted us")
-    ax.set_title(f"latency model on {device.name[:40]}\none point a dispatch", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
+    predicted_vs_measured([s.measured_ns / 1e3 for s in samples], [predict_ns(s.cost, device) / 1e3 for s in samples],
+                          path, "measured us", "predicted us", f"latency model on {device.name[:40]}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -111,3 +111,24 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
     p.add_argument("--cache", help="tuning cache to read (tune: and write); default $GPUENGINE_TUNE_CACHE or "
                                    "~/.cache/gpuengine/tuning.json")
+
+
+def predicted_vs_measured(measured_us: list[float], predicted_us: list[float], path: str, xlabel: str, ylabel: str,
+                          title: str) -> None:
+    """The latency model's check as a picture: one point a dispatch on log axes, the diagonal dashed (matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("gpuengine: --plot needs matplotlib (pip install gpuengine[plot])") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.loglog(measured_us, predicted_us, "o", alpha=0.6)
+    lo, hi = min(measured_us + predicted_us), max(measured_us + predicted_us)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title}\none point a dispatch", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, interpreter, models
+from .common import add_engine_options, feeds, interpreter, models, predicted_vs_measured
 from .litert_runner import time_invokes
 
 
@@ -65,24 +65,8 @@ def device_of(prog: Any) -> Any:
 
 def plot(rows: list[dict[str, Any]], path: str, adapter: str | None) -> None:
     """Predicted against measured, one point a dispatch (needs matplotlib)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit("gpuengine: --plot needs matplotlib (pip install gpuengine[plot])") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    measured = [r["gpu_ns"] / 1e3 for r in rows]
-    predicted = [r["predicted_ns"] / 1e3 for r in rows]
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.loglog(measured, predicted, "o", alpha=0.6)
-    lo, hi = min(measured + predicted), max(measured + predicted)
-    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax.set_xlabel("measured us (profile)")
-    ax.set_ylabel("predicted us (latency model)")
-    ax.set_title(f"{(adapter or '')[:48]}\none point a dispatch", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
+    predicted_vs_measured([r["gpu_ns"] / 1e3 for r in rows], [r["predicted_ns"] / 1e3 for r in rows], path,
+                          "measured us (profile)", "predicted us (latency model)", (adapter or "")[:48])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,23 +138,13 @@ def run(args: argparse.Namespace) -> int:
 
 def signature_loop(it: Any, args: argparse.Namespace) -> tuple[Any, Any, dict[str, float]]:
     """The signature runner, one call of it in a loop carrying its state on the GPU, and that call's median time."""
-    from .bench import carried, signature_feeds
+    from .bench import resident_call
 
     try:
         runner = it.get_signature_runner(args.signature)
     except ValueError as e:
         raise SystemExit(f"gpuengine profile: {e}") from None
-    inputs = signature_feeds(runner, seed=0)
-    state = carried(runner)
-    fresh = {n: v for n, v in inputs.items() if n not in state}
-    rest = [n for n in runner.get_output_details() if n not in state]
-    runner.run(inputs)  # compile; the state's buffers hold a first call's outputs
-    for n in state:
-        runner.set_input_buffer(n, runner.output_buffer(n))
-
-    def call() -> None:
-        runner.run(fresh, outputs=rest)
-
+    _, _, call = resident_call(runner)
     times = []
     for k in range(max(1, args.runs) + 3):
         start = time.perf_counter()
