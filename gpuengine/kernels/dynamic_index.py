@@ -48,7 +48,7 @@ def _index(name: str, shape: tuple[int, ...], coords: list[Ix], size: int, var: 
 def _int8_table(graph: Graph, data: int, out: int) -> bool:
     """A constant int8 (or int4) table with symmetric per-row or per-tensor scales read into a float output
     (LiteRT's hybrid EMBEDDING_LOOKUP: value = q * scale[row]; its GATHER has no hybrid form): the GPU reads it
-    packed, 4 values per u32 (kernels/packed_int8.py)."""
+    packed, 4 values per u32, int4 8 per u32 (kernels/packed_int8.py)."""
     table, result = graph.tensors[data], graph.tensors[out]
     return (result.dtype == np.float32 and result.quantization is None and table.data is not None
             and int8_values(table) is not None)
@@ -213,8 +213,9 @@ class DynamicIndexKernel:
                     + f"value[l] = {at([Ix('row', 0), *o[1:]])};")
             spec = _spec(op, graph, [_source(graph, ids, "ids"), *bindings], lane)
             spec.functions = functions
-            if functions:
-                spec.label += " (int8 table read packed, times its row scales)"
+            if _int8_table(graph, table, op.outputs[0]):
+                bits = 4 if graph.tensors[table].type_code == packed_int8.INT4 else 8
+                spec.label += f" (int{bits} table read packed, times its row scales)"
             return [spec]
         if op.code == "GATHER_ND":
             params, indices = op.inputs

@@ -8,10 +8,10 @@ tiling.py): a classifier head (one row, 1280 -> 1000) is far too few tiles to fi
 each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 rows x 2 slices unsplit.
 
 Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
-u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
-in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
-weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
-the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+u32, int4 8 per u32 (kernels/packed_int8.py), and each input row is quantized as LiteRT's XNNPACK quantizes it, the
+products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes:
+`gated` (gate and up weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of
+the input computed in the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
@@ -274,6 +274,10 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
+def _hybrid_label(packed: packed_int8.PackedRows) -> str:
+    return HYBRID if packed.bits == 8 else HYBRID.replace("int8 weights", "int4 weights (8 a u32)", 1)
+
+
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
     """XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default CPU delegate runs: per input row,
     rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a zero point nudged to an integer,
@@ -351,7 +355,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {_hybrid_label(packed)} "
                                 f"[{d.describe()}]")
 
     row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)

@@ -1,5 +1,12 @@
-"""int8 (and int4) constant tables kept packed on the GPU: 4 int8 values per u32, one row per output channel (FC
-weights) or per table row (EMBEDDING_LOOKUP / GATHER), with their per-row f32 scales bound beside them.
+"""int8 (and int4) constant tables kept packed on the GPU: 4 int8 values per u32 (8 int4 values per u32), one row
+per output channel (FC weights) or per table row (EMBEDDING_LOOKUP / GATHER), with their per-row f32 scales bound
+beside them.
+
+An int4 table keeps its file's size on the GPU: int8 words 2m and 2m + 1 of a row share int4 word m, byte j holding
+byte j of word 2m in its low nibble and byte j of word 2m + 1 in its high nibble. So the reader `{name}_word` of
+either form returns the same packed int8 word: for int4 one shift, one mask and a sign extension of the four
+nibbles (`v | (v & 0x08080808) * 0x1E` sets bits 4-7 of each byte whose bit 3 is set, no carry between bytes), and
+every consumer (dot4I8Packed, extractBits) is shared.
 
 One layout serves both readers, row-major [rows, ceil(C/4) words per pixel], so a language model whose LM head
 reuses the embedding table (tied weights) binds one buffer for both: constant buffers are shared by content per
@@ -28,9 +35,10 @@ class PackedRows:
     """A [rows, C] int8 table (C = channels of one pixel; P pixels per row) packed as u32 words: row r holds P * SI
     words (SI = ceil(C / 4)), pixel p's channels 4s..4s+3 in word p * SI + s, byte j = channel 4s + j."""
 
-    words: np.ndarray  # u32 [rows, P * SI]
+    words: np.ndarray  # u32 [rows, P * SI] (int8), or [rows, ceil(P * SI / 2)] (int4: 8 values per word)
     scale: np.ndarray  # f32 [rows]: the real value of q in row r is q * scale[r]
     row_sums: np.ndarray  # i64 [rows]: sum of the row's int8 values (for an asymmetric input's zero point)
+    bits: int = 8  # 8 or 4: the width each value is stored with on the GPU
 
     @property
     def rows(self) -> int:
@@ -74,10 +82,17 @@ def pack_rows(tensor: Tensor, channels: int) -> PackedRows:
     si = slices(channels)
     padded = np.zeros((rows, p, si * 4), np.int8)
     padded[:, :, :channels] = flat.reshape(rows, p, channels)
-    words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
+    bits = 4 if tensor.type_code == INT4 else 8
+    if bits == 4:  # int8 words 2m, 2m + 1 -> int4 word m (low, high nibble of each byte)
+        pairs = np.zeros((rows, -(-p * si // 2) * 2, 4), np.uint8)
+        pairs[:, :p * si] = padded.reshape(rows, p * si, 4).view(np.uint8) & 0xF
+        nibbles = pairs[:, 0::2] | (pairs[:, 1::2] << 4)
+        words = np.ascontiguousarray(nibbles).view("<u4").reshape(rows, -1).astype(np.uint32)
+    else:
+        words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
     q = tensor.quantization
     scale = np.broadcast_to(np.asarray(q.scale, np.float32).reshape(-1), (rows,)).astype(np.float32)
-    return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1))
+    return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1), bits)
 
 
 def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int]]:
@@ -87,9 +102,15 @@ def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int
 
 
 def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code, list[Binding]]:
-    """`fn {name}_word(r: u32, w: u32) -> u32`: word w of row r (clamped to the last row), and its bindings (one per
-    chunk of rows)."""
-    return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+    """`fn {name}_word(r: u32, w: u32) -> u32`: packed int8 word w of row r (clamped to the last row; an int4 table's
+    nibbles sign-extended to bytes), and its bindings (one per chunk of rows)."""
+    if packed.bits == 8:
+        return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+    fn, bindings = chunked_rows(f"{name}_int4", name, packed.words, "u32", 1, align)
+    unpack = (f"fn {name}_word(r: u32, w: u32) -> u32 {{\n"
+              f"  let v = ({name}_int4(r, w >> 1u) >> ((w & 1u) * 4u)) & 0x0F0F0F0Fu;\n"
+              "  return v | ((v & 0x08080808u) * 0x1Eu);\n}\n")
+    return Code(fn + unpack), bindings
 
 
 def chunked_rows(fn: str, name: str, data: np.ndarray, element: str, unit: int, align: int = 4,

@@ -20,8 +20,9 @@ import dataclasses
 import numpy as np
 
 from ..kernels import registry
-from ..kernels.packed_int8 import int8_values
+from ..kernels.packed_int8 import INT4, int8_values
 from ..model.ir import Graph, Op, Quantization
+from .fold_constants import pack_int4
 from .graph_utils import new_const, with_fields
 
 GATED = "gated"  # FULLY_CONNECTED option: "SILU" -> the op computes silu(gate) * up of its interleaved weights
@@ -136,6 +137,9 @@ def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int, m2: int) -> b
         scales = interleave(wg[1], wu[1])
         graph.tensors[w_t] = dataclasses.replace(
             graph.tensors[w_t], quantization=Quantization(scale=scales, zero_point=np.zeros(2 * o, np.int64), axis=0))
+        if all(graph.tensors[fc.inputs[1]].type_code == INT4 for fc in (gate, up)):  # stays int4: 8 a u32 on the GPU
+            graph.tensors[w_t] = dataclasses.replace(graph.tensors[w_t], type_code=INT4,
+                                                     data=pack_int4(graph.tensors[w_t].data))
     inputs = [gate.inputs[0], w_t]
     if bg is not None or bu is not None:
         zero = np.zeros(o, np.float32)
