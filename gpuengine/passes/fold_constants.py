@@ -48,6 +48,8 @@ def dequantize(t: Tensor) -> np.ndarray:
     if data.dtype == np.float16 or t.quantization is None:
         return data.astype(np.float32)
     q = t.quantization
+    if q.blockwise:  # a scale per run of block_size values along the last axis
+        return (data.astype(np.float32) * np.repeat(q.block_scales.astype(np.float32), q.block_size, axis=-1))
     shape = [1] * data.ndim
     if q.per_channel:
         shape[q.axis] = -1
