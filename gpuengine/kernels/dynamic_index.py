@@ -80,9 +80,12 @@ def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], li
         row = coords[0].code
         word = f"({e.code}) / {channels}u * {si}u + ({e.code}) % {channels}u / 4u"
         bits = f"({e.code}) % {channels}u % 4u * 8u"
-        return (f"(f32(extractBits(bitcast<i32>({name}_word({row}, {word})), {bits}, 8u)) * "
-                f"{name}_scale[min({row}, {packed.rows - 1}u)])")
+        scale = (f"{name}_block_scale({row}, ({e.code}) / {packed.block}u)" if packed.block
+                 else f"{name}_scale[min({row}, {packed.rows - 1}u)]")
+        return f"(f32(extractBits(bitcast<i32>({name}_word({row}, {word})), {bits}, 8u)) * {scale})"
 
+    if packed.block:
+        return bindings, [fn], at
     return [*bindings, Binding(f"{name}_scale", data=packed.scale, element="f32")], [fn], at
 
 
@@ -214,8 +217,11 @@ class DynamicIndexKernel:
             spec = _spec(op, graph, [_source(graph, ids, "ids"), *bindings], lane)
             spec.functions = functions
             if _int8_table(graph, table, op.outputs[0]):
-                bits = 4 if graph.tensors[table].type_code == packed_int8.INT4 else 8
-                spec.label += f" (int{bits} table read packed, times its row scales)"
+                t = graph.tensors[table]
+                bits = 4 if t.type_code == packed_int8.INT4 else 8
+                scales = f"block scales ({t.quantization.block_size} a block)" if t.quantization.blockwise \
+                    else "row scales"
+                spec.label += f" (int{bits} table read packed, times its {scales})"
             return [spec]
         if op.code == "GATHER_ND":
             params, indices = op.inputs

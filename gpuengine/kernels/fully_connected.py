@@ -270,12 +270,17 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
     input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
     x, w = (graph.tensors[t] for t in op.inputs[:2])
     out = graph.tensors[op.outputs[0]]
+    if w.quantization is not None and w.quantization.blockwise and x.shape[-1] % 4 and w.shape[1] != x.shape[-1]:
+        return False  # blocks are counted in words of 4 channels of the flattened row: whole pixels of 4k channels
     return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
 def _hybrid_label(packed: packed_int8.PackedRows) -> str:
-    return HYBRID if packed.bits == 8 else HYBRID.replace("int8 weights", "int4 weights (8 a u32)", 1)
+    width = "int8 weights" if packed.bits == 8 else "int4 weights (8 a u32)"
+    if packed.block:
+        width += f" in blocks of {packed.block} (f16 scales)"
+    return HYBRID.replace("int8 weights", width, 1)
 
 
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
@@ -326,16 +331,25 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                 f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
                 f"let inv_{t} = 1.0 / qs_{t};",
             ]
+        # blockwise weights: each word's i32 dot products times its block's scales, summed in f32 (XNNPACK's
+        # qb4w sums a block in i32, then in f32; the same sums in another order)
+        acc_type, block = ("vec4<f32>", packed.block) if packed.block else ("vec4<i32>", 0)
+        zp_cast = "zp_{t}" if block else "i32(zp_{t})"
         init = []
         for j in range(st):
-            init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
-            init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
+            init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
+            init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp_cast.format(t=t)} * wsum_{j}, k == 0u);"
+                     for t in range(rt)]
         taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
                 f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
         for j in range(st):
             taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
-            taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
-                     + ");" for t in range(rt)]
+            dots = "vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{{t}}, w_{j}_{c})" for c in range(4)) + ")"
+            if block:
+                taps.append(f"let bs_{j} = vec4<f32>(" + ", ".join(
+                    f"weights_block_scale((os0 + {j}u) * 4u + {c}u, q * 4u / {block}u)" for c in range(4)) + ");")
+                dots = f"vec4<f32>({dots}) * bs_{j}"
+            taps += [f"iacc_{j}_{t} += {dots.format(t=t)};" for t in range(rt)]
         accs = accumulators(d.tile)
         to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
         store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"

@@ -39,6 +39,8 @@ class PackedRows:
     scale: np.ndarray  # f32 [rows]: the real value of q in row r is q * scale[r]
     row_sums: np.ndarray  # i64 [rows]: sum of the row's int8 values (for an asymmetric input's zero point)
     bits: int = 8  # 8 or 4: the width each value is stored with on the GPU
+    block: int = 0  # blockwise quantization: values per block along a row (scale is then 1 and row_sums real sums)
+    block_scales: np.ndarray | None = None  # u32 [rows, ceil(blocks / 2)]: the float16 block scales, two a word
 
     @property
     def rows(self) -> int:
@@ -63,9 +65,12 @@ def int8_values(tensor: Tensor) -> np.ndarray | None:
         data = np.asarray(tensor.data)
     else:
         return None
-    if q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
-        return None
     if q.zero_point.size and np.any(q.zero_point != 0):
+        return None
+    if q.blockwise:
+        if len(tensor.shape) != 2 or not np.all(np.isfinite(q.block_scales)):
+            return None
+    elif q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
         return None
     if not np.all(np.isfinite(q.scale)):
         return None
@@ -91,6 +96,13 @@ def pack_rows(tensor: Tensor, channels: int) -> PackedRows:
     else:
         words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
     q = tensor.quantization
+    if q.blockwise:  # sum of the row's real values (value times its block's scale) for the input's zero point
+        scales = q.block_scales.astype(np.float32)
+        row_sums = (flat * np.repeat(scales.astype(np.float64), q.block_size, axis=1)).sum(axis=1)
+        halves = np.zeros((rows, -(-scales.shape[1] // 2) * 2), np.float16)
+        halves[:, :scales.shape[1]] = q.block_scales
+        block_words = np.ascontiguousarray(halves).view("<u4").astype(np.uint32)
+        return PackedRows(words, np.ones(rows, np.float32), row_sums, bits, q.block_size, block_words)
     scale = np.broadcast_to(np.asarray(q.scale, np.float32).reshape(-1), (rows,)).astype(np.float32)
     return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1), bits)
 
@@ -103,14 +115,23 @@ def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int
 
 def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code, list[Binding]]:
     """`fn {name}_word(r: u32, w: u32) -> u32`: packed int8 word w of row r (clamped to the last row; an int4 table's
-    nibbles sign-extended to bytes), and its bindings (one per chunk of rows)."""
+    nibbles sign-extended to bytes), and its bindings (one per chunk of rows). A blockwise table also gets
+    `fn {name}_block_scale(r: u32, b: u32) -> f32`: the scale of block b of row r (float16 on the GPU, as in the
+    file)."""
     if packed.bits == 8:
-        return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
-    fn, bindings = chunked_rows(f"{name}_int4", name, packed.words, "u32", 1, align)
-    unpack = (f"fn {name}_word(r: u32, w: u32) -> u32 {{\n"
-              f"  let v = ({name}_int4(r, w >> 1u) >> ((w & 1u) * 4u)) & 0x0F0F0F0Fu;\n"
-              "  return v | ((v & 0x08080808u) * 0x1Eu);\n}\n")
-    return Code(fn + unpack), bindings
+        fn, bindings = chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+    else:
+        fn, bindings = chunked_rows(f"{name}_int4", name, packed.words, "u32", 1, align)
+        fn = Code(fn + f"fn {name}_word(r: u32, w: u32) -> u32 {{\n"
+                  f"  let v = ({name}_int4(r, w >> 1u) >> ((w & 1u) * 4u)) & 0x0F0F0F0Fu;\n"
+                  "  return v | ((v & 0x08080808u) * 0x1Eu);\n}\n")
+    if packed.block_scales is not None:
+        scale_fn, scale_bindings = chunked_rows(f"{name}_scale_pair", f"{name}_bs", packed.block_scales, "u32", 1,
+                                                align)
+        fn = Code(fn + scale_fn + f"fn {name}_block_scale(r: u32, b: u32) -> f32 {{\n"
+                  f"  return unpack2x16float({name}_scale_pair(r, b >> 1u))[b & 1u];\n}}\n")
+        bindings = [*bindings, *scale_bindings]
+    return fn, bindings
 
 
 def chunked_rows(fn: str, name: str, data: np.ndarray, element: str, unit: int, align: int = 4,

@@ -96,6 +96,8 @@ def _weights(graph: Graph, fc: Op) -> tuple[np.ndarray, np.ndarray | None] | Non
     """(values, per-row scales) of an int8 symmetric weight matrix, (float32 values, None) of a float one."""
     w = graph.tensors[fc.inputs[1]]
     q = int8_values(w)
+    if q is not None and w.quantization.blockwise:
+        return None  # block scales are not interleaved (yet): the two projections stay apart
     if q is not None:
         scale = np.broadcast_to(np.asarray(w.quantization.scale, np.float32).reshape(-1), (w.shape[0],))
         return q, scale.astype(np.float32)
