@@ -276,11 +276,12 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
-def _hybrid_label(packed: packed_int8.PackedRows) -> str:
+def _hybrid_label(packed: packed_int8.PackedRows, symmetric: bool = False) -> str:
+    label = HYBRID.replace("(XNNPACK: asymmetric int8", "(builtin kernel: symmetric int8", 1) if symmetric else HYBRID
     width = "int8 weights" if packed.bits == 8 else "int4 weights (8 a u32)"
     if packed.block:
         width += f" in blocks of {packed.block} (f16 scales)"
-    return HYBRID.replace("int8 weights", width, 1)
+    return label.replace("int8 weights", width, 1)
 
 
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
@@ -297,6 +298,9 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     norm = op.opt(NORM)
     norm_label = f"{norm[4]} + " if norm else ""
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
+    # LiteRT's XNNPACK takes int4 rows of even length only; an odd one runs its builtin kernel, which quantizes
+    # each input row symmetrically (measured: all three LiteRT kernel sets agree)
+    symmetric = packed.bits == 4 and not packed.block and i % 2 == 1
     words = p * si  # the reduction: u32 words (4 input channels) per row
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
@@ -322,9 +326,16 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
         row_params = []
         for t in range(rt):
+            row_params += [f"let rmin_{t} = min(range_{t}.x, 0.0);", f"let rmax_{t} = max(-range_{t}.y, 0.0);"]
+            if symmetric:  # tensor_utils::SymmetricQuantizeFloats: scale max|x| / 127, no zero point
+                row_params += [
+                    f"let ra_{t} = max(-rmin_{t}, rmax_{t});",
+                    f"let qs_{t} = select(127.0 / ra_{t}, 1.0, ra_{t} == 0.0);",
+                    f"let zp_{t} = 0.0;",
+                    f"let inv_{t} = select(ra_{t} / 127.0, 1.0, ra_{t} == 0.0);",
+                ]
+                continue
             row_params += [
-                f"let rmin_{t} = min(range_{t}.x, 0.0);",
-                f"let rmax_{t} = max(-range_{t}.y, 0.0);",
                 f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
                 f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
                 f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
@@ -340,8 +351,12 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
             init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp_cast.format(t=t)} * wsum_{j}, k == 0u);"
                      for t in range(rt)]
-        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
-                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+        if symmetric:  # std::round: ties away from zero
+            taps = [f"let xs_{t} = {src[t]} * qs_{t};\n    let xq_{t} = pack4xI8(vec4<i32>(clamp(sign(xs_{t}) * "
+                    f"floor(abs(xs_{t}) + 0.5), vec4<f32>(-127.0), vec4<f32>(127.0))));" for t in range(rt)]
+        else:
+            taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+                    f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
         for j in range(st):
             taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
             dots = "vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{{t}}, w_{j}_{c})" for c in range(4)) + ")"
@@ -369,7 +384,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {_hybrid_label(packed)} "
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
+                                f"{_hybrid_label(packed, symmetric)} "
                                 f"[{d.describe()}]")
 
     row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)

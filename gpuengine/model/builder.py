@@ -421,6 +421,16 @@ class ModelBuilder:
         arr = np.asarray(data, dtype=dtype)
         return self.tensor(name, arr.shape, arr.dtype, arr, quantization)
 
+    def int4_const(self, name: str, values: Any, quantization: Quantization) -> int:
+        """A constant INT4 tensor (type 17): `values` in -8..7, written two a byte, the first in the low nibble;
+        `quantization` per channel or blockwise (Quantization.block_size / block_scales)."""
+        from ..passes.fold_constants import pack_int4
+
+        values = np.asarray(values)
+        index = self.const(name, pack_int4(values).view(np.int8), np.int8, quantization)
+        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=17)
+        return index
+
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
            options: dict[str, Any] | None = None, dtype: Any = np.float32, custom_options: bytes | None = None,
            name: str | None = None, shape_signature: tuple[int, ...] | list[tuple[int, ...]] | None = None,

@@ -1,0 +1,142 @@
+"""int4 weights stay packed on the GPU (issue 22, part 3): 8 values per u32 with their scales beside them.
+
+Two forms LiteRT 2.3 runs, both written by ai-edge-quantizer (litert-torch's quantizer): INT4 tensors (two values a
+byte, low nibble first) with a symmetric scale per output channel, and blockwise INT4 (the schema's
+BlockwiseQuantization: a float16 scale per block of 32 / 128 values along a row, in a tensor of its own; the
+`dynamic_int4_block32/128` recipes). A hybrid FULLY_CONNECTED computes what LiteRT's XNNPACK computes (rows quantized
+to int8, integer dot products; blockwise: each block's sum times its scale), so the outputs equal LiteRT's; an
+EMBEDDING_LOOKUP table is read packed and scaled in the kernel. One model holds every case (one compile, one LiteRT
+run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuengine import Interpreter
+from gpuengine.kernels import packed_int8
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ir import Quantization
+from gpuengine.model.reader import read_model
+from gpuengine.oracle import relative_error, run_litert
+
+
+def channel_int4(rng: np.random.Generator, rows: int, cols: int, per_channel: bool = True,
+                 ) -> tuple[np.ndarray, Quantization]:
+    """Symmetric int4 values in -8..7 (the full range, -8 included) with a scale per row or per tensor."""
+    q = rng.integers(-8, 8, (rows, cols)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.05, rows if per_channel else 1).astype(np.float32)
+    return q, Quantization(scale=scale, zero_point=np.zeros(scale.size, np.int64), axis=0)
+
+
+def block_int4(rng: np.random.Generator, rows: int, cols: int, block: int) -> tuple[np.ndarray, Quantization]:
+    """Blockwise int4 as ai-edge-quantizer writes it: float16 scales rounded to bfloat16 (XNNPACK reads them so)."""
+    q = rng.integers(-8, 8, (rows, cols)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.05, (rows, cols // block)).astype(np.float32)
+    scale = (scale.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float16)
+    return q, Quantization(scale=np.zeros(0, np.float32), zero_point=np.zeros(0, np.int64), block_size=block,
+                           block_scales=scale)
+
+
+def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
+    """FCs of odd widths (K = 37, 20, 18 as 3 pixels of 6; not multiples of 8), bias or none, a fused RELU, a
+    per-tensor scale, blockwise (32 and 128) FCs, int4 embedding tables (per row and blockwise), and a gated MLP
+    whose gate and up projections merge into one int4 weight."""
+    rng = np.random.default_rng(22)
+    mb = ModelBuilder()
+    feeds: dict[int, np.ndarray] = {}
+    names: dict[str, int] = {}
+
+    def fc(name: str, shape: tuple[int, ...], o: int, weights: tuple[np.ndarray, Quantization], bias: bool,
+           act: str = "NONE", src: int | None = None) -> int:
+        if src is None:
+            src = mb.input(f"{name}_x", shape)
+            feeds[src] = rng.standard_normal(shape).astype(np.float32)
+        w = mb.int4_const(f"{name}_w", *weights)
+        names[name] = w
+        b = mb.const(f"{name}_b", rng.standard_normal(o).astype(np.float32)) if bias else -1
+        rows = int(np.prod(shape)) // weights[0].shape[1]
+        return mb.op("FULLY_CONNECTED", [src, w, b], (rows, o), {"fused_activation_function": act})
+
+    outs = [fc("odd", (3, 37), 11, channel_int4(rng, 11, 37), True),
+            fc("relu", (1, 20), 16, channel_int4(rng, 16, 20), False, "RELU"),
+            fc("pixels", (2, 3, 6), 9, channel_int4(rng, 9, 18, per_channel=False), True),
+            fc("wide", (1, 512), 64, channel_int4(rng, 64, 512), True),
+            fc("block32", (2, 96), 12, block_int4(rng, 12, 96, 32), True),
+            fc("block128", (1, 512), 64, block_int4(rng, 64, 512, 128), False)]
+    ids = mb.input("ids", (5,), np.int32)
+    feeds[ids] = np.array([0, 29, 3, 3, 17], np.int32)
+    for name, (values, quant) in (("table", channel_int4(rng, 30, 20)), ("table_b32", block_int4(rng, 30, 64, 32))):
+        names[name] = mb.int4_const(name, values, quant)
+        outs.append(mb.op("EMBEDDING_LOOKUP", [ids, names[name]], (5, values.shape[1])))
+    x = mb.input("mlp_x", (3, 24))
+    feeds[x] = rng.standard_normal((3, 24)).astype(np.float32)
+    gate = fc("gate", (3, 24), 16, channel_int4(rng, 16, 24), False, src=x)
+    up = fc("up", (3, 24), 16, channel_int4(rng, 16, 24), False, src=x)
+    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
+    outs.append(fc("down", (3, 16), 24, channel_int4(rng, 24, 16), True, src=mb.op("MUL", [silu, up], (3, 16))))
+    mb.output(*outs)
+    return mb.build(), feeds, names
+
+
+@pytest.fixture(scope="module")
+def compiled_int4():
+    data, feeds, names = int4_model()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    for t, v in feeds.items():
+        it.set_tensor(t, v)
+    it.invoke()
+    return data, feeds, names, it
+
+
+def test_int4_forms_round_trip_through_the_builder():
+    """The builder writes INT4 bytes and BlockwiseQuantization details; the reader gives them back."""
+    data, _, names = int4_model()
+    tensors = read_model(data).main.tensors
+    odd, b32 = tensors[names["odd"]], tensors[names["block32"]]
+    assert odd.type_code == packed_int8.INT4 and np.asarray(odd.data).size == (11 * 37 + 1) // 2
+    assert b32.quantization.block_size == 32 and b32.quantization.block_scales.shape == (12, 3)
+    assert packed_int8.int8_values(b32).min() >= -8 and packed_int8.int8_values(b32).max() <= 7
+
+
+def test_int4_model_equals_litert_on_the_gpu_with_weights_packed(compiled_int4):
+    """Every op on the GPU, every output within 1e-5 of LiteRT's; the FC weights bound at 4 bits a value."""
+    data, feeds, names, it = compiled_int4
+    program = it.compiled.gpu_programs[0]
+    assert it.compiled.plan.unsupported == {} and len(it.compiled.gpu_programs) == 1
+    labels = [d.spec.label for d in program.dispatches]
+    assert sum("int4 weights (8 a u32)" in label for label in labels) == 8, labels  # gate and up merged into one
+    assert any("silu(gate) * up" in label and "int4 weights" in label for label in labels)
+    assert any("in blocks of 128" in label for label in labels)
+    assert sum("int4 table read packed" in label for label in labels) == 2
+    ref = run_litert(data, feeds)
+    for t, r in ref.items():
+        assert relative_error(it.get_tensor(t), r) <= 1e-5, t
+    wide = [b for d in program.dispatches for b in d.spec.bindings
+            if b.name == "weights_0" and "512->64" in d.spec.label]
+    assert sorted(b.data.nbytes for b in wide) == [64 * 512 // 2] * 2  # int4, 8 a u32, no padding
+
+
+def test_blockwise_scales_matter(compiled_int4):
+    """The check can tell block scales apart: one scale per row (their mean) puts the output far from LiteRT's."""
+    data, feeds, names, it = compiled_int4
+    tensors = read_model(data).main.tensors
+    w = tensors[names["block128"]]
+    q = packed_int8.int8_values(w).astype(np.float64)
+    x = feeds[tensors.index(next(t for t in tensors if t.name == "block128_x"))]
+    exact = x @ (q * np.repeat(w.quantization.block_scales.astype(np.float64), 128, axis=1)).T
+    mean = x @ (q * w.quantization.block_scales.astype(np.float64).mean(axis=1, keepdims=True)).T
+    out = next(op.outputs[0] for op in read_model(data).main.ops if op.inputs[1] == names["block128"])
+    got_error, mean_error = relative_error(it.get_tensor(out), exact), relative_error(mean, exact)
+    assert got_error <= 2e-2 and mean_error > 5 * got_error, (got_error, mean_error)  # rows quantized: ~1e-2
+
+
+def test_int4_weight_bytes_within_5_percent_of_the_file(compiled_int4, tmp_path):
+    """The GPU bytes holding constants (inspect's weight_bytes) stay within 1.05x the file's size."""
+    data, _, _, it = compiled_int4
+    weight_bytes = sum(sum(p.constant_buffers().values()) for p in it.compiled.gpu_programs)
+    assert weight_bytes <= 1.05 * len(data), (weight_bytes, len(data))
+    int4_values = sum(int(np.prod(t.shape)) for t in read_model(data).main.tensors if t.type_code == packed_int8.INT4)
+    assert weight_bytes < int4_values  # below one byte a value: int8 unpacking would not fit
