@@ -11,6 +11,8 @@ run).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -41,8 +43,8 @@ def block_int4(rng: np.random.Generator, rows: int, cols: int, block: int) -> tu
 
 def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     """FCs of odd widths (K = 37, 20, 18 as 3 pixels of 6; not multiples of 8), bias or none, a fused RELU, a
-    per-tensor scale, blockwise (32 and 128) FCs, int4 embedding tables (per row and blockwise), and a gated MLP
-    whose gate and up projections merge into one int4 weight."""
+    per-tensor scale, blockwise (32 and 128) FCs, int4 embedding tables (per row and blockwise), an int4 GATHER
+    with its DEQUANTIZE, and a gated MLP whose gate and up projections merge into one int4 weight."""
     rng = np.random.default_rng(22)
     mb = ModelBuilder()
     feeds: dict[int, np.ndarray] = {}
@@ -70,6 +72,13 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     for name, (values, quant) in (("table", channel_int4(rng, 30, 20)), ("table_b32", block_int4(rng, 30, 64, 32))):
         names[name] = mb.int4_const(name, values, quant)
         outs.append(mb.op("EMBEDDING_LOOKUP", [ids, names[name]], (5, values.shape[1])))
+    # GATHER keeps the type in LiteRT: int4 rows gathered, then DEQUANTIZE; one scale for the table (LiteRT 2.3
+    # gathers int4 along axis 0 only: other axes come out as zeros)
+    values, quant = channel_int4(rng, 30, 6, per_channel=False)
+    names["gathered"] = mb.int4_const("gathered", values, quant)
+    picked = mb.op("GATHER", [names["gathered"], ids], (5, 6), {"axis": 0}, dtype=np.int8)
+    mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
+    outs.append(mb.op("DEQUANTIZE", [picked], (5, 6)))
     x = mb.input("mlp_x", (3, 24))
     feeds[x] = rng.standard_normal((3, 24)).astype(np.float32)
     gate = fc("gate", (3, 24), 16, channel_int4(rng, 16, 24), False, src=x)
@@ -110,7 +119,8 @@ def test_int4_model_equals_litert_on_the_gpu_with_weights_packed(compiled_int4):
     assert sum("int4 weights (8 a u32)" in label for label in labels) == 8, labels  # gate and up merged into one
     assert any("silu(gate) * up" in label and "int4 weights" in label for label in labels)
     assert any("in blocks of 128" in label for label in labels)
-    assert sum("int4 table read packed" in label for label in labels) == 2
+    assert sum("int4 table read packed" in label for label in labels) == 3  # GATHER + DEQUANTIZE: one dispatch
+    assert not any("DEQUANTIZE" in label for label in labels)
     ref = run_litert(data, feeds)
     for t, r in ref.items():
         assert relative_error(it.get_tensor(t), r) <= 1e-5, t
@@ -140,3 +150,24 @@ def test_int4_weight_bytes_within_5_percent_of_the_file(compiled_int4, tmp_path)
     assert weight_bytes <= 1.05 * len(data), (weight_bytes, len(data))
     int4_values = sum(int(np.prod(t.shape)) for t in read_model(data).main.tensors if t.type_code == packed_int8.INT4)
     assert weight_bytes < int4_values  # below one byte a value: int8 unpacking would not fit
+
+
+def test_fold_gather_dequantize_only_where_the_gather_has_one_reader():
+    """GATHER + DEQUANTIZE of a constant int table become one GATHER with the float output; a gathered tensor that
+    something else reads (here a graph output) keeps both ops."""
+    from gpuengine.passes.fold_gather_dequantize import fold_gather_dequantize
+
+    rng = np.random.default_rng(5)
+    values, quant = channel_int4(rng, 10, 8, per_channel=False)
+    for also_output in (False, True):
+        mb = ModelBuilder()
+        ids = mb.input("ids", (3,), np.int32)
+        table = mb.int4_const("table", values, quant)
+        picked = mb.op("GATHER", [table, ids], (3, 8), {"axis": 0}, dtype=np.int8)
+        mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
+        out = mb.op("DEQUANTIZE", [picked], (3, 8))
+        mb.output(*([out, picked] if also_output else [out]))
+        after = fold_gather_dequantize(read_model(mb.build()).main)
+        codes = [op.code for op in after.ops]
+        assert codes == (["GATHER", "DEQUANTIZE"] if also_output else ["GATHER"])
+        assert after.ops[0].outputs == ([picked] if also_output else [out])
