@@ -44,7 +44,8 @@ def block_int4(rng: np.random.Generator, rows: int, cols: int, block: int) -> tu
 def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     """FCs of odd widths (K = 37, 20, 18 as 3 pixels of 6; not multiples of 8), bias or none, a fused RELU, a
     per-tensor scale, blockwise (32 and 128) FCs, int4 embedding tables (per row and blockwise), an int4 GATHER
-    with its DEQUANTIZE, and a gated MLP whose gate and up projections merge into one int4 weight."""
+    with its DEQUANTIZE, and gated MLPs (per-row and blockwise scales) whose gate and up projections merge into one
+    int4 weight."""
     rng = np.random.default_rng(22)
     mb = ModelBuilder()
     feeds: dict[int, np.ndarray] = {}
@@ -79,12 +80,14 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     picked = mb.op("GATHER", [names["gathered"], ids], (5, 6), {"axis": 0}, dtype=np.int8)
     mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
     outs.append(mb.op("DEQUANTIZE", [picked], (5, 6)))
-    x = mb.input("mlp_x", (3, 24))
-    feeds[x] = rng.standard_normal((3, 24)).astype(np.float32)
-    gate = fc("gate", (3, 24), 16, channel_int4(rng, 16, 24), False, src=x)
-    up = fc("up", (3, 24), 16, channel_int4(rng, 16, 24), False, src=x)
-    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
-    outs.append(fc("down", (3, 16), 24, channel_int4(rng, 24, 16), True, src=mb.op("MUL", [silu, up], (3, 16))))
+    for prefix, k, make in (("", 24, channel_int4), ("b_", 64, lambda r, o, i: block_int4(r, o, i, 32))):
+        x = mb.input(f"{prefix}mlp_x", (3, k))
+        feeds[x] = rng.standard_normal((3, k)).astype(np.float32)
+        gate = fc(f"{prefix}gate", (3, k), 16, make(rng, 16, k), False, src=x)
+        up = fc(f"{prefix}up", (3, k), 16, make(rng, 16, k), False, src=x)
+        silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
+        outs.append(fc(f"{prefix}down", (3, 16), 24, channel_int4(rng, 24, 16), True,
+                       src=mb.op("MUL", [silu, up], (3, 16))))
     mb.output(*outs)
     return mb.build(), feeds, names
 
@@ -116,8 +119,9 @@ def test_int4_model_equals_litert_on_the_gpu_with_weights_packed(compiled_int4):
     program = it.compiled.gpu_programs[0]
     assert it.compiled.plan.unsupported == {} and len(it.compiled.gpu_programs) == 1
     labels = [d.spec.label for d in program.dispatches]
-    assert sum("int4 weights (8 a u32)" in label for label in labels) == 8, labels  # gate and up merged into one
-    assert any("silu(gate) * up" in label and "int4 weights" in label for label in labels)
+    assert sum("int4 weights (8 a u32)" in label for label in labels) == 10, labels  # gate and up merged into one
+    assert sum("silu(gate) * up" in label and "int4 weights" in label for label in labels) == 2
+    assert any("silu(gate) * up" in label and "in blocks of 32" in label for label in labels)
     assert any("in blocks of 128" in label for label in labels)
     assert sum("int4 table read packed" in label for label in labels) == 3  # GATHER + DEQUANTIZE: one dispatch
     assert not any("DEQUANTIZE" in label for label in labels)
