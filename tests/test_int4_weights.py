@@ -12,6 +12,7 @@ run).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,3 +176,37 @@ def test_fold_gather_dequantize_only_where_the_gather_has_one_reader():
         codes = [op.code for op in after.ops]
         assert codes == (["GATHER", "DEQUANTIZE"] if also_output else ["GATHER"])
         assert after.ops[0].outputs == ([picked] if also_output else [out])
+
+
+SMOLLM_INT4 = (Path(__file__).resolve().parents[2] / "shared" / "models" / "generated"
+               / "smollm_4l_int4_block32_q4_block32_ekv256.tflite")
+
+
+@pytest.mark.skipif(not SMOLLM_INT4.exists(), reason="litert-torch int4 SmolLM not built "
+                    "(../shared/models/make_smollm_4l_int4.py, needs litert-torch)")
+def test_litert_torch_int4_block32_decode_equals_litert_with_weights_kept_int4():
+    """litert-torch's own dynamic_int4_block32 export (SmolLM-135M cut to 4 layers): the decode signature is one GPU
+    partition, its logits equal LiteRT's within 1e-5 of their range, and the GPU holds at most 1.05x the file."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    rng = np.random.default_rng(0)
+    ref_runner = LiteRT(model_path=str(SMOLLM_INT4)).get_signature_runner("decode")
+    feeds = {}
+    for name, d in ref_runner.get_input_details().items():
+        if name == "tokens":
+            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
+        elif name == "input_pos":
+            feeds[name] = np.array([5], np.int32)
+        else:
+            cache = np.zeros(d["shape"], np.float32)
+            cache[:, :5] = rng.standard_normal(cache[:, :5].shape)
+            feeds[name] = cache
+    ref = ref_runner(**feeds)
+    runner = Interpreter(model_path=str(SMOLLM_INT4)).get_signature_runner("decode")
+    got = runner(**feeds)
+    compiled = runner.compiled
+    assert compiled.plan.unsupported == {} and len(compiled.gpu_programs) == 1
+    for name, r in ref.items():
+        assert np.abs(got[name] - r).max() <= 1e-5 * (r.max() - r.min()), name
+    weight_bytes = sum(sum(p.constant_buffers().values()) for p in compiled.gpu_programs)
+    assert weight_bytes <= 1.05 * SMOLLM_INT4.stat().st_size
