@@ -342,8 +342,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                 f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
                 f"let inv_{t} = 1.0 / qs_{t};",
             ]
-        # blockwise weights: each word's i32 dot products times its block's scales, summed in f32 (XNNPACK's
-        # qb4w sums a block in i32, then in f32; the same sums in another order)
+        # blockwise weights (XNNPACK's qb4w): a block's dot products summed in i32 (bacc), then times the block's
+        # scales into the f32 sums (iacc), each time the words an invocation reads enter another block
         acc_type, block = ("vec4<f32>", packed.block) if packed.block else ("vec4<i32>", 0)
         zp_cast = "zp_{t}" if block else "i32(zp_{t})"
         init = []
@@ -351,22 +351,31 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
             init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp_cast.format(t=t)} * wsum_{j}, k == 0u);"
                      for t in range(rt)]
+        flush = [f"iacc_{j}_{t} += vec4<f32>(bacc_{j}_{t}) * bs_{j};" for j in range(st) for t in range(rt)]
+        if block:
+            init.append("var blk = 0xFFFFFFFFu;")
+            init += [f"var bs_{j} = vec4<f32>(0.0);" for j in range(st)]
+            init += [f"var bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
         if symmetric:  # std::round: ties away from zero
             taps = [f"let xs_{t} = {src[t]} * qs_{t};\n    let xq_{t} = pack4xI8(vec4<i32>(clamp(sign(xs_{t}) * "
                     f"floor(abs(xs_{t}) + 0.5), vec4<f32>(-127.0), vec4<f32>(127.0))));" for t in range(rt)]
         else:
             taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
                     f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+        if block:
+            loads = [f"bs_{j} = vec4<f32>(" + ", ".join(f"weights_block_scale((os0 + {j}u) * 4u + {c}u, b)"
+                                                         for c in range(4)) + ");" for j in range(st)]
+            resets = [f"bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
+            taps += [f"let b = q * 4u / {block}u;",
+                     "if (b != blk) {\n      " + "\n      ".join([*flush, *resets, *loads, "blk = b;"]) + "\n    }"]
         for j in range(st):
             taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
             dots = "vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{{t}}, w_{j}_{c})" for c in range(4)) + ")"
-            if block:
-                taps.append(f"let bs_{j} = vec4<f32>(" + ", ".join(
-                    f"weights_block_scale((os0 + {j}u) * 4u + {c}u, q * 4u / {block}u)" for c in range(4)) + ");")
-                dots = f"vec4<f32>({dots}) * bs_{j}"
-            taps += [f"iacc_{j}_{t} += {dots.format(t=t)};" for t in range(rt)]
+            target = "bacc" if block else "iacc"
+            taps += [f"{target}_{j}_{t} += {dots.format(t=t)};" for t in range(rt)]
         accs = accumulators(d.tile)
-        to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
+        to_float = (flush if block else []) + [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});"
+                                               for j in range(st) for t in range(rt)]
         store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
                           for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
