@@ -44,9 +44,9 @@ def block_int4(rng: np.random.Generator, rows: int, cols: int, block: int) -> tu
 
 def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     """FCs of odd widths (K = 37, 20, 18 as 3 pixels of 6; not multiples of 8), bias or none, a fused RELU, a
-    per-tensor scale, blockwise (32 and 128) FCs, int4 embedding tables (per row and blockwise), an int4 GATHER
-    with its DEQUANTIZE, and gated MLPs (per-row and blockwise scales) whose gate and up projections merge into one
-    int4 weight."""
+    per-tensor scale, blockwise FCs (blocks of 32 and 128; rows of 16 pixels of 2 channels), int4 embedding tables
+    (per row and blockwise), an int4 GATHER with its DEQUANTIZE, and gated MLPs (per-row and blockwise scales)
+    whose gate and up projections merge into one int4 weight."""
     rng = np.random.default_rng(22)
     mb = ModelBuilder()
     feeds: dict[int, np.ndarray] = {}
@@ -68,7 +68,8 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
             fc("pixels", (2, 3, 6), 9, channel_int4(rng, 9, 18, per_channel=False), True),
             fc("wide", (1, 512), 64, channel_int4(rng, 64, 512), True),
             fc("block32", (2, 96), 12, block_int4(rng, 12, 96, 32), True),
-            fc("block128", (1, 512), 64, block_int4(rng, 64, 512, 128), False)]
+            fc("block128", (1, 512), 64, block_int4(rng, 64, 512, 128), False),
+            fc("block_pixels", (1, 16, 2), 8, block_int4(rng, 8, 32, 32), False)]
     ids = mb.input("ids", (5,), np.int32)
     feeds[ids] = np.array([0, 29, 3, 3, 17], np.int32)
     for name, (values, quant) in (("table", channel_int4(rng, 30, 20)), ("table_b32", block_int4(rng, 30, 64, 32))):
@@ -120,7 +121,7 @@ def test_int4_model_equals_litert_on_the_gpu_with_weights_packed(compiled_int4):
     program = it.compiled.gpu_programs[0]
     assert it.compiled.plan.unsupported == {} and len(it.compiled.gpu_programs) == 1
     labels = [d.spec.label for d in program.dispatches]
-    assert sum("int4 weights (8 a u32)" in label for label in labels) == 10, labels  # gate and up merged into one
+    assert sum("int4 weights (8 a u32)" in label for label in labels) == 11, labels  # gate and up merged into one
     assert sum("silu(gate) * up" in label and "int4 weights" in label for label in labels) == 2
     assert any("silu(gate) * up" in label and "in blocks of 32" in label for label in labels)
     assert any("in blocks of 128" in label for label in labels)

@@ -270,8 +270,9 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
     input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
     x, w = (graph.tensors[t] for t in op.inputs[:2])
     out = graph.tensors[op.outputs[0]]
-    if w.quantization is not None and w.quantization.blockwise and x.shape[-1] % 4 and w.shape[1] != x.shape[-1]:
-        return False  # blocks are counted in words of 4 channels of the flattened row: whole pixels of 4k channels
+    q = w.quantization
+    if q is not None and q.blockwise and x.shape[-1] % 4 and w.shape[1] != x.shape[-1] and q.block_size % x.shape[-1]:
+        return False  # a word (4 channels of one pixel) must lie in one block: pixels of 4k channels, or whole pixels
     return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
@@ -366,7 +367,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             loads = [f"bs_{j} = vec4<f32>(" + ", ".join(f"weights_block_scale((os0 + {j}u) * 4u + {c}u, b)"
                                                          for c in range(4)) + ");" for j in range(st)]
             resets = [f"bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
-            taps += [f"let b = q * 4u / {block}u;",
+            taps += [f"let b = (px * {ic}u + sl * 4u) / {block}u;",
                      "if (b != blk) {\n      " + "\n      ".join([*flush, *resets, *loads, "blk = b;"]) + "\n    }"]
         for j in range(st):
             taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
