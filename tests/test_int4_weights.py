@@ -211,3 +211,30 @@ def test_litert_torch_int4_block32_decode_equals_litert_with_weights_kept_int4()
         assert np.abs(got[name] - r).max() <= 1e-5 * (r.max() - r.min()), name
     weight_bytes = sum(sum(p.constant_buffers().values()) for p in compiled.gpu_programs)
     assert weight_bytes <= 1.05 * SMOLLM_INT4.stat().st_size
+
+
+def test_int4_tables_larger_than_one_binding_are_split(monkeypatch):
+    """With the binding limit lowered to 256 bytes, a blockwise int4 FC (37 rows of 64 values: 32 bytes a row) and
+    a per-row int4 table are bound as several chunks of rows, the block scales too; results stay LiteRT's."""
+    monkeypatch.setattr(packed_int8, "MAX_BINDING_BYTES", 256)
+    rng = np.random.default_rng(6)
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 64))
+    ids = mb.input("ids", (2,), np.int32)
+    fc = mb.op("FULLY_CONNECTED", [x, mb.int4_const("w", *block_int4(rng, 37, 64, 32)), -1], (2, 37))
+    emb = mb.op("EMBEDDING_LOOKUP", [ids, mb.int4_const("t", *channel_int4(rng, 37, 64))], (2, 64))
+    mb.output(fc, emb)
+    data = mb.build()
+    feeds = {x: rng.standard_normal((2, 64)).astype(np.float32), ids: np.array([36, 17], np.int32)}
+    ref = run_litert(data, feeds)
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    names = [[b.name for b in d.spec.bindings] for d in it.compiled.gpu_programs[0].dispatches]
+    fc_names = next(n for n in names if "weights_0" in n)
+    assert "weights_2" in fc_names and "weights_bs_0" in fc_names  # 37 rows of 32 bytes in chunks of 8 rows
+    assert any("table_2" in n for n in names)
+    for t, v in feeds.items():
+        it.set_tensor(t, v)
+    it.invoke()
+    for t, r in ref.items():
+        assert relative_error(it.get_tensor(t), r) <= 1e-5, t
