@@ -238,3 +238,21 @@ def test_int4_tables_larger_than_one_binding_are_split(monkeypatch):
     it.invoke()
     for t, r in ref.items():
         assert relative_error(it.get_tensor(t), r) <= 1e-5, t
+
+
+def test_int4_table_with_odd_rows_reads_the_schemas_values():
+    """Rows of odd length share a byte with the next row (INT4 is packed flat over the tensor). The GPU gives each
+    row its own values; LiteRT 2.3's EMBEDDING_LOOKUP starts an odd row one nibble early (it computes the row's
+    byte as row * D / 2), so here the reference is the schema's definition, not LiteRT."""
+    rng = np.random.default_rng(7)
+    values, quant = channel_int4(rng, 7, 5)
+    mb = ModelBuilder()
+    ids = mb.input("ids", (3,), np.int32)
+    out = mb.op("EMBEDDING_LOOKUP", [ids, mb.int4_const("t", values, quant)], (3, 5))
+    mb.output(out)
+    it = Interpreter(model_content=mb.build())
+    it.allocate_tensors()
+    it.set_tensor(ids, np.array([6, 1, 3], np.int32))
+    it.invoke()
+    rows = [6, 1, 3]
+    assert relative_error(it.get_tensor(out), values[rows] * quant.scale[rows, None]) <= 1e-7
