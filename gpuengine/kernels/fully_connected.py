@@ -404,9 +404,11 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
 
     tiles = _tiles(rows, so, gated, wide=bool(norm))
+    # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
+    int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
-                                                    "norm": int(bool(norm))},
+                                                    "norm": int(bool(norm)), **int4_numbers},
                            tiles, words, count, step, make, rows * i * o)
 
 
