@@ -42,15 +42,17 @@ def is_real(t: Tensor) -> bool:
     if np.issubdtype(t.dtype, np.floating):
         return True
     q = t.quantization
-    return q is not None and q.scale.size > 0 and np.issubdtype(t.dtype, np.integer)
+    return q is not None and (q.scale.size > 0 or q.blockwise) and np.issubdtype(t.dtype, np.integer)
 
 
 def dequantize(t: Tensor, data: np.ndarray) -> np.ndarray:
     """Stored values of tensor t (int8/uint8/int16/int32 with scale and zero point, or floats) as float64."""
     data = np.asarray(data)
-    if not np.issubdtype(data.dtype, np.integer) or t.quantization is None or not t.quantization.scale.size:
+    if not np.issubdtype(data.dtype, np.integer) or not is_real(t):
         return data.astype(F64)
     q = t.quantization
+    if q.blockwise:
+        return data.astype(F64) * np.repeat(q.block_scales.astype(F64), q.block_size, axis=-1)
     shape = [1] * data.ndim
     if q.per_channel and data.ndim:
         shape[q.axis] = -1

@@ -266,8 +266,9 @@ def test_projection_fusions_leave_shared_tensors_alone():
 
 
 def test_int4_weights_equal_litert():
-    """INT4 weights (two a byte, low nibble first) take the int8 path, unpacked at load; LiteRT quantizes the rows
-    the same way, so the outputs are equal (a float computation is ~1e-2 away)."""
+    """INT4 weights (two a byte, low nibble first) take the int8 kernel, read packed 8 per u32 (tests/
+    test_int4_weights.py has the rest); LiteRT quantizes the rows the same way, so the outputs are equal (a float
+    computation is ~1e-2 away)."""
     import dataclasses
 
     rng = np.random.default_rng(10)

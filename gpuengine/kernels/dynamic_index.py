@@ -47,8 +47,9 @@ def _index(name: str, shape: tuple[int, ...], coords: list[Ix], size: int, var: 
 
 def _int8_table(graph: Graph, data: int, out: int) -> bool:
     """A constant int8 (or int4) table with symmetric per-row or per-tensor scales read into a float output
-    (LiteRT's hybrid EMBEDDING_LOOKUP: value = q * scale[row]; its GATHER has no hybrid form): the GPU reads it
-    packed, 4 values per u32 (kernels/packed_int8.py)."""
+    (LiteRT's hybrid EMBEDDING_LOOKUP: value = q * scale[row]; a GATHER + DEQUANTIZE folded into one GATHER by
+    passes/fold_gather_dequantize.py): the GPU reads it
+    packed, 4 values per u32, int4 8 per u32 (kernels/packed_int8.py)."""
     table, result = graph.tensors[data], graph.tensors[out]
     return (result.dtype == np.float32 and result.quantization is None and table.data is not None
             and int8_values(table) is not None)
@@ -80,9 +81,12 @@ def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], li
         row = coords[0].code
         word = f"({e.code}) / {channels}u * {si}u + ({e.code}) % {channels}u / 4u"
         bits = f"({e.code}) % {channels}u % 4u * 8u"
-        return (f"(f32(extractBits(bitcast<i32>({name}_word({row}, {word})), {bits}, 8u)) * "
-                f"{name}_scale[min({row}, {packed.rows - 1}u)])")
+        scale = (f"{name}_block_scale({row}, ({e.code}) / {packed.block}u)" if packed.block
+                 else f"{name}_scale[min({row}, {packed.rows - 1}u)]")
+        return f"(f32(extractBits(bitcast<i32>({name}_word({row}, {word})), {bits}, 8u)) * {scale})"
 
+    if packed.block:
+        return bindings, [fn], at
     return [*bindings, Binding(f"{name}_scale", data=packed.scale, element="f32")], [fn], at
 
 
@@ -131,7 +135,9 @@ def gather_support(op: Op, graph: Graph) -> str | None:
     params, indices = (graph.tensors[t] for t in op.inputs)
     if indices.data is None and indices.dtype != np.int32:
         return f"run-time indices {indices.name!r} are {indices.dtype}; the GPU takes int32 (int64 stays on LiteRT)"
-    reason = float_tensors(op, graph, integers=True) or _same_type(graph, op.inputs[0], op.outputs[0])
+    hybrid = _int8_table(graph, op.inputs[0], op.outputs[0])  # passes/fold_gather_dequantize.py made it
+    reason = None if hybrid else (float_tensors(op, graph, integers=True)
+                                  or _same_type(graph, op.inputs[0], op.outputs[0]))
     if reason:
         return reason
     axis, batch_dims = _gather_layout(op, graph)
@@ -155,8 +161,14 @@ def build_gather(op: Op, graph: Graph) -> Lowering:
     q = len(i_shape) - batch_dims
     o = _coords(graph, op.outputs[0])
     line = _index("indices", i_shape, [*o[:batch_dims], *o[axis:axis + q]], p_shape[axis], "row")
-    lane = f"{line} value[l] = {_at('params', p_shape, [*o[:axis], Ix('row', 0), *o[axis + q:]])};"
-    return [_spec(op, graph, [_source(graph, params, "params"), _source(graph, indices, "indices")], lane)]
+    bindings, functions, at = _table(graph, params, op.outputs[0], "params")
+    lane = f"{line} value[l] = {at([*o[:axis], Ix('row', 0), *o[axis + q:]])};"
+    spec = _spec(op, graph, [*bindings, _source(graph, indices, "indices")], lane)
+    spec.functions = functions
+    if _int8_table(graph, params, op.outputs[0]):
+        bits = 4 if graph.tensors[params].type_code == packed_int8.INT4 else 8
+        spec.label += f" (int{bits} table read packed, times its scale)"
+    return [spec]
 
 
 class DynamicIndexKernel:
@@ -213,8 +225,12 @@ class DynamicIndexKernel:
                     + f"value[l] = {at([Ix('row', 0), *o[1:]])};")
             spec = _spec(op, graph, [_source(graph, ids, "ids"), *bindings], lane)
             spec.functions = functions
-            if functions:
-                spec.label += " (int8 table read packed, times its row scales)"
+            if _int8_table(graph, table, op.outputs[0]):
+                t = graph.tensors[table]
+                bits = 4 if t.type_code == packed_int8.INT4 else 8
+                scales = f"block scales ({t.quantization.block_size} a block)" if t.quantization.blockwise \
+                    else "row scales"
+                spec.label += f" (int{bits} table read packed, times its {scales})"
             return [spec]
         if op.code == "GATHER_ND":
             params, indices = op.inputs

@@ -8,10 +8,10 @@ tiling.py): a classifier head (one row, 1280 -> 1000) is far too few tiles to fi
 each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 rows x 2 slices unsplit.
 
 Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
-u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
-in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
-weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
-the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+u32, int4 8 per u32 (kernels/packed_int8.py), and each input row is quantized as LiteRT's XNNPACK quantizes it, the
+products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes:
+`gated` (gate and up weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of
+the input computed in the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
@@ -270,8 +270,19 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
     input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
     x, w = (graph.tensors[t] for t in op.inputs[:2])
     out = graph.tensors[op.outputs[0]]
+    q = w.quantization
+    if q is not None and q.blockwise and x.shape[-1] % 4 and w.shape[1] != x.shape[-1] and q.block_size % x.shape[-1]:
+        return False  # a word (4 channels of one pixel) must lie in one block: pixels of 4k channels, or whole pixels
     return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
             and out.quantization is None and packed_int8.int8_values(w) is not None)
+
+
+def _hybrid_label(packed: packed_int8.PackedRows, symmetric: bool = False) -> str:
+    label = HYBRID.replace("(XNNPACK: asymmetric int8", "(builtin kernel: symmetric int8", 1) if symmetric else HYBRID
+    width = "int8 weights" if packed.bits == 8 else "int4 weights (8 a u32)"
+    if packed.block:
+        width += f" in blocks of {packed.block} (f16 scales)"
+    return label.replace("int8 weights", width, 1)
 
 
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
@@ -288,6 +299,9 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     norm = op.opt(NORM)
     norm_label = f"{norm[4]} + " if norm else ""
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
+    # LiteRT's XNNPACK takes int4 rows of even length only; an odd one runs its builtin kernel, which quantizes
+    # each input row symmetrically (measured: all three LiteRT kernel sets agree)
+    symmetric = packed.bits == 4 and not packed.block and i % 2 == 1
     words = p * si  # the reduction: u32 words (4 input channels) per row
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
@@ -313,27 +327,56 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
         row_params = []
         for t in range(rt):
+            row_params += [f"let rmin_{t} = min(range_{t}.x, 0.0);", f"let rmax_{t} = max(-range_{t}.y, 0.0);"]
+            if symmetric:  # tensor_utils::SymmetricQuantizeFloats: scale max|x| / 127, no zero point
+                row_params += [
+                    f"let ra_{t} = max(-rmin_{t}, rmax_{t});",
+                    f"let qs_{t} = select(127.0 / ra_{t}, 1.0, ra_{t} == 0.0);",
+                    f"let zp_{t} = 0.0;",
+                    f"let inv_{t} = select(ra_{t} / 127.0, 1.0, ra_{t} == 0.0);",
+                ]
+                continue
             row_params += [
-                f"let rmin_{t} = min(range_{t}.x, 0.0);",
-                f"let rmax_{t} = max(-range_{t}.y, 0.0);",
                 f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
                 f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
                 f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
                 f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
                 f"let inv_{t} = 1.0 / qs_{t};",
             ]
+        # blockwise weights (XNNPACK's qb4w): a block's dot products summed in i32 (bacc), then times the block's
+        # scales into the f32 sums (iacc), each time the words an invocation reads enter another block
+        acc_type, block = ("vec4<f32>", packed.block) if packed.block else ("vec4<i32>", 0)
+        zp_cast = "zp_{t}" if block else "i32(zp_{t})"
         init = []
         for j in range(st):
-            init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
-            init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
-        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
-                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+            init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
+            init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp_cast.format(t=t)} * wsum_{j}, k == 0u);"
+                     for t in range(rt)]
+        flush = [f"iacc_{j}_{t} += vec4<f32>(bacc_{j}_{t}) * bs_{j};" for j in range(st) for t in range(rt)]
+        if block:
+            init.append("var blk = 0xFFFFFFFFu;")
+            init += [f"var bs_{j} = vec4<f32>(0.0);" for j in range(st)]
+            init += [f"var bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
+        if symmetric:  # std::round: ties away from zero
+            taps = [f"let xs_{t} = {src[t]} * qs_{t};\n    let xq_{t} = pack4xI8(vec4<i32>(clamp(sign(xs_{t}) * "
+                    f"floor(abs(xs_{t}) + 0.5), vec4<f32>(-127.0), vec4<f32>(127.0))));" for t in range(rt)]
+        else:
+            taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+                    f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+        if block:
+            loads = [f"bs_{j} = vec4<f32>(" + ", ".join(f"weights_block_scale((os0 + {j}u) * 4u + {c}u, b)"
+                                                         for c in range(4)) + ");" for j in range(st)]
+            resets = [f"bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
+            taps += [f"let b = (px * {ic}u + sl * 4u) / {block}u;",
+                     "if (b != blk) {\n      " + "\n      ".join([*flush, *resets, *loads, "blk = b;"]) + "\n    }"]
         for j in range(st):
             taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
-            taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
-                     + ");" for t in range(rt)]
+            dots = "vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{{t}}, w_{j}_{c})" for c in range(4)) + ")"
+            target = "bacc" if block else "iacc"
+            taps += [f"{target}_{j}_{t} += {dots.format(t=t)};" for t in range(rt)]
         accs = accumulators(d.tile)
-        to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
+        to_float = (flush if block else []) + [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});"
+                                               for j in range(st) for t in range(rt)]
         store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
                           for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
@@ -351,7 +394,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
+                                f"{_hybrid_label(packed, symmetric)} "
                                 f"[{d.describe()}]")
 
     row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
@@ -360,9 +404,11 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
 
     tiles = _tiles(rows, so, gated, wide=bool(norm))
+    # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
+    int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
-                                                    "norm": int(bool(norm))},
+                                                    "norm": int(bool(norm)), **int4_numbers},
                            tiles, words, count, step, make, rows * i * o)
 
 

@@ -1,5 +1,12 @@
-"""int8 (and int4) constant tables kept packed on the GPU: 4 int8 values per u32, one row per output channel (FC
-weights) or per table row (EMBEDDING_LOOKUP / GATHER), with their per-row f32 scales bound beside them.
+"""int8 (and int4) constant tables kept packed on the GPU: 4 int8 values per u32 (8 int4 values per u32), one row
+per output channel (FC weights) or per table row (EMBEDDING_LOOKUP / GATHER), with their per-row f32 scales bound
+beside them.
+
+An int4 table keeps its file's size on the GPU: int8 words 2m and 2m + 1 of a row share int4 word m, byte j holding
+byte j of word 2m in its low nibble and byte j of word 2m + 1 in its high nibble. So the reader `{name}_word` of
+either form returns the same packed int8 word: for int4 one shift, one mask and a sign extension of the four
+nibbles (`v | (v & 0x08080808) * 0x1E` sets bits 4-7 of each byte whose bit 3 is set, no carry between bytes), and
+every consumer (dot4I8Packed, extractBits) is shared.
 
 One layout serves both readers, row-major [rows, ceil(C/4) words per pixel], so a language model whose LM head
 reuses the embedding table (tied weights) binds one buffer for both: constant buffers are shared by content per
@@ -28,9 +35,12 @@ class PackedRows:
     """A [rows, C] int8 table (C = channels of one pixel; P pixels per row) packed as u32 words: row r holds P * SI
     words (SI = ceil(C / 4)), pixel p's channels 4s..4s+3 in word p * SI + s, byte j = channel 4s + j."""
 
-    words: np.ndarray  # u32 [rows, P * SI]
+    words: np.ndarray  # u32 [rows, P * SI] (int8), or [rows, ceil(P * SI / 2)] (int4: 8 values per word)
     scale: np.ndarray  # f32 [rows]: the real value of q in row r is q * scale[r]
     row_sums: np.ndarray  # i64 [rows]: sum of the row's int8 values (for an asymmetric input's zero point)
+    bits: int = 8  # 8 or 4: the width each value is stored with on the GPU
+    block: int = 0  # blockwise quantization: values per block along a row (scale is then 1 and row_sums real sums)
+    block_scales: np.ndarray | None = None  # u32 [rows, ceil(blocks / 2)]: the float16 block scales, two a word
 
     @property
     def rows(self) -> int:
@@ -55,9 +65,12 @@ def int8_values(tensor: Tensor) -> np.ndarray | None:
         data = np.asarray(tensor.data)
     else:
         return None
-    if q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
-        return None
     if q.zero_point.size and np.any(q.zero_point != 0):
+        return None
+    if q.blockwise:
+        if len(tensor.shape) != 2 or not np.all(np.isfinite(q.block_scales)):
+            return None
+    elif q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
         return None
     if not np.all(np.isfinite(q.scale)):
         return None
@@ -74,10 +87,24 @@ def pack_rows(tensor: Tensor, channels: int) -> PackedRows:
     si = slices(channels)
     padded = np.zeros((rows, p, si * 4), np.int8)
     padded[:, :, :channels] = flat.reshape(rows, p, channels)
-    words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
+    bits = 4 if tensor.type_code == INT4 else 8
+    if bits == 4:  # int8 words 2m, 2m + 1 -> int4 word m (low, high nibble of each byte)
+        pairs = np.zeros((rows, -(-p * si // 2) * 2, 4), np.uint8)
+        pairs[:, :p * si] = padded.reshape(rows, p * si, 4).view(np.uint8) & 0xF
+        nibbles = pairs[:, 0::2] | (pairs[:, 1::2] << 4)
+        words = np.ascontiguousarray(nibbles).view("<u4").reshape(rows, -1).astype(np.uint32)
+    else:
+        words = np.ascontiguousarray(padded).view("<u4").reshape(rows, p * si).astype(np.uint32)
     q = tensor.quantization
+    if q.blockwise:  # sum of the row's real values (value times its block's scale) for the input's zero point
+        scales = q.block_scales.astype(np.float32)
+        row_sums = (flat * np.repeat(scales.astype(np.float64), q.block_size, axis=1)).sum(axis=1)
+        halves = np.zeros((rows, -(-scales.shape[1] // 2) * 2), np.float16)
+        halves[:, :scales.shape[1]] = q.block_scales
+        block_words = np.ascontiguousarray(halves).view("<u4").astype(np.uint32)
+        return PackedRows(words, np.ones(rows, np.float32), row_sums, bits, q.block_size, block_words)
     scale = np.broadcast_to(np.asarray(q.scale, np.float32).reshape(-1), (rows,)).astype(np.float32)
-    return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1))
+    return PackedRows(words, scale, flat.astype(np.int64).sum(axis=1), bits)
 
 
 def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int]]:
@@ -87,9 +114,24 @@ def row_chunks(rows: int, row_bytes: int, align: int = 4) -> list[tuple[int, int
 
 
 def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code, list[Binding]]:
-    """`fn {name}_word(r: u32, w: u32) -> u32`: word w of row r (clamped to the last row), and its bindings (one per
-    chunk of rows)."""
-    return chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+    """`fn {name}_word(r: u32, w: u32) -> u32`: packed int8 word w of row r (clamped to the last row; an int4 table's
+    nibbles sign-extended to bytes), and its bindings (one per chunk of rows). A blockwise table also gets
+    `fn {name}_block_scale(r: u32, b: u32) -> f32`: the scale of block b of row r (float16 on the GPU, as in the
+    file)."""
+    if packed.bits == 8:
+        fn, bindings = chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
+    else:
+        fn, bindings = chunked_rows(f"{name}_int4", name, packed.words, "u32", 1, align)
+        fn = Code(fn + f"fn {name}_word(r: u32, w: u32) -> u32 {{\n"
+                  f"  let v = ({name}_int4(r, w >> 1u) >> ((w & 1u) * 4u)) & 0x0F0F0F0Fu;\n"
+                  "  return v | ((v & 0x08080808u) * 0x1Eu);\n}\n")
+    if packed.block_scales is not None:
+        scale_fn, scale_bindings = chunked_rows(f"{name}_scale_pair", f"{name}_bs", packed.block_scales, "u32", 1,
+                                                align)
+        fn = Code(fn + scale_fn + f"fn {name}_block_scale(r: u32, b: u32) -> f32 {{\n"
+                  f"  return unpack2x16float({name}_scale_pair(r, b >> 1u))[b & 1u];\n}}\n")
+        bindings = [*bindings, *scale_bindings]
+    return fn, bindings
 
 
 def chunked_rows(fn: str, name: str, data: np.ndarray, element: str, unit: int, align: int = 4,

@@ -5,6 +5,7 @@ No TensorFlow needed: it writes the flatbuffer with the `tflite` schema bindings
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -155,7 +156,7 @@ def write_model(model: Model) -> bytes:
     shared: dict[tuple[str, bytes], int] = {}
     codes: dict[tuple[int, str | None, int], int] = {}
     subgraph_offsets = []
-    for graph in model.subgraphs:
+    for graph, scales_of in map(_with_block_scale_tensors, model.subgraphs):
         tensor_buffers = []
         for t in graph.tensors:
             if t.sparsity is not None:
@@ -171,7 +172,7 @@ def write_model(model: Model) -> bytes:
                 tensor_buffers.append(0)
         for op in graph.ops:
             codes.setdefault(_code_key(op), len(codes))
-        subgraph_offsets.append(_write_subgraph(b, graph, tensor_buffers, codes))
+        subgraph_offsets.append(_write_subgraph(b, graph, tensor_buffers, codes, scales_of))
     metadata_entries = []
     for name, blob in model.metadata.items():
         buffers.append(np.frombuffer(blob, np.uint8))
@@ -241,8 +242,35 @@ def _float_vector(b: flatbuffers.Builder, values: np.ndarray) -> int:
     return b.EndVector()
 
 
-def _write_quantization(b: flatbuffers.Builder, q: Quantization) -> int:
+BLOCKWISE_DETAILS = 2  # QuantizationDetails.BlockwiseQuantization
+
+
+def _with_block_scale_tensors(graph: Graph) -> tuple[Graph, dict[int, int]]:
+    """The graph with a float16 constant holding each blockwise-quantized tensor's scales appended (the schema keeps
+    them in a tensor the quantization details name), and the map tensor -> its scales tensor."""
+    extra: list[Tensor] = []
+    scales_of: dict[int, int] = {}
+    for i, t in enumerate(graph.tensors):
+        if t.quantization is not None and t.quantization.blockwise:
+            scales = np.ascontiguousarray(t.quantization.block_scales, np.float16)
+            scales_of[i] = len(graph.tensors) + len(extra)
+            extra.append(Tensor(index=scales_of[i], name=f"{t.name}/block_scales", shape=tuple(scales.shape),
+                                dtype=np.dtype(np.float16), data=scales))
+    return (dataclasses.replace(graph, tensors=[*graph.tensors, *extra]) if extra else graph), scales_of
+
+
+def _write_blockwise(b: flatbuffers.Builder, scales_tensor: int, block_size: int) -> int:
+    """table BlockwiseQuantization { scales: int; zero_points: int; block_size: int } (no zero points: -1)."""
+    b.StartObject(3)
+    b.PrependInt32Slot(0, scales_tensor, -1)
+    b.PrependInt32Slot(1, -1, 0)
+    b.PrependInt32Slot(2, block_size, 0)
+    return b.EndObject()
+
+
+def _write_quantization(b: flatbuffers.Builder, q: Quantization, scales_tensor: int = -1) -> int:
     qm = _schema_module("QuantizationParameters")
+    details = _write_blockwise(b, scales_tensor, q.block_size) if q.blockwise else None
     scale_vec = _float_vector(b, q.scale)
     min_vec = _float_vector(b, q.min) if q.min is not None else None
     max_vec = _float_vector(b, q.max) if q.max is not None else None
@@ -257,19 +285,23 @@ def _write_quantization(b: flatbuffers.Builder, q: Quantization) -> int:
         qm.AddMax(b, max_vec)
     qm.AddScale(b, scale_vec)
     qm.AddZeroPoint(b, zp_vec)
+    if details is not None:
+        qm.AddDetailsType(b, BLOCKWISE_DETAILS)
+        qm.AddDetails(b, details)
     qm.AddQuantizedDimension(b, q.axis)
     return qm.End(b)
 
 
 def _write_subgraph(b: flatbuffers.Builder, graph: Graph, tensor_buffers: list[int],
-                    codes: dict[tuple[int, str | None, int], int]) -> int:
+                    codes: dict[tuple[int, str | None, int], int], scales_of: dict[int, int] | None = None) -> int:
     tm = _schema_module("Tensor")
     tensor_offsets = []
-    for t, buf in zip(graph.tensors, tensor_buffers):
+    for i, (t, buf) in enumerate(zip(graph.tensors, tensor_buffers)):
         name = b.CreateString(t.name)
         shape = _int_vector(b, t.shape)
         sig = _int_vector(b, t.shape_signature) if t.shape_signature is not None else None
-        quant = _write_quantization(b, t.quantization) if t.quantization is not None else None
+        scales_t = (scales_of or {}).get(i, -1)
+        quant = _write_quantization(b, t.quantization, scales_t) if t.quantization is not None else None
         tm.Start(b)
         tm.AddShape(b, shape)
         tm.AddType(b, DTYPE_TO_TYPE[np.dtype(t.dtype)] if t.type_code == 0 else t.type_code)
@@ -388,6 +420,16 @@ class ModelBuilder:
     def const(self, name: str, data: Any, dtype: Any = None, quantization: Quantization | None = None) -> int:
         arr = np.asarray(data, dtype=dtype)
         return self.tensor(name, arr.shape, arr.dtype, arr, quantization)
+
+    def int4_const(self, name: str, values: Any, quantization: Quantization) -> int:
+        """A constant INT4 tensor (type 17): `values` in -8..7, written two a byte, the first in the low nibble;
+        `quantization` per channel or blockwise (Quantization.block_size / block_scales)."""
+        from ..passes.fold_constants import pack_int4
+
+        values = np.asarray(values)
+        index = self.const(name, pack_int4(values).view(np.int8), np.int8, quantization)
+        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=17)
+        return index
 
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
            options: dict[str, Any] | None = None, dtype: Any = np.float32, custom_options: bytes | None = None,

@@ -30,10 +30,19 @@ class Quantization:
     axis: int = 0
     min: np.ndarray | None = None
     max: np.ndarray | None = None
+    # Blockwise quantization (the schema's BlockwiseQuantization details, written by ai-edge-quantizer's int4
+    # block32/128 recipes): scale is empty, each run of block_size values along the last axis has its own scale,
+    # block_scales [rows, last axis / block_size] (float16, read from the details' scales tensor).
+    block_size: int = 0
+    block_scales: np.ndarray | None = None
 
     @property
     def per_channel(self) -> bool:
         return self.scale.size > 1
+
+    @property
+    def blockwise(self) -> bool:
+        return self.block_scales is not None
 
 
 @dataclass

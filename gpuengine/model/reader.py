@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
 from typing import Any
 
+import flatbuffers
 import numpy as np
 import tflite
 from tflite.BuiltinOperator import BuiltinOperator
@@ -200,6 +202,8 @@ def _read_subgraph(g: Any, gi: int, buffers: list[np.ndarray], codes: list, data
     n_t = g.TensorsLength()
     _check_count(n_t, data, f"subgraphs[{gi}].tensors")
     tensors = [_read_tensor(g.Tensors(i), i, gi, buffers, data) for i in range(n_t)]
+    for i in range(n_t):
+        _read_blockwise(g.Tensors(i), i, tensors, f"subgraphs[{gi}].tensors[{i}]")
 
     def indices(arr: np.ndarray, what: str, allow_optional: bool = False) -> list[int]:
         out = [int(x) for x in arr]
@@ -328,6 +332,40 @@ def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes
     return Tensor(index=i, name=name_s, shape=shape, dtype=dtype, shape_signature=sig, buffer=b,
                   data=tensor_data, quantization=quant, sparsity=sparsity, is_variable=bool(t.IsVariable()),
                   type_code=type_code)
+
+
+# QuantizationDetails.BlockwiseQuantization: table {scales: int; zero_points: int; block_size: int}
+BLOCKWISE_DETAILS = 2
+
+
+def _read_blockwise(t: Any, i: int, tensors: list[Tensor], where: str) -> None:
+    """Attach a BlockwiseQuantization's block size and scales (a float16 constant tensor of the same subgraph) to
+    tensor i, which it quantizes."""
+    q = t.Quantization()
+    if q is None or q.DetailsType() != BLOCKWISE_DETAILS or q.Details() is None:
+        return
+    table = q.Details()
+
+    def field(slot: int, default: int) -> int:
+        off = table.Offset(4 + 2 * slot)
+        return int(table.Get(flatbuffers.number_types.Int32Flags, off + table.Pos)) if off else default
+
+    scales_t, zero_points_t, block = field(0, -1), field(1, -1), field(2, 0)
+    target = tensors[i]
+    if not 0 <= scales_t < len(tensors) or tensors[scales_t].data is None:
+        raise ModelError(f"{where}: blockwise scales tensor {scales_t} is not a constant of the subgraph")
+    if zero_points_t >= 0:
+        raise ModelError(f"{where}: blockwise quantization with zero points is not supported (LiteRT has none)")
+    scales = tensors[scales_t]
+    rows, last = (target.shape[0], target.shape[-1]) if target.shape else (0, 0)
+    if len(target.shape) != 2 or block <= 0 or last % block or tuple(scales.shape) != (rows, last // block):
+        raise ModelError(f"{where}: blockwise scales {scales.shape} with block size {block} do not fit shape "
+                         f"{target.shape}")
+    if scales.dtype not in (np.float16, np.float32):
+        raise ModelError(f"{where}: blockwise scales are {scales.dtype}, not float16")
+    quant = target.quantization or Quantization(scale=np.zeros(0, np.float32), zero_point=np.zeros(0, np.int64))
+    tensors[i] = dataclasses.replace(target, quantization=dataclasses.replace(
+        quant, block_size=block, block_scales=np.asarray(scales.data).astype(np.float16).reshape(scales.shape)))
 
 
 def _read_sparsity(s: Any, where: str, data: bytes) -> Sparsity:

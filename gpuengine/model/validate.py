@@ -1114,7 +1114,8 @@ def check_element_types(v: OpView) -> None:
                       f"{', '.join(sorted(str(d) for d in allowed))}")
     for what, t in [*((f"input {i}", v.tensor(i)) for i in range(v.n_in) if v.has(i)),
                     *((f"output {k}", v.out(k)) for k in range(len(v.op.outputs)))]:
-        if t.dtype in needs_quantization and (t.quantization is None or not t.quantization.scale.size):
+        if t.dtype in needs_quantization and (t.quantization is None or not (
+                t.quantization.scale.size or t.quantization.blockwise)):
             raise Invalid(f"{what} ({t.name!r}) is {t.dtype} without quantization parameters")
 
 

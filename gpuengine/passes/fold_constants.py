@@ -34,11 +34,22 @@ def unpack_int4(t: Tensor) -> np.ndarray:
     return values[:t.size].reshape(t.shape)
 
 
+def pack_int4(values: np.ndarray) -> np.ndarray:
+    """unpack_int4's inverse: values in -8..7 as TFLite's INT4 bytes (row-major, first value in the low nibble)."""
+    flat = np.asarray(values, np.int8).reshape(-1)
+    assert flat.size == 0 or (flat.min() >= -8 and flat.max() <= 7), "int4 values out of range"
+    nibbles = np.zeros(flat.size + flat.size % 2, np.uint8)
+    nibbles[:flat.size] = flat.view(np.uint8) & 0xF
+    return nibbles[0::2] | (nibbles[1::2] << 4)
+
+
 def dequantize(t: Tensor) -> np.ndarray:
     data = unpack_int4(t) if t.type_code == 17 else np.asarray(t.data)
     if data.dtype == np.float16 or t.quantization is None:
         return data.astype(np.float32)
     q = t.quantization
+    if q.blockwise:  # a scale per run of block_size values along the last axis
+        return (data.astype(np.float32) * np.repeat(q.block_scales.astype(np.float32), q.block_size, axis=-1))
     shape = [1] * data.ndim
     if q.per_channel:
         shape[q.axis] = -1

@@ -20,8 +20,9 @@ import dataclasses
 import numpy as np
 
 from ..kernels import registry
-from ..kernels.packed_int8 import int8_values
+from ..kernels.packed_int8 import INT4, int8_values
 from ..model.ir import Graph, Op, Quantization
+from .fold_constants import pack_int4
 from .graph_utils import new_const, with_fields
 
 GATED = "gated"  # FULLY_CONNECTED option: "SILU" -> the op computes silu(gate) * up of its interleaved weights
@@ -91,15 +92,18 @@ def _match(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> tuple
     return fg, fu, i, m1, m2
 
 
-def _weights(graph: Graph, fc: Op) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(values, per-row scales) of an int8 symmetric weight matrix, (float32 values, None) of a float one."""
+def _weights(graph: Graph, fc: Op) -> tuple[np.ndarray, np.ndarray | None, int] | None:
+    """(values, scales, block size) of an int8 / int4 symmetric weight matrix (scales per row [O], or per block
+    [O, blocks] with the block size), (float32 values, None, 0) of a float one."""
     w = graph.tensors[fc.inputs[1]]
     q = int8_values(w)
+    if q is not None and w.quantization.blockwise:
+        return q, w.quantization.block_scales, w.quantization.block_size
     if q is not None:
         scale = np.broadcast_to(np.asarray(w.quantization.scale, np.float32).reshape(-1), (w.shape[0],))
-        return q, scale.astype(np.float32)
+        return q, scale.astype(np.float32), 0
     if w.data is not None and w.dtype == np.float32 and w.quantization is None:
-        return np.asarray(w.data, np.float32), None
+        return np.asarray(w.data, np.float32), None, 0
     return None
 
 
@@ -122,7 +126,7 @@ def _bias(graph: Graph, fc: Op, o: int) -> np.ndarray | None:
 def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int, m2: int) -> bool:
     gate, up = graph.ops[fg], graph.ops[fu]
     wg, wu = _weights(graph, gate), _weights(graph, up)
-    if wg is None or wu is None or (wg[1] is None) != (wu[1] is None):
+    if wg is None or wu is None or (wg[1] is None) != (wu[1] is None) or wg[2] != wu[2]:
         return False
     o = wg[0].shape[0]
     try:
@@ -134,8 +138,13 @@ def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int, m2: int) -> b
     w_t = new_const(graph, gate.inputs[1], interleave(wg[0], wu[0]), f"{name}/gated_weights")
     if wg[1] is not None:
         scales = interleave(wg[1], wu[1])
-        graph.tensors[w_t] = dataclasses.replace(
-            graph.tensors[w_t], quantization=Quantization(scale=scales, zero_point=np.zeros(2 * o, np.int64), axis=0))
+        quant = (Quantization(scale=np.zeros(0, np.float32), zero_point=np.zeros(0, np.int64), block_size=wg[2],
+                              block_scales=scales) if wg[2]
+                 else Quantization(scale=scales, zero_point=np.zeros(2 * o, np.int64), axis=0))
+        graph.tensors[w_t] = dataclasses.replace(graph.tensors[w_t], quantization=quant)
+        if all(graph.tensors[fc.inputs[1]].type_code == INT4 for fc in (gate, up)):  # stays int4: 8 a u32 on the GPU
+            graph.tensors[w_t] = dataclasses.replace(graph.tensors[w_t], type_code=INT4,
+                                                     data=pack_int4(graph.tensors[w_t].data))
     inputs = [gate.inputs[0], w_t]
     if bg is not None or bu is not None:
         zero = np.zeros(o, np.float32)

@@ -1,7 +1,8 @@
 """The fixed, documented order of graph transformations. Each pass is a pure Graph -> Graph function.
 
 Order (why): fold constants first (weights become plain float32, shape chains vanish); then drop no-ops (so the
-patterns below see real producers); LayerNorm / RMSNorm written as ops into one op each (before any pass below
+patterns below see real producers); a GATHER of an int8 / int4 table and its DEQUANTIZE into one GATHER reading the
+table packed; LayerNorm / RMSNorm written as ops into one op each (before any pass below
 takes a piece of them: their MULs and ADDs would otherwise be fused or folded one by one); the RESHAPE / TRANSPOSE
 ops around a BATCH_MATMUL into its reads and writes (before epilogue fusion sees its output); QK^T, scale, SOFTMAX
 and ·V into one attention op (after the layout fold, whose views it keeps); rotary embeddings into one ROPE op
@@ -39,6 +40,7 @@ from .dilated_conv import dilated_conv
 from .drop_leading_units import drop_leading_units
 from .fold_attention_operands import fold_attention_operands
 from .fold_constants import fold_constants
+from .fold_gather_dequantize import fold_gather_dequantize
 from .fold_matmul_layout import fold_matmul_layout
 from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
@@ -59,7 +61,8 @@ from .remove_noops import remove_noops
 # Always applied: load-time work that no kernel should ever see.
 REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 # Applied when optimize=True (the default); the switch exists to check that they change no result.
-OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fuse_normalization, fold_matmul_layout, fuse_attention,
+OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize, fuse_normalization,
+                                            fold_matmul_layout, fuse_attention,
                                             attention_kv_group, fuse_rope, fold_attention_operands,
                                             kv_cache_in_place,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
