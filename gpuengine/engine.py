@@ -51,7 +51,7 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
     """Validate, transform, decide per op where it runs and partition. `model`: the model the graph belongs to,
     where the subgraphs of its WHILE / IF ops are (without it they run on LiteRT, which needs them too)."""
     validate_graph(graph)  # every graph the engine compiles (resized, a signature's) is checked op by op first
-    optimized = run_passes(graph, options.optimize, model, planning_device(options))
+    optimized = run_passes(graph, options.optimize, model, planning_device(options), options.hybrid_arithmetic)
     planned = {i: plan_control(op, optimized, model, options) for i, op in enumerate(optimized.ops)
                if op.code in CONTROL_OPS}
     optimized, moved = float_if_conditions(optimized, [i for i, p in planned.items()

@@ -56,6 +56,8 @@ from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
 from .wgsl_math import helpers_for
 
 HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
+HYBRID_FLOAT = "int8 weights dequantized in registers, float activations, f32 sums (hybrid_arithmetic=float)"
+HYBRID_ARITHMETIC = "hybrid_arithmetic"  # FC option (passes/hybrid_arithmetic.py): "float", else integer arithmetic
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -274,11 +276,19 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
+def hybrid_in_float(op: Op) -> bool:
+    """A hybrid FC marked to compute in float (engine option hybrid_arithmetic="float")."""
+    return op.opt(HYBRID_ARITHMETIC) == "float"
+
+
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
-    """XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default CPU delegate runs: per input row,
-    rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a zero point nudged to an integer,
-    q = clamp(round(x * scale) + zp) (ties to even); the output is (sum q*w - zp * sum w) / scale * w_scale + bias
-    with the sums in i32 (dot4I8Packed)."""
+    """Integer arithmetic (the default): XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default
+    CPU delegate runs: per input row, rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a
+    zero point nudged to an integer, q = clamp(round(x * scale) + zp) (ties to even); the output is
+    (sum q*w - zp * sum w) / scale * w_scale + bias with the sums in i32 (dot4I8Packed).
+    Float arithmetic (HYBRID_ARITHMETIC = "float"): the output is (sum x * w) * w_scale + bias, x as it is, the int8
+    weights unpacked in registers and the sums in f32 (in fp16 mode too): the float64 answer x · dequant(W) up to
+    f32 rounding, where the integer arithmetic adds the row quantization's error."""
     x, out = op.inputs[0], op.outputs[0]
     o, i = graph.tensors[op.inputs[1]].shape
     ib, ih, iw, ic = bhwc(graph, x)
@@ -286,6 +296,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
     gated = bool(op.opt("gated"))
     norm = op.opt(NORM)
+    in_float = hybrid_in_float(op)
     norm_label = f"{norm[4]} + " if norm else ""
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
     words = p * si  # the reduction: u32 words (4 input channels) per row
@@ -309,52 +320,39 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         channel[2] = bias_vec4(bias, o, so_pad)
         raw = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
         src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic)
-        ranges = [f"range_{t}" for t in range(rt)]
-        range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
-        row_params = []
-        for t in range(rt):
-            row_params += [
-                f"let rmin_{t} = min(range_{t}.x, 0.0);",
-                f"let rmax_{t} = max(-range_{t}.y, 0.0);",
-                f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
-                f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
-                f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
-                f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
-                f"let inv_{t} = 1.0 / qs_{t};",
-            ]
-        init = []
-        for j in range(st):
-            init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
-            init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
-        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
-                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
-        for j in range(st):
-            taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
-            taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
-                     + ");" for t in range(rt)]
         accs = accumulators(d.tile)
-        to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
-        store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
-                          for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
-        shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        if in_float:
+            row_ranges, to_float = Code(""), []
+            init = [f"var acc_{j}_{t} = vec4<f32>(0.0);" for j in range(st) for t in range(rt)]
+            taps = [f"let x_{t} = {src[t]};" for t in range(rt)]
+            for j in range(st):
+                taps += [f"let w_{j}_{c} = vec4<f32>(unpack4xI8(weights_word((os0 + {j}u) * 4u + {c}u, q)));"
+                         for c in range(4)]
+                taps += [f"acc_{j}_{t} += vec4<f32>(" + ", ".join(f"dot(x_{t}, w_{j}_{c})" for c in range(4))
+                         + ");" for t in range(rt)]
+            values = [[f"(acc_{j}_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+                       for t in range(rt)] for j in range(st)]
+            shared["REDUCE"] = codegen.lane_reduce(accs, d, first=not norm)
+        else:
+            row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si)
+            shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        store = _stores(values, gated)
         bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
                     Binding("dst", tensor=out, writable=True)]
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
-                  "RANGE_INIT": lines([f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)], 2),
-                  "RANGE_TAPS": lines(range_taps, 4),
-                  "NORM": norm_code, "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm),
-                  "ROW_PARAMS": lines(row_params, 2), "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
+                  "NORM": norm_code, "ROW_RANGES": row_ranges, "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
                   "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
-                                f"[{d.describe()}]")
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
+                                f"{HYBRID_FLOAT if in_float else HYBRID} [{d.describe()}]")
 
-    row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
+    # per input vec4: the range and quantizing passes, or one float pass (a norm: its pass, 3 loads each)
+    row_loads = (1 if in_float else 2) + (5 if norm else 0)
 
     def step(tile: tuple[int, int]) -> float:
         return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
@@ -362,8 +360,47 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     tiles = _tiles(rows, so, gated, wide=bool(norm))
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
-                                                    "norm": int(bool(norm))},
+                                                    "norm": int(bool(norm)), **({"float": 1} if in_float else {})},
                            tiles, words, count, step, make, rows * i * o)
+
+
+def _integer_rows(src: list[str], d: Decomposition, st: int, so_pad: int, norm: tuple | None, words: int,
+                  si: int) -> tuple[Code, list[str], list[str], list[str], list[list[str]]]:
+    """The integer arithmetic's code for rows `src` (vec4 expressions of px, sl; `words` per row, `si` a pixel):
+    the pass finding each row's range
+    and quantization parameters, the i32 accumulators' initial values (the zero point times the weights' row sums),
+    the taps (rows quantized, packed, dot4I8Packed), their conversion to f32 and the values stored per tile slot."""
+    rt = len(src)
+    ranges = [f"range_{t}" for t in range(rt)]
+    range_pass = [f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)]
+    range_pass += [f"for (var q = k; q < {words}u; q += {d.split}u) {{", f"  let px = q / {si}u;",
+                   f"  let sl = q % {si}u;"]
+    range_pass += [f"  range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
+    range_pass += ["}", codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm)]
+    for t in range(rt):
+        range_pass += [
+            f"let rmin_{t} = min(range_{t}.x, 0.0);",
+            f"let rmax_{t} = max(-range_{t}.y, 0.0);",
+            f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
+            f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
+            f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
+            f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
+            f"let inv_{t} = 1.0 / qs_{t};",
+        ]
+    init = []
+    for j in range(st):
+        init.append(f"let wsum_{j} = vec4<i32>(channel[{so_pad}u + os0 + {j}u]);")
+        init += [f"var iacc_{j}_{t} = select(vec4<i32>(0), -i32(zp_{t}) * wsum_{j}, k == 0u);" for t in range(rt)]
+    taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+            f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+    for j in range(st):
+        taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
+        taps += [f"iacc_{j}_{t} += vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4))
+                 + ");" for t in range(rt)]
+    to_float = [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});" for j in range(st) for t in range(rt)]
+    values = [[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+               for t in range(rt)] for j in range(st)]
+    return lines(range_pass, 2), init, taps, to_float, values
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------
