@@ -14,12 +14,12 @@ gpuengine, LiteRT's CPU kernels and the float64 reference executor (gpuengine/re
 
 Language models (`--signature decode --steps N`): a prompt (`--prompt` token ids, else seeded random ones filling
 half the prefill signature's tokens) goes through the prefill signature, then N decode steps teacher-forced with
-the float64 reference's greedy tokens, so every engine is fed the same tokens and keeps its own KV cache. Engines: the float64 reference (the answer; its
-composites run through their decompositions), LiteRT with XNNPACK (its default) and with its builtin kernels alone
-(BUILTIN_WITHOUT_DEFAULT_DELEGATES), and gpuengine per precision and hybrid arithmetic (`--hybrid`; both when not
-given). Per engine: the decode logits' distance from the float64 ones and from LiteRT's, as max |Δ| / (max - min of
-the reference's logits) per step, its median and max over the steps, and on how many steps its argmax is the
-float64 one.
+the float64 reference's greedy tokens, so every engine is fed the same tokens and keeps its own KV cache. Engines:
+the float64 reference (the answer; its composites run through their decompositions), LiteRT with XNNPACK (its
+default) and with its builtin kernels alone (BUILTIN_WITHOUT_DEFAULT_DELEGATES), and gpuengine per precision and
+hybrid arithmetic (`--hybrid`; both when not given). Per engine: the decode logits' distance from the float64 ones
+and from LiteRT's, as max |Δ| / (max - min of the reference's logits) per step, its median and max over the steps,
+and on how many steps its argmax is the float64 one.
 
 Mixed precision (gpuengine/mixed_precision.py): `--search-f32 [TARGET]` searches the tensors an fp16 program keeps
 in f32 (with the float64 reference executor; `--save FILE` writes them for `--f32-tensors FILE` and the
