@@ -172,12 +172,14 @@ def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
     plan.unsupported = unsupported_summary(plan.graph, plan.support)
 
 
-def planned_dispatches(graph: Graph, options: EngineOptions, target: Target) -> tuple[Plan, list[list[KernelSpec]]]:
+def planned_dispatches(graph: Graph, options: EngineOptions, target: Target, model: Model | None = None,
+                       ) -> tuple[Plan, list[list[KernelSpec]]]:
     """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
-    without a tuning cache, computed without touching a GPU (nothing is compiled)."""
+    without a tuning cache, computed without touching a GPU (nothing is compiled). model: where the graph's
+    composites' decompositions are (a signature's subgraph)."""
     if options.latency_device is None:  # fusions decided for the target's class too
         options = dataclasses.replace(options, latency_device=devices.for_target(target))
-    plan = plan_graph(graph, options)
+    plan = plan_graph(graph, options, model)
     choices = Choices(target)
     return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
                   for p in plan.partitions if p.device == "gpu"]

@@ -271,7 +271,8 @@ def measure_steps(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         exact = _decode_logits((reference(prefill.key if prefill else None), reference(decode.key)), model,
                                prefill, decode, logits, prompt, None, steps)
     except (ValueError, NotImplementedError) as e:  # e.g. positions past the cache: the prompt and steps too long
-        raise SystemExit(f"gpuengine: the float64 reference cannot run the signatures: {e}") from None
+        raise SystemExit(f"gpuengine: the float64 reference cannot run the signatures ({e}); positions past the "
+                         "model's cache? (a shorter --prompt or fewer --steps)") from None
     forced = [int(np.argmax(x)) for x in exact]
     engines: dict[str, list[np.ndarray]] = {}
     notes: list[str] = []
