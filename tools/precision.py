@@ -140,7 +140,7 @@ def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         try:
             it = Interpreter(model_content=data, precision=precision, adapter=args.adapter, target=args.target,
                              memory_strategy=args.memory_strategy, optimize=False if args.no_optimize else None,
-                             workgroup_cache=args.cache, f32_tensors=f32_tensors)
+                             workgroup_cache=args.cache, f32_tensors=f32_tensors, hybrid_arithmetic=args.hybrid)
         except ValueError as e:
             raise SystemExit(f"gpuengine: {e}") from None
         it.allocate_tensors()
