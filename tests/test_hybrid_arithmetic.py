@@ -25,6 +25,7 @@ from gpuengine.passes.pipeline import run_passes
 from gpuengine.reference import run_reference
 
 FLOAT_BOUND = 1e-6  # f32 rounding of K <= 576 products (measured <= 1.3e-7)
+FP16_BOUND = 1e-3  # fp16: rows and results stored as f16, sums in f32 (measured <= 3.4e-4)
 LITERT_AT_LEAST = 1e-3  # LiteRT's row quantization on the same ops (measured >= 2.4e-3): the bound is far below it
 
 
@@ -61,6 +62,20 @@ def test_float_arithmetic_is_the_float64_answer_with_weights_kept_int8(fcs):
     assert all(HYBRID in s for s in fc_labels(integer))
     assert (sum(it.compiled.gpu_programs[0].constant_buffers().values())
             == sum(integer.compiled.gpu_programs[0].constant_buffers().values()))
+
+
+def test_float_arithmetic_in_fp16_sums_in_f32(fcs):
+    """fp16 mode: the rows and outputs are stored as f16 (half a step of f16 is 2.4e-4 of a value), the sums stay
+    f32, so the error is the storage's, still below LiteRT's row quantization."""
+    data, feeds, exact, litert = fcs
+    it = Interpreter(model_content=data, hybrid_arithmetic="float", precision="fp16")
+    it.allocate_tensors()
+    if it.compiled.precision != "fp16":
+        pytest.skip("the adapter has no shader-f16")
+    got = run(it, feeds)
+    for t, r in exact.items():
+        ours, theirs = relative_error(got[t], r), relative_error(litert[t], r)
+        assert ours <= FP16_BOUND < theirs, (t, ours, theirs)
 
 
 @pytest.mark.parametrize("target", [None, "discrete"])
@@ -137,3 +152,22 @@ def test_env_and_inspect_say_which_arithmetic(monkeypatch, capsys, tmp_path):
         assert label in capsys.readouterr().out
     assert main(["inspect", str(path), "--json", "--hybrid", "float"]) == 0
     assert HYBRID_FLOAT in json.dumps(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+
+def test_precision_command_measures_decode_steps_against_float64(capsys):
+    """`gpuengine precision --signature decode`: the zoo's int8 decoder through prefill_8 and 3 teacher-forced decode
+    steps; float arithmetic is within f32 rounding of the float64 logits, LiteRT (and the integer arithmetic, which
+    equals it) carries its row quantization's error (measured 7.6e-3 median over 24 steps)."""
+    from gpuengine.tools.cli import main
+
+    assert main(["precision", "decoder_tiny", "--signature", "decode", "--steps", "3", "--precision", "fp32",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["decoder_tiny"]
+    assert report["prefill"] == "prefill_8" and report["steps"] == 3 and report["prompt_tokens"] == 5
+    rows = report["engines"]
+    assert set(rows) == {"LiteRT (XNNPACK)", "LiteRT (builtin kernels)", "gpuengine fp32 integer",
+                         "gpuengine fp32 float"}
+    litert, integer, floating = rows["LiteRT (XNNPACK)"], rows["gpuengine fp32 integer"], rows["gpuengine fp32 float"]
+    assert floating["vs_float64"]["max"] < 1e-5 < 1e-3 < litert["vs_float64"]["max"]
+    assert integer["vs_litert"]["max"] < 1e-5 and floating["argmax_as_float64"] == 3
+    assert len(floating["per_step_vs_float64"]) == 3
