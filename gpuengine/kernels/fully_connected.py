@@ -9,9 +9,12 @@ each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 
 
 Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
 u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
-in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
-weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
-the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`); or, marked HYBRID_ARITHMETIC = "float" (engine option
+hybrid_arithmetic, passes/hybrid_arithmetic.py), the same shader unpacks the weights in registers and multiplies
+the float rows as they are, f32 sums: the float64 answer up to f32 rounding instead of LiteRT's numbers. Internal
+options set by passes: `gated` (gate and up weights interleaved by slice, the store computes silu(gate) * up) and
+`norm` (an RMS_NORM of the input computed in the hybrid kernel's prologue). Weights larger than one storage binding
+are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
