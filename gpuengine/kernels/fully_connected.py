@@ -358,7 +358,12 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     row_loads = (1 if in_float else 2) + (5 if norm else 0)
 
     def step(tile: tuple[int, int]) -> float:
-        return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+        """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
+        quantization (8 a row) and dot4I8Packed (4 a row and slice), or float arithmetic's unpacking (8 a slice)
+        and vec4 dot products (16 FMAs a row and slice)."""
+        rt, st = tile
+        loads = row_loads * rt * tiling.LOAD + st * 4 * tiling.LOAD
+        return loads + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
 
     tiles = _tiles(rows, so, gated, wide=bool(norm))
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
