@@ -354,8 +354,9 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                           label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
                                 f"{HYBRID_FLOAT if in_float else HYBRID} [{d.describe()}]")
 
-    # per input vec4: the range and quantizing passes, or one float pass (a norm: its pass, 3 loads each)
-    row_loads = (1 if in_float else 2) + (5 if norm else 0)
+    # per input vec4: the range and quantizing passes, or one float pass; a norm: its own pass, and each pass reads
+    # the value, its scale and its offset
+    row_loads = (1 if in_float else 2) * (3 if norm else 1) + (1 if norm else 0)
 
     def step(tile: tuple[int, int]) -> float:
         """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
