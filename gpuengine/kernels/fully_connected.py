@@ -272,7 +272,8 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
 
 def is_hybrid(op: Op, graph: Graph) -> bool:
     """A float FULLY_CONNECTED with symmetric int8 (or int4) weights per output channel: LiteRT quantizes its
-    input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
+    input rows and sums in integers, and so does the GPU by default (hybrid_in_float: in float); the weights stay
+    packed int8 on it either way."""
     x, w = (graph.tensors[t] for t in op.inputs[:2])
     out = graph.tensors[op.outputs[0]]
     return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
