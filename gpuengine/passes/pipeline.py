@@ -24,7 +24,9 @@ would need one; and a tree op is no inline step, so merging first would hide its
 of them, with the model at hand: STABLEHLO_COMPOSITE ops replaced by their decomposition subgraphs
 (inline_composites), so every pass sees the decomposition's ops; it is structural, so it runs with optimize=False
 too (a composite kept whole could only run on LiteRT). drop_leading_units (after fold_constants) is required too:
-rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel.
+rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel. Between the
+required and the optional passes, hybrid_arithmetic marks hybrid int8 FULLY_CONNECTED ops with the arithmetic the
+engine option asks for (structural too; before the merges, so merged projections keep the mark).
 """
 
 from __future__ import annotations
