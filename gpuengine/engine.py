@@ -51,7 +51,7 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
     """Validate, transform, decide per op where it runs and partition. `model`: the model the graph belongs to,
     where the subgraphs of its WHILE / IF ops are (without it they run on LiteRT, which needs them too)."""
     validate_graph(graph)  # every graph the engine compiles (resized, a signature's) is checked op by op first
-    optimized = run_passes(graph, options.optimize, model, planning_device(options))
+    optimized = run_passes(graph, options.optimize, model, planning_device(options), options.hybrid_arithmetic)
     planned = {i: plan_control(op, optimized, model, options) for i, op in enumerate(optimized.ops)
                if op.code in CONTROL_OPS}
     optimized, moved = float_if_conditions(optimized, [i for i, p in planned.items()
@@ -172,12 +172,14 @@ def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
     plan.unsupported = unsupported_summary(plan.graph, plan.support)
 
 
-def planned_dispatches(graph: Graph, options: EngineOptions, target: Target) -> tuple[Plan, list[list[KernelSpec]]]:
+def planned_dispatches(graph: Graph, options: EngineOptions, target: Target, model: Model | None = None,
+                       ) -> tuple[Plan, list[list[KernelSpec]]]:
     """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
-    without a tuning cache, computed without touching a GPU (nothing is compiled)."""
+    without a tuning cache, computed without touching a GPU (nothing is compiled). model: where the graph's
+    composites' decompositions are (a signature's subgraph)."""
     if options.latency_device is None:  # fusions decided for the target's class too
         options = dataclasses.replace(options, latency_device=devices.for_target(target))
-    plan = plan_graph(graph, options)
+    plan = plan_graph(graph, options, model)
     choices = Choices(target)
     return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
                   for p in plan.partitions if p.device == "gpu"]

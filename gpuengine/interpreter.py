@@ -1,7 +1,8 @@
 """A drop-in for ai_edge_litert.interpreter.Interpreter that runs the model on the GPU through WebGPU.
 
 Swap `from ai_edge_litert.interpreter import Interpreter` for `from gpuengine import Interpreter`; engine
-extras are keyword options (adapter, target, precision, memory_strategy, workgroup_cache, optimize).
+extras are keyword options (adapter, target, precision, memory_strategy, workgroup_cache, optimize,
+hybrid_arithmetic).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .model import validate
 from .model.ir import Graph, Model, Tensor
 from .model.reader import read_model
 from .model.shapes import shape_key
+from .passes.hybrid_arithmetic import ARITHMETICS as HYBRID_ARITHMETICS
 from .runtime.bounds import IndexChecks
 from .runtime.program import EngineOptions, GpuProgram
 from .tensor_buffer import TensorBuffer
@@ -126,7 +128,8 @@ class Interpreter:
                  *, adapter: str | None = None, precision: str | None = None, memory_strategy: str = "best",
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
                  device: Any = None, max_inflight: int = 2,
-                 f32_tensors: str | os.PathLike | Iterable[str | int] | None = None) -> None:
+                 f32_tensors: str | os.PathLike | Iterable[str | int] | None = None,
+                 hybrid_arithmetic: str | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -135,6 +138,10 @@ class Interpreter:
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)} "
                              "(argument or env GPUENGINE_PRECISION)")
+        hybrid_arithmetic = (hybrid_arithmetic or os.environ.get("GPUENGINE_HYBRID") or "integer").strip().lower()
+        if hybrid_arithmetic not in HYBRID_ARITHMETICS:
+            raise ValueError(f"hybrid_arithmetic {hybrid_arithmetic!r} is not one of {', '.join(HYBRID_ARITHMETICS)} "
+                             "(argument or env GPUENGINE_HYBRID)")
         if memory_strategy not in STRATEGIES:
             raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
         target = check_target(target)  # ValueError for an unknown class, before any work
@@ -149,7 +156,8 @@ class Interpreter:
         self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                       workgroup_cache=workgroup_cache, optimize=optimize, target=target,
                                       device=device, max_inflight=max_inflight,
-                                      f32_tensors=f32_tensor_names(self._model.main, f32_tensors))
+                                      f32_tensors=f32_tensor_names(self._model.main, f32_tensors),
+                                      hybrid_arithmetic=hybrid_arithmetic)
         self._num_threads = num_threads
         self._graph: Graph = self._model.main  # with the shapes of the last allocate_tensors() (and resizes since)
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized

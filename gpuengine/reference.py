@@ -818,3 +818,29 @@ def run_reference(model: bytes | str | os.PathLike | Model | Graph,
                 value(t)
         return values
     return {t: value(t) for t in graph.outputs}
+
+
+class SignatureRunner:
+    """A signature run in float64, called as LiteRT's signature runners are: runner(**named inputs) -> {output name:
+    value}. STABLEHLO_COMPOSITE ops (litert-torch's attention, RMSNorm) are evaluated through their decomposition
+    subgraphs, inlined once here (passes/inline_composites.py), so the model's own definition is what runs."""
+
+    def __init__(self, model: bytes | str | os.PathLike | Model, key: str) -> None:
+        from .passes.inline_composites import inline_composites
+
+        if not isinstance(model, Model):
+            model = read_model(model)
+            validate_model(model)
+        signatures = {s.key: s for s in model.signatures}
+        if key not in signatures:
+            raise ValueError(f"Invalid signature_key provided: {key!r}; available: {sorted(signatures)}")
+        self.signature = signatures[key]
+        self.graph = inline_composites(model.subgraphs[self.signature.subgraph], model)
+
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
+        sig = self.signature
+        missing = sorted(set(sig.inputs) - set(inputs))
+        if missing:
+            raise ValueError(f"Missing inputs for signature {sig.key!r}: {missing}")
+        values = run_reference(self.graph, {t: inputs[name] for name, t in sig.inputs.items()})
+        return {name: values[t] for name, t in sig.outputs.items()}

@@ -1,8 +1,10 @@
 // Hybrid FULLY_CONNECTED: float rows x int8 weights packed 4 per u32 (one row of K words per output channel,
-// read by weights_word), as LiteRT's XNNPACK computes it. Each input row is quantized to int8 with its own
-// scale and zero point from the row's range, the products are summed in i32 (dot4I8Packed), and the sum is
-// scaled back by the row's and the channel's scales. A tile is RT rows x ST output slices; its SPLIT invocations
-// take every SPLIT-th word, first to find the rows' ranges, then for the dot products, and combine both.
+// read by weights_word). Integer arithmetic (as LiteRT's XNNPACK computes it): each input row is quantized to
+// int8 with its own scale and zero point from the row's range (ROW_RANGES), the products are summed in i32
+// (dot4I8Packed), and the sum is scaled back by the row's and the channel's scales. Float arithmetic: ROW_RANGES
+// is empty, the weights are unpacked in registers and multiply the float rows, f32 sums scaled by the channel's
+// scale. A tile is RT rows x ST output slices; its SPLIT invocations take every SPLIT-th word, first to find the
+// rows' ranges (integer arithmetic), then for the dot products, and combine both.
 ${BINDINGS}
 
 ${SRC_INDEX}
@@ -28,14 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let r0 = tile % ${RTILES}u * ${RT}u;
   let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
   ${NORM}
-  ${RANGE_INIT}
-  for (var q = k; q < ${K}u; q += ${SPLIT}u) {
-    let px = q / ${SI}u;
-    let sl = q % ${SI}u;
-    ${RANGE_TAPS}
-  }
-  ${RANGE_REDUCE}
-  ${ROW_PARAMS}
+  ${ROW_RANGES}
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
     let px = q / ${SI}u;

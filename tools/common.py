@@ -44,7 +44,8 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
         it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
                          optimize=False if args.no_optimize else None, target=args.target, precision=args.precision,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
-                         f32_tensors=getattr(args, "f32_tensors", None))
+                         f32_tensors=getattr(args, "f32_tensors", None),
+                         hybrid_arithmetic=getattr(args, "hybrid", None))
     except ValueError as e:  # a bad option value: say so, as argparse would
         raise SystemExit(f"gpuengine: {e}") from None
     it.allocate_tensors()
@@ -106,6 +107,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--f32-tensors", default=None, metavar="FILE",
                    help="fp16 only: keep these tensors in f32 (mixed precision; a JSON list of tensor names, or "
                         "what `gpuengine precision --search-f32 --save FILE` wrote)")
+    p.add_argument("--hybrid", default=None, metavar="ARITHMETIC",
+                   help="hybrid int8 FULLY_CONNECTED (float activations, int8 weights): integer (default; env "
+                        "GPUENGINE_HYBRID), rows quantized as LiteRT does, i32 sums: LiteRT's numbers; or float: "
+                        "weights dequantized in registers, f32 sums: the float64 answer up to f32 rounding")
     p.add_argument("--memory-strategy", default="best",
                    help="naive, greedy, mincostflow, greedy_by_size or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")

@@ -17,7 +17,8 @@ from .common import add_engine_options
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"adapter": args.adapter, "precision": args.precision, "memory_strategy": args.memory_strategy,
             "optimize": False if args.no_optimize else None, "target": args.target,
-            "workgroup_cache": getattr(args, "cache", None), "f32_tensors": getattr(args, "f32_tensors", None)}
+            "workgroup_cache": getattr(args, "cache", None), "f32_tensors": getattr(args, "f32_tensors", None),
+            "hybrid_arithmetic": getattr(args, "hybrid", None)}
 
 
 def open_engine(args: argparse.Namespace, loop: str = "auto") -> Any:

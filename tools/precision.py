@@ -12,6 +12,15 @@ gpuengine, LiteRT's CPU kernels and the float64 reference executor (gpuengine/re
   class agrees;
 * memory_bytes: the chosen memory plan's bytes (all GPU programs), and memory_vs_fp32.
 
+Language models (`--signature decode --steps N`): a prompt (`--prompt` token ids, else seeded random ones filling
+half the prefill signature's tokens) goes through the prefill signature, then N decode steps teacher-forced with
+the float64 reference's greedy tokens, so every engine is fed the same tokens and keeps its own KV cache. Engines:
+the float64 reference (the answer; its composites run through their decompositions), LiteRT with XNNPACK (its
+default) and with its builtin kernels alone (BUILTIN_WITHOUT_DEFAULT_DELEGATES), and gpuengine per precision and
+hybrid arithmetic (`--hybrid`; both when not given). Per engine: the decode logits' distance from the float64 ones
+and from LiteRT's, as max |Δ| / (max - min of the reference's logits) per step, its median and max over the steps,
+and on how many steps its argmax is the float64 one.
+
 Mixed precision (gpuengine/mixed_precision.py): `--search-f32 [TARGET]` searches the tensors an fp16 program keeps
 in f32 (with the float64 reference executor; `--save FILE` writes them for `--f32-tensors FILE` and the
 Interpreter's `f32_tensors=`), and adds an `fp16-mixed` row measured with them; `--f32-tensors FILE` adds that row
@@ -131,7 +140,7 @@ def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         try:
             it = Interpreter(model_content=data, precision=precision, adapter=args.adapter, target=args.target,
                              memory_strategy=args.memory_strategy, optimize=False if args.no_optimize else None,
-                             workgroup_cache=args.cache, f32_tensors=f32_tensors)
+                             workgroup_cache=args.cache, f32_tensors=f32_tensors, hybrid_arithmetic=args.hybrid)
         except ValueError as e:
             raise SystemExit(f"gpuengine: {e}") from None
         it.allocate_tensors()
@@ -168,6 +177,158 @@ def measure(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     for row in report["precisions"].values():
         row["memory_vs_fp32"] = row["memory_bytes"] / base if base else None
     return report
+
+
+ARITHMETICS = ("integer", "float")
+
+
+def _prompt(args: argparse.Namespace, length: int, vocab: int) -> list[int]:
+    """The prompt's token ids: --prompt (comma separated), else `length` seeded random ids below `vocab`."""
+    if args.prompt:
+        try:
+            ids = [int(x) for x in args.prompt.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise SystemExit(f"gpuengine: --prompt takes token ids separated by commas, got {args.prompt!r}") from None
+        if len(ids) < 1 or any(not 0 <= i < vocab for i in ids):
+            raise SystemExit(f"gpuengine: --prompt needs at least one token id, each in 0..{vocab - 1}")
+        return ids
+    return [int(i) for i in np.random.default_rng(0).integers(0, vocab, length)]
+
+
+def _decoder_signatures(model: Any, decode_key: str) -> tuple[Any, Any, str]:
+    """The decode signature, the prefill signature with the most tokens (None without one), and the name of the
+    decode signature's logits output (the one output that is not a KV cache)."""
+    sigs = {s.key: s for s in model.signatures}
+    if decode_key not in sigs:
+        raise SystemExit(f"gpuengine: the model has no signature {decode_key!r} (it has {sorted(sigs)})")
+    decode = sigs[decode_key]
+    logits = [n for n in decode.outputs if not n.startswith("kv_cache")]
+    if len(logits) != 1 or "tokens" not in decode.inputs or "input_pos" not in decode.inputs:
+        raise SystemExit(f"gpuengine: signature {decode_key!r} is not a decode step (tokens, input_pos -> logits and "
+                         "KV caches)")
+
+    def tokens(s: Any) -> int:
+        return int(np.prod(model.subgraphs[s.subgraph].tensors[s.inputs["tokens"]].shape))
+
+    prefills = [s for s in model.signatures if s.key != decode_key and "tokens" in s.inputs
+                and "input_pos" in s.inputs]
+    return decode, max(prefills, key=tokens, default=None), logits[0]
+
+
+def _caches(model: Any, sig: Any) -> dict[str, np.ndarray]:
+    graph = model.subgraphs[sig.subgraph]
+    return {n: np.zeros(graph.tensors[t].shape, graph.tensors[t].dtype) for n, t in sig.inputs.items()
+            if n not in ("tokens", "input_pos")}
+
+
+def _decode_logits(runners: tuple[Any, Any], model: Any, prefill: Any, decode: Any, logits: str, prompt: list[int],
+                   forced: list[int] | None, steps: int) -> list[np.ndarray]:
+    """The decode logits of `steps` steps after the prompt's prefill: step 0 reads the prompt's last token, step s
+    the token forced[s - 1] (None: the engine's own greedy token, for the reference that sets them)."""
+    run_prefill, run_decode = runners
+    cache = _caches(model, decode)
+    start = 0
+    if prefill is not None and len(prompt) > 1:
+        n = int(np.prod(model.subgraphs[prefill.subgraph].tensors[prefill.inputs["tokens"]].shape))
+        head = prompt[:-1][:n]
+        ids = np.zeros((1, n), np.int32)
+        ids[0, :len(head)] = head
+        out = run_prefill(tokens=ids, input_pos=np.arange(n, dtype=np.int32), **cache)
+        cache = {k: np.asarray(out[k]) for k in cache}
+        start = len(head)
+    token, result = prompt[start] if start < len(prompt) else prompt[-1], []
+    for s in range(steps):
+        out = run_decode(tokens=np.array([[token]], np.int32), input_pos=np.array([start + s], np.int32), **cache)
+        cache = {k: np.asarray(out[k]) for k in cache}
+        result.append(np.asarray(out[logits], np.float64).reshape(-1))
+        token = int(np.argmax(result[-1])) if forced is None else forced[s]
+    return result
+
+
+def _distance(got: list[np.ndarray], ref: list[np.ndarray]) -> list[float]:
+    """Per step: max |got - ref| / (max ref - min ref)."""
+    return [float(np.max(np.abs(g - r)) / max(float(np.ptp(r)), 1e-30)) for g, r in zip(got, ref)]
+
+
+def measure_steps(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
+    """The language-model report of one model (see the module docstring)."""
+    from gpuengine import Interpreter
+    from gpuengine.model.reader import read_model
+    from gpuengine.reference import SignatureRunner
+
+    model = read_model(data)
+    decode, prefill, logits = _decoder_signatures(model, args.signature)
+    vocab = int(model.subgraphs[decode.subgraph].tensors[decode.outputs[logits]].shape[-1])
+    prefill_tokens = (int(np.prod(model.subgraphs[prefill.subgraph].tensors[prefill.inputs["tokens"]].shape))
+                      if prefill is not None else 0)
+    prompt = _prompt(args, prefill_tokens // 2 + 1, vocab)  # a prefill half filled, as prompts are
+    steps = args.steps
+
+    def reference(key: str | None) -> Any:
+        return SignatureRunner(model, key) if key is not None else None
+
+    try:
+        exact = _decode_logits((reference(prefill.key if prefill else None), reference(decode.key)), model,
+                               prefill, decode, logits, prompt, None, steps)
+    except (ValueError, NotImplementedError) as e:  # e.g. positions past the cache: the prompt and steps too long
+        raise SystemExit(f"gpuengine: the float64 reference cannot run the signatures ({e}); positions past the "
+                         "model's cache? (a shorter --prompt or fewer --steps)") from None
+    forced = [int(np.argmax(x)) for x in exact]
+    engines: dict[str, list[np.ndarray]] = {}
+    notes: list[str] = []
+    try:
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+        from ai_edge_litert.interpreter import OpResolverType
+
+        for name, resolver in (("LiteRT (XNNPACK)", OpResolverType.AUTO),
+                               ("LiteRT (builtin kernels)", OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)):
+            it = LiteRT(model_content=data, experimental_op_resolver_type=resolver)
+            runners = (it.get_signature_runner(prefill.key) if prefill else None, it.get_signature_runner(decode.key))
+            engines[name] = _decode_logits(runners, model, prefill, decode, logits, prompt, forced, steps)
+    except ImportError as e:
+        notes.append(f"LiteRT: {e}")
+    precisions = [args.precision] if args.precision else ["fp32", "fp16"]
+    arithmetics = [args.hybrid] if args.hybrid else list(ARITHMETICS)
+    for precision in precisions:
+        for arithmetic in arithmetics:
+            try:
+                it = Interpreter(model_content=data, precision=precision, hybrid_arithmetic=arithmetic,
+                                 adapter=args.adapter, target=args.target, memory_strategy=args.memory_strategy,
+                                 optimize=False if args.no_optimize else None, workgroup_cache=args.cache,
+                                 f32_tensors=args.f32_tensors)
+            except ValueError as e:
+                raise SystemExit(f"gpuengine: {e}") from None
+            runners = (it.get_signature_runner(prefill.key) if prefill else None, it.get_signature_runner(decode.key))
+            engines[f"gpuengine {precision} {arithmetic}"] = _decode_logits(runners, model, prefill, decode, logits,
+                                                                            prompt, forced, steps)
+    litert = engines.get("LiteRT (XNNPACK)")
+    rows: dict[str, Any] = {}
+    for name, got in engines.items():
+        vs_exact = _distance(got, exact)
+        vs_litert = _distance(got, litert) if litert is not None else None
+        rows[name] = {"vs_float64": {"median": float(np.median(vs_exact)), "max": max(vs_exact)},
+                      "vs_litert": {"median": float(np.median(vs_litert)), "max": max(vs_litert)}
+                      if vs_litert is not None else None,
+                      "argmax_as_float64": sum(int(np.argmax(g)) == t for g, t in zip(got, forced)),
+                      "per_step_vs_float64": vs_exact}
+    return {"signature": decode.key, "prefill": prefill.key if prefill else None, "prompt_tokens": len(prompt),
+            "steps": steps, "engines": rows, "notes": notes}
+
+
+def format_steps_table(reports: dict[str, dict[str, Any]]) -> str:
+    """One row per model and engine: decode logits vs the float64 answer and vs LiteRT (XNNPACK)."""
+    lines = ["| model | engine | logits vs float64, median / max of range | vs LiteRT (XNNPACK) | argmax = float64 |",
+             "|---|---|---|---|---|"]
+    for name, rep in reports.items():
+        for engine, row in rep["engines"].items():
+            exact, litert = row["vs_float64"], row["vs_litert"]
+            vs_litert = f"{_fmt(litert['median'])} / {_fmt(litert['max'])}" if litert else "-"
+            lines.append(f"| {name} | {engine} | {_fmt(exact['median'])} / {_fmt(exact['max'])} | {vs_litert} "
+                         f"| {row['argmax_as_float64']}/{rep['steps']} |")
+        lines.append(f"  {name}: prompt of {rep['prompt_tokens']} tokens through {rep['prefill'] or 'decode'}, then "
+                     f"{rep['steps']} {rep['signature']} steps fed the float64 answer's greedy tokens")
+        lines += [f"  {name}: {note}" for note in rep["notes"]]
+    return "\n".join(lines)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -207,6 +368,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"gpuengine: --precision must be fp32 or fp16, not {args.precision!r}")
     if args.save and (args.search_f32 is None or len(args.models) != 1):
         raise SystemExit("gpuengine: --save writes a --search-f32 result: give it with --search-f32 and one model")
+    if args.signature is not None:
+        if args.steps < 1:
+            raise SystemExit("gpuengine: --steps must be at least 1")
+        if args.hybrid not in (None, *ARITHMETICS):
+            raise SystemExit(f"gpuengine: --hybrid must be {' or '.join(ARITHMETICS)}, not {args.hybrid!r}")
+        steps = {name.split(" ")[0].removesuffix(".tflite"): measure_steps(data, args) for name, data in models(args)}
+        print(json.dumps(steps) if args.json else format_steps_table(steps))
+        return 0
     reports = {name.split(" ")[0].removesuffix(".tflite"): measure(data, args) for name, data in models(args)}
     print(json.dumps(reports) if args.json else format_table(reports))
     return 0
@@ -221,5 +390,10 @@ def add_subcommand(sub: Any) -> None:
                    help="search the tensors fp16 keeps in f32 for an emulated error within TARGET (default "
                         f"{SEARCH_TARGET:g}) and add an fp16-mixed row")
     p.add_argument("--save", metavar="FILE", help="with --search-f32 and one model: write the tensors found")
+    p.add_argument("--signature", metavar="KEY", help="a language model's decode signature: measure its logits over "
+                                                       "a prefill and --steps decode steps (see --prompt)")
+    p.add_argument("--steps", type=int, default=32, help="with --signature: decode steps (default 32)")
+    p.add_argument("--prompt", metavar="IDS", help="with --signature: the prompt's token ids, comma separated "
+                                                   "(default: seeded random ids filling half the prefill signature)")
     add_engine_options(p)
     p.set_defaults(func=run)

@@ -26,24 +26,35 @@ def description(args: argparse.Namespace, name: str | None) -> Any:
         raise SystemExit(f"gpuengine: {e}") from None
 
 
-def planned(data: bytes, target: str, precision: str = "fp32") -> tuple[Any, list[Any]]:
-    """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class."""
+def planned(data: bytes, target: str, precision: str = "fp32", signature: str | None = None,
+            hybrid: str = "integer") -> tuple[Any, list[Any]]:
+    """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class: of the
+    main graph, or of a signature's subgraph; hybrid: the arithmetic of hybrid int8 FULLY_CONNECTED ops."""
     from gpuengine.engine import planned_dispatches
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
     from gpuengine.tuning.target import named
 
-    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(precision=precision), named(target))
+    model = read_model(data)
+    graph = model.main
+    if signature is not None:
+        sigs = {s.key: s for s in model.signatures}
+        if signature not in sigs:
+            raise SystemExit(f"gpuengine: the model has no signature {signature!r} (it has {sorted(sigs)})")
+        graph = model.subgraphs[sigs[signature].subgraph]
+    plan, partitions = planned_dispatches(graph, EngineOptions(precision=precision, hybrid_arithmetic=hybrid),
+                                          named(target), model)
     return plan.graph, partitions
 
 
-def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None) -> Any:
+def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
+                  signature: str | None = None, hybrid: str = "integer") -> Any:
     """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
     from gpuengine.tuning.latency import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:
-        plans[device.target] = planned(data, device.target, precision)
+        plans[device.target] = planned(data, device.target, precision, signature, hybrid)
     graph, partitions = plans[device.target]
     return predict_specs(partitions, graph, device, precision)
 
@@ -65,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     for model_name, data in models(args):
         plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
         for name in names:
-            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans)))
+            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans,
+                                                             args.signature, args.hybrid)))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
         return 0
@@ -90,5 +102,8 @@ def add_subcommand(sub: Any) -> None:
                         "or with --fit the adapter key in the fit file (default: its only one)")
     p.add_argument("--fit", default=None, help="a fit file written by `gpuengine calibrate`")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--signature", default=None, help="predict this signature's subgraph (default: the main graph)")
+    p.add_argument("--hybrid", default="integer", choices=("integer", "float"),
+                   help="arithmetic of hybrid int8 FULLY_CONNECTED ops (the engine option hybrid_arithmetic)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)

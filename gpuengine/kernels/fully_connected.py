@@ -9,9 +9,12 @@ each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 
 
 Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
 u32, int4 8 per u32 (kernels/packed_int8.py), and each input row is quantized as LiteRT's XNNPACK quantizes it, the
-products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes:
-`gated` (gate and up weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of
-the input computed in the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`); or, marked HYBRID_ARITHMETIC = "float"
+(engine option hybrid_arithmetic, passes/hybrid_arithmetic.py), the same shader unpacks the weights in registers
+and multiplies the float rows as they are, f32 sums: the float64 answer up to f32 rounding instead of LiteRT's
+numbers. Internal options set by passes: `gated` (gate and up weights interleaved by slice, the store computes
+silu(gate) * up) and `norm` (an RMS_NORM of the input computed in the hybrid kernel's prologue). Weights larger than
+one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
@@ -56,6 +59,8 @@ from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
 from .wgsl_math import helpers_for
 
 HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
+HYBRID_FLOAT = "int8 weights dequantized in registers, float activations, f32 sums (hybrid_arithmetic=float)"
+HYBRID_ARITHMETIC = "hybrid_arithmetic"  # FC option (passes/hybrid_arithmetic.py): "float", else integer arithmetic
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -267,7 +272,8 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
 
 def is_hybrid(op: Op, graph: Graph) -> bool:
     """A float FULLY_CONNECTED with symmetric int8 (or int4) weights per output channel: LiteRT quantizes its
-    input rows and sums in integers, and so does the GPU (the weights stay packed int8 on it)."""
+    input rows and sums in integers, and so does the GPU by default (hybrid_in_float: in float); the weights stay
+    packed int8 on it either way."""
     x, w = (graph.tensors[t] for t in op.inputs[:2])
     out = graph.tensors[op.outputs[0]]
     q = w.quantization
@@ -277,8 +283,19 @@ def is_hybrid(op: Op, graph: Graph) -> bool:
             and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
-def _hybrid_label(packed: packed_int8.PackedRows, symmetric: bool = False) -> str:
-    label = HYBRID.replace("(XNNPACK: asymmetric int8", "(builtin kernel: symmetric int8", 1) if symmetric else HYBRID
+def hybrid_in_float(op: Op) -> bool:
+    """A hybrid FC marked to compute in float (engine option hybrid_arithmetic="float")."""
+    return op.opt(HYBRID_ARITHMETIC) == "float"
+
+
+def _hybrid_label(packed: packed_int8.PackedRows, symmetric: bool, in_float: bool) -> str:
+    """What the kernel computes: the weights' width and blocks, and the arithmetic."""
+    if in_float:
+        label = HYBRID_FLOAT
+    elif symmetric:
+        label = HYBRID.replace("(XNNPACK: asymmetric int8", "(builtin kernel: symmetric int8", 1)
+    else:
+        label = HYBRID
     width = "int8 weights" if packed.bits == 8 else "int4 weights (8 a u32)"
     if packed.block:
         width += f" in blocks of {packed.block} (f16 scales)"
@@ -286,10 +303,13 @@ def _hybrid_label(packed: packed_int8.PackedRows, symmetric: bool = False) -> st
 
 
 def _hybrid_build(op: Op, graph: Graph) -> Variants:
-    """XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default CPU delegate runs: per input row,
-    rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a zero point nudged to an integer,
-    q = clamp(round(x * scale) + zp) (ties to even); the output is (sum q*w - zp * sum w) / scale * w_scale + bias
-    with the sums in i32 (dot4I8Packed)."""
+    """Integer arithmetic (the default): XNNPACK's dynamically quantized FC (qd8-f32-qc8w), which LiteRT's default
+    CPU delegate runs: per input row, rmin = min(0, min x), rmax = max(0, max x), scale = 255 / (rmax - rmin), a
+    zero point nudged to an integer, q = clamp(round(x * scale) + zp) (ties to even); the output is
+    (sum q*w - zp * sum w) / scale * w_scale + bias with the sums in i32 (dot4I8Packed).
+    Float arithmetic (HYBRID_ARITHMETIC = "float"): the output is (sum x * w) * w_scale + bias, x as it is, the int8
+    weights unpacked in registers and the sums in f32 (in fp16 mode too): the float64 answer x · dequant(W) up to
+    f32 rounding, where the integer arithmetic adds the row quantization's error."""
     x, out = op.inputs[0], op.outputs[0]
     o, i = graph.tensors[op.inputs[1]].shape
     ib, ih, iw, ic = bhwc(graph, x)
@@ -297,6 +317,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     rows, p, si, so = rb * rh * rw, i // ic, slices(ic), slices(o)
     gated = bool(op.opt("gated"))
     norm = op.opt(NORM)
+    in_float = hybrid_in_float(op)
     norm_label = f"{norm[4]} + " if norm else ""
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
     # LiteRT's XNNPACK takes int4 rows of even length only; an odd one runs its builtin kernel, which quantizes
@@ -323,93 +344,137 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         channel[2] = bias_vec4(bias, o, so_pad)
         raw = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
         src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic)
-        ranges = [f"range_{t}" for t in range(rt)]
-        range_taps = [f"range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
-        row_params = []
-        for t in range(rt):
-            row_params += [f"let rmin_{t} = min(range_{t}.x, 0.0);", f"let rmax_{t} = max(-range_{t}.y, 0.0);"]
-            if symmetric:  # tensor_utils::SymmetricQuantizeFloats: scale max|x| / 127, no zero point
-                row_params += [
-                    f"let ra_{t} = max(-rmin_{t}, rmax_{t});",
-                    f"let qs_{t} = select(127.0 / ra_{t}, 1.0, ra_{t} == 0.0);",
-                    f"let zp_{t} = 0.0;",
-                    f"let inv_{t} = select(ra_{t} / 127.0, 1.0, ra_{t} == 0.0);",
-                ]
-                continue
-            row_params += [
-                f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
-                f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
-                f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
-                f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
-                f"let inv_{t} = 1.0 / qs_{t};",
-            ]
-        # blockwise weights (XNNPACK's qb4w): a block's dot products summed in i32 (bacc), then times the block's
-        # scales into the f32 sums (iacc), each time the words an invocation reads enter another block
-        acc_type, block = ("vec4<f32>", packed.block) if packed.block else ("vec4<i32>", 0)
-        zp_cast = "zp_{t}" if block else "i32(zp_{t})"
-        init = []
-        for j in range(st):
-            init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
-            init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp_cast.format(t=t)} * wsum_{j}, k == 0u);"
-                     for t in range(rt)]
-        flush = [f"iacc_{j}_{t} += vec4<f32>(bacc_{j}_{t}) * bs_{j};" for j in range(st) for t in range(rt)]
-        if block:
-            init.append("var blk = 0xFFFFFFFFu;")
-            init += [f"var bs_{j} = vec4<f32>(0.0);" for j in range(st)]
-            init += [f"var bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
-        if symmetric:  # std::round: ties away from zero
-            taps = [f"let xs_{t} = {src[t]} * qs_{t};\n    let xq_{t} = pack4xI8(vec4<i32>(clamp(sign(xs_{t}) * "
-                    f"floor(abs(xs_{t}) + 0.5), vec4<f32>(-127.0), vec4<f32>(127.0))));" for t in range(rt)]
-        else:
-            taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
-                    f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
-        if block:
-            loads = [f"bs_{j} = vec4<f32>(" + ", ".join(f"weights_block_scale((os0 + {j}u) * 4u + {c}u, b)"
-                                                         for c in range(4)) + ");" for j in range(st)]
-            resets = [f"bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
-            taps += [f"let b = (px * {ic}u + sl * 4u) / {block}u;",
-                     "if (b != blk) {\n      " + "\n      ".join([*flush, *resets, *loads, "blk = b;"]) + "\n    }"]
-        for j in range(st):
-            taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
-            dots = "vec4<i32>(" + ", ".join(f"dot4I8Packed(xq_{{t}}, w_{j}_{c})" for c in range(4)) + ")"
-            target = "bacc" if block else "iacc"
-            taps += [f"{target}_{j}_{t} += {dots.format(t=t)};" for t in range(rt)]
         accs = accumulators(d.tile)
-        to_float = (flush if block else []) + [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});"
-                                               for j in range(st) for t in range(rt)]
-        store = _stores([[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
-                          for t in range(rt)] for j in range(st)], gated)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
-        shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        if in_float:
+            row_ranges, to_float = Code(""), []
+            init = [f"var acc_{j}_{t} = vec4<f32>(0.0);" for j in range(st) for t in range(rt)]
+            taps = [f"let x_{t} = {src[t]};" for t in range(rt)]
+            if packed.block:  # each weight times its block's scale (the channel scales are then 1)
+                init += _block_state(st)
+                taps += _block_switch(packed.block, ic, st)
+            for j in range(st):
+                for c in range(4):
+                    w = f"vec4<f32>(unpack4xI8(weights_word((os0 + {j}u) * 4u + {c}u, q)))"
+                    taps.append(f"let w_{j}_{c} = {w}{f' * bs_{j}[{c}]' if packed.block else ''};")
+                taps += [f"acc_{j}_{t} += vec4<f32>(" + ", ".join(f"dot(x_{t}, w_{j}_{c})" for c in range(4))
+                         + ");" for t in range(rt)]
+            values = [[f"(acc_{j}_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+                       for t in range(rt)] for j in range(st)]
+            shared["REDUCE"] = codegen.lane_reduce(accs, d, first=not norm)
+        else:
+            row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si,
+                                                                     symmetric, packed.block, ic)
+            shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        store = _stores(values, gated)
         bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
                     Binding("dst", tensor=out, writable=True)]
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
-                  "RANGE_INIT": lines([f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)], 2),
-                  "RANGE_TAPS": lines(range_taps, 4),
-                  "NORM": norm_code, "RANGE_REDUCE": codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm),
-                  "ROW_PARAMS": lines(row_params, 2), "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
+                  "NORM": norm_code, "ROW_RANGES": row_ranges, "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
                   "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
                           functions=list(GATE_FNS) if gated else [],
                           label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
-                                f"{_hybrid_label(packed, symmetric)} "
-                                f"[{d.describe()}]")
+                                f"{_hybrid_label(packed, symmetric, in_float)} [{d.describe()}]")
 
-    row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
+    # per input vec4: the range and quantizing passes, or one float pass; a norm: its own pass, and each pass reads
+    # the value, its scale and its offset
+    row_loads = (1 if in_float else 2) * (3 if norm else 1) + (1 if norm else 0)
 
     def step(tile: tuple[int, int]) -> float:
-        return row_loads * tile[0] * tiling.LOAD + tile[0] * 8 + tile[1] * 4 * tiling.LOAD + tile[0] * tile[1] * 4
+        """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
+        quantization (8 a row) and dot4I8Packed (4 a row and slice), or float arithmetic's unpacking (8 a slice)
+        and vec4 dot products (16 FMAs a row and slice)."""
+        rt, st = tile
+        loads = row_loads * rt * tiling.LOAD + st * 4 * tiling.LOAD
+        return loads + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
 
     tiles = _tiles(rows, so, gated, wide=bool(norm))
     # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
     int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
-                                                    "norm": int(bool(norm)), **int4_numbers},
+                                                    "norm": int(bool(norm)), **int4_numbers,
+                                                    **({"float": 1} if in_float else {})},
                            tiles, words, count, step, make, rows * i * o)
+
+
+def _block_state(st: int) -> list[str]:
+    """Blockwise weights: the block the scales were loaded for and the ST slices' 4 channel scales in it."""
+    return ["var blk = 0xFFFFFFFFu;", *[f"var bs_{j} = vec4<f32>(0.0);" for j in range(st)]]
+
+
+def _block_switch(block: int, ic: int, st: int, before: list[str] = ()) -> list[str]:
+    """Taps that, when the word at (px, sl) enters another block, run `before` and load that block's scales."""
+    loads = [f"bs_{j} = vec4<f32>(" + ", ".join(f"weights_block_scale((os0 + {j}u) * 4u + {c}u, b)"
+                                                for c in range(4)) + ");" for j in range(st)]
+    return [f"let b = (px * {ic}u + sl * 4u) / {block}u;",
+            "if (b != blk) {\n      " + "\n      ".join([*before, *loads, "blk = b;"]) + "\n    }"]
+
+
+def _integer_rows(src: list[str], d: Decomposition, st: int, so_pad: int, norm: tuple | None, words: int,
+                  si: int, symmetric: bool, block: int, ic: int
+                  ) -> tuple[Code, list[str], list[str], list[str], list[list[str]]]:
+    """The integer arithmetic's code for rows `src` (vec4 expressions of px, sl; `words` per row, `si` a pixel of
+    `ic` channels): the pass finding each row's range and quantization parameters (XNNPACK's asymmetric rule, or
+    the builtin kernel's symmetric one), the accumulators' initial values (the zero point times the weights' row
+    sums), the taps (rows quantized, packed, dot4I8Packed; blockwise weights (XNNPACK's qb4w): a block's products
+    summed in i32, then times the block's scales into f32 sums), their conversion to f32 and the values stored."""
+    rt = len(src)
+    ranges = [f"range_{t}" for t in range(rt)]
+    range_pass = [f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)]
+    range_pass += [f"for (var q = k; q < {words}u; q += {d.split}u) {{", f"  let px = q / {si}u;",
+                   f"  let sl = q % {si}u;"]
+    range_pass += [f"  range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
+    range_pass += ["}", codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm)]
+    for t in range(rt):
+        range_pass += [f"let rmin_{t} = min(range_{t}.x, 0.0);", f"let rmax_{t} = max(-range_{t}.y, 0.0);"]
+        if symmetric:  # tensor_utils::SymmetricQuantizeFloats: scale max|x| / 127, no zero point
+            range_pass += [
+                f"let ra_{t} = max(-rmin_{t}, rmax_{t});",
+                f"let qs_{t} = select(127.0 / ra_{t}, 1.0, ra_{t} == 0.0);",
+                f"let zp_{t} = 0.0;",
+                f"let inv_{t} = select(ra_{t} / 127.0, 1.0, ra_{t} == 0.0);",
+            ]
+            continue
+        range_pass += [
+            f"let qs_{t} = select(255.0 / (rmax_{t} - rmin_{t}), 1.0, rmin_{t} == rmax_{t});",
+            f"let zf_{t} = select(127.0 - rmax_{t} * qs_{t}, -128.0 - rmin_{t} * qs_{t}, "
+            f"(-128.0 + rmin_{t} * qs_{t}) + (127.0 + rmax_{t} * qs_{t}) > 0.0);",
+            f"let zp_{t} = round(clamp(zf_{t}, -128.0, 127.0));",
+            f"let inv_{t} = 1.0 / qs_{t};",
+        ]
+    acc_type = "vec4<f32>" if block else "vec4<i32>"
+    zp = "zp_{t}" if block else "i32(zp_{t})"
+    init = []
+    for j in range(st):
+        init.append(f"let wsum_{j} = {acc_type}(channel[{so_pad}u + os0 + {j}u]);")
+        init += [f"var iacc_{j}_{t} = select({acc_type}(0), -{zp.format(t=t)} * wsum_{j}, k == 0u);"
+                 for t in range(rt)]
+    flush = [f"iacc_{j}_{t} += vec4<f32>(bacc_{j}_{t}) * bs_{j};" for j in range(st) for t in range(rt)]
+    if symmetric:  # std::round: ties away from zero
+        taps = [f"let xs_{t} = {src[t]} * qs_{t};\n    let xq_{t} = pack4xI8(vec4<i32>(clamp(sign(xs_{t}) * "
+                f"floor(abs(xs_{t}) + 0.5), vec4<f32>(-127.0), vec4<f32>(127.0))));" for t in range(rt)]
+    else:
+        taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
+                f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+    if block:
+        init += _block_state(st)
+        init += [f"var bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
+        resets = [f"bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]
+        taps += _block_switch(block, ic, st, [*flush, *resets])
+    for j in range(st):
+        taps += [f"let w_{j}_{c} = weights_word((os0 + {j}u) * 4u + {c}u, q);" for c in range(4)]
+        taps += [f"{'bacc' if block else 'iacc'}_{j}_{t} += vec4<i32>("
+                 + ", ".join(f"dot4I8Packed(xq_{t}, w_{j}_{c})" for c in range(4)) + ");" for t in range(rt)]
+    to_float = (flush if block else []) + [f"var acc_{j}_{t} = vec4<f32>(iacc_{j}_{t});"
+                                           for j in range(st) for t in range(rt)]
+    values = [[f"(acc_{j}_{t} * inv_{t} * channel[os0 + {j}u] + channel[{2 * so_pad}u + os0 + {j}u])"
+               for t in range(rt)] for j in range(st)]
+    return lines(range_pass, 2), init, taps, to_float, values
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------

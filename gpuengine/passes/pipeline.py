@@ -25,7 +25,9 @@ would need one; and a tree op is no inline step, so merging first would hide its
 of them, with the model at hand: STABLEHLO_COMPOSITE ops replaced by their decomposition subgraphs
 (inline_composites), so every pass sees the decomposition's ops; it is structural, so it runs with optimize=False
 too (a composite kept whole could only run on LiteRT). drop_leading_units (after fold_constants) is required too:
-rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel.
+rank-5 tensors with leading unit axes between reshapes (grouped-query attention) reach no kernel. Between the
+required and the optional passes, hybrid_arithmetic marks hybrid int8 FULLY_CONNECTED ops with the arithmetic the
+engine option asks for (structural too; before the merges, so merged projections keep the mark).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .fuse_input_expression import fuse_input_expression
 from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
 from .fuse_rope import fuse_rope
+from .hybrid_arithmetic import hybrid_arithmetic
 from .inline_composites import inline_composites
 from .kv_cache_in_place import kv_cache_in_place
 from .merge_channel_pad import merge_channel_pad
@@ -80,12 +83,17 @@ WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection}
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]
 
 
-def run_passes(graph: Graph, optimize: bool = True, model: Model | None = None, device: Device | None = None) -> Graph:
+def run_passes(graph: Graph, optimize: bool = True, model: Model | None = None, device: Device | None = None,
+               hybrid: str = "integer") -> Graph:
     """`model`: the model the graph belongs to, where composites' decompositions are (None: left as they are).
     `device`: the latency model's description of the device the plan is for (None: WITH_DEVICE passes fuse
-    wherever they can)."""
+    wherever they can). `hybrid`: the arithmetic of hybrid FULLY_CONNECTED ops (passes/hybrid_arithmetic.py),
+    marked after the required passes, before the optional ones (merged projections keep the mark)."""
     for with_model in WITH_MODEL:
         graph = with_model(graph, model)
-    for p in REQUIRED + (OPTIONAL if optimize else []):
+    for p in REQUIRED:
+        graph = p(graph)
+    graph = hybrid_arithmetic(graph, hybrid)
+    for p in OPTIONAL if optimize else []:
         graph = p(graph, device) if p in WITH_DEVICE else p(graph)
     return graph

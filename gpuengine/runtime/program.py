@@ -44,6 +44,9 @@ class EngineOptions:
     adapter: str | None = None
     precision: str = "fp32"  # "fp16": tensors and weights stored as f16 where the adapter has shader-f16
     f32_tensors: frozenset[str] = frozenset()  # fp16 only: tensors (by name) kept in f32 (mixed precision)
+    # hybrid FULLY_CONNECTED (float activations, int8 weights): "integer" as LiteRT (rows quantized, i32 sums) or
+    # "float" (weights dequantized in registers, f32 sums); passes/hybrid_arithmetic.py
+    hybrid_arithmetic: str = "integer"
     memory_strategy: str = "best"
     workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
     optimize: bool = True  # graph transformations and fusion
