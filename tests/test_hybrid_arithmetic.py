@@ -13,7 +13,8 @@ import json
 
 import numpy as np
 import pytest
-from test_int8_weights import gated_mlp, hybrid_fcs, int8_weights, run  # same folder under pytest
+from test_int4_weights import int4_model  # same folder under pytest
+from test_int8_weights import gated_mlp, hybrid_fcs, int8_weights, run
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
@@ -62,6 +63,25 @@ def test_float_arithmetic_is_the_float64_answer_with_weights_kept_int8(fcs):
     assert all(HYBRID in s for s in fc_labels(integer))
     assert (sum(it.compiled.gpu_programs[0].constant_buffers().values())
             == sum(integer.compiled.gpu_programs[0].constant_buffers().values()))
+
+
+def test_float_arithmetic_takes_int4_and_blockwise_weights():
+    """int4 weights (per channel and in blocks of 32 / 128, gated MLPs merged) in float arithmetic: each weight
+    unpacked and times its channel's or its block's scale in registers, so the outputs are the float64 answer
+    up to f32 rounding, where LiteRT's are its row quantization away."""
+    data, feeds, _ = int4_model()
+    it = Interpreter(model_content=data, hybrid_arithmetic="float")
+    it.allocate_tensors()
+    labels = fc_labels(it)
+    assert labels and all("dequantized in registers" in s for s in labels), labels
+    assert any("int4 weights (8 a u32) in blocks of 32" in s for s in labels)
+    assert any("int4 weights (8 a u32) in blocks of 128" in s for s in labels)
+    got = run(it, feeds)
+    exact, litert = run_reference(data, feeds), run_litert(data, feeds)
+    fc_outputs = [t for t in exact if relative_error(litert[t], exact[t]) >= LITERT_AT_LEAST]
+    assert len(fc_outputs) >= 5, "the model's FC outputs show LiteRT's row quantization"
+    for t, r in exact.items():  # the lookups are exact in both; the FCs f32-rounded in float arithmetic
+        assert relative_error(got[t], r) <= FLOAT_BOUND, (t, relative_error(got[t], r))
 
 
 def test_float_arithmetic_in_fp16_sums_in_f32(fcs):
