@@ -23,7 +23,9 @@ from .graph_utils import with_fields
 
 def fold_attention_operands(graph: Graph) -> Graph:
     graph = graph.copy()
-    for op in graph.ops:
+    # Each ATTENTION once, on the graph as the folds before it left it (a fold removes only copies its own operands
+    # alone read): linear in the layers, where starting over after every fold was quadratic.
+    for op in list(graph.ops):
         if op.code != ATTENTION:
             continue
         new, removed = op, []
@@ -34,7 +36,6 @@ def fold_attention_operands(graph: Graph) -> Graph:
         if new is not op:
             gone = {id(o) for o in removed}
             graph.ops = [new if o is op else o for o in graph.ops if id(o) not in gone]
-            return fold_attention_operands(graph)  # indices moved: start again (a few ops per layer)
     return graph
 
 
