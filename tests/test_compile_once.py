@@ -120,3 +120,17 @@ def test_a_deeper_model_compiles_no_new_pipeline():
     assert len(sources[4]) == len(sources[3])
     assert len(gpu.pipelines) - before == len(new)
     assert all("var<private>" in s for s in new), [s[:300] for s in new if "var<private>" not in s]
+
+
+def test_constants_baked_per_layer_are_bound_instead(models):
+    """At the tiny size a layer's norm weights and channel scales are small enough to bake (codegen.BAKE_LIMIT):
+    share_shaders binds them (as f32, the literals' type) where dispatches would otherwise differ only in them, so the
+    layers' dispatches render one text; a constant baked in one dispatch alone (the final norm) stays baked."""
+    specs = [spec for s in planned(models[4]).values() for spec in s]
+    unbaked = [spec for spec in specs if any(b.data is not None and not b.bake for b in spec.bindings)]
+    assert unbaked
+    for spec in unbaked:
+        assert all(b.exact for b in spec.bindings if b.data is not None and not b.bake)
+        twins = [other for other in unbaked if other.label == spec.label and other is not spec]
+        assert twins and all(codegen.render(other) == codegen.render(spec) for other in twins), spec.label
+    assert any(codegen.is_baked(b) for spec in specs for b in spec.bindings)  # the unique ones keep theirs
