@@ -102,8 +102,9 @@ def element_bytes(element: str, precision: str) -> int:
 def is_baked(b: Binding) -> bool:
     """Small float constants (biases, PRELU alphas, per-channel operands) become shader literals (f32 private
     arrays, whatever the precision). Not when one is infinite or NaN: its literal is a bitcast, which WGSL does not
-    take in an initializer, so such data stays in a buffer."""
-    return (b.data is not None and b.element in ("S4", "vec4<f32>") and b.data.dtype == np.float32
+    take in an initializer, so such data stays in a buffer; nor where the runtime bound it so that dispatches differing
+    only in it share one shader (Binding.bake)."""
+    return (b.bake and b.data is not None and b.element in ("S4", "vec4<f32>") and b.data.dtype == np.float32
             and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0 and bool(np.isfinite(b.data).all()))
 
 

@@ -617,3 +617,23 @@ def test_exact_offsets_in_compare_and_best():
     assert report["strategies"]["offsets"]["bytes"] == _best_offsets_total(recs, alignment)
     assert report["strategies"]["greedy_by_size"]["optimal"] is False
     assert "proven" in format_table({"m": report})
+
+
+def test_exact_offsets_solve_only_where_the_saving_could_matter(monkeypatch):
+    """min_saving: the solver runs where greedy_by_size's arena exceeds the lower bound by at least that many bytes
+    (the runtime passes 1% of a program's weight bytes), else the heuristic's plan stands, and `best` follows."""
+    from gpuengine.memory import exact
+
+    alignment, spec = HEURISTIC_MISSES[0]
+    recs = _records(spec)
+    gap = plan_greedy_by_size(recs, alignment=alignment).total_bytes - aligned_lower_bound(recs, alignment)
+    assert gap > 0
+    solved = plan_offsets(recs, alignment=alignment, time_budget=30.0, min_saving=gap)
+    assert solved.optimal and solved.total_bytes == _best_offsets_total(recs, alignment)
+    monkeypatch.setattr(exact, "_solve", lambda *a: pytest.fail("solved where it could save too little"))
+    kept = plan_offsets(recs, alignment=alignment, min_saving=gap + 1)
+    assert not kept.optimal and kept.total_bytes == plan_greedy_by_size(recs, alignment=alignment).total_bytes
+    best = plan_memory(recs, "best", alignment, min_saving=gap + 1)
+    best.validate(recs)
+    assert best.total_bytes == min(plan_greedy(recs).total_bytes, plan_mincostflow(recs).total_bytes,
+                                   kept.total_bytes)

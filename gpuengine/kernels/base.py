@@ -59,6 +59,9 @@ class Binding:
     # f32 (codegen.dispatch_precision)
     exact: bool = False
     wide: bool = False  # set by the runtime: a float tensor kept in f32 (mixed precision): its readers compute in f32
+    # cleared by the runtime (runtime/program.py share_shaders): a small constant bound (as f32) instead of baked, so
+    # dispatches that differ only in it (identical layers) share one shader
+    bake: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ and tells when 4 adjacent channels stay 4 aligned adjacent channels (vec4 loads 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +112,7 @@ def _slice_in_bounds(step: Step) -> bool:
         b >= 0 and b + size <= dim for b, size, dim in zip(step.perm, step.out_shape, step.in_shape))
 
 
+@functools.lru_cache(maxsize=4096)  # identical layers ask for identical views: evaluate each map once
 def reader(steps: tuple[Step, ...], name: str, params: tuple[str, ...]) -> tuple[str, str, bool]:
     """WGSL statements reading logical (`params`..., channel) of the view as a vec4 `value` from binding `name`.
 
@@ -129,6 +131,7 @@ def reader(steps: tuple[Step, ...], name: str, params: tuple[str, ...]) -> tuple
     return body, "S1", False
 
 
+@functools.lru_cache(maxsize=4096)
 def writer_index(steps: tuple[Step, ...], params: tuple[str, ...]) -> str | None:
     """WGSL expression of the output vec4 index in the final tensor of logical (params..., channel slice `ns`),
     or None when 4 adjacent logical channels are not 4 aligned adjacent channels there (no vec4 store)."""

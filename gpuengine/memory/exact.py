@@ -63,10 +63,11 @@ def aligned_lower_bound(records: Iterable[UsageRecord], alignment: int = DEFAULT
 
 
 def plan_offsets(records: Iterable[UsageRecord], alignment: int = DEFAULT_ALIGNMENT,
-                 time_budget: float | None = None) -> MemoryPlan:
+                 time_budget: float | None = None, min_saving: int = 0) -> MemoryPlan:
     """The smallest arena plan HiGHS finds within NODE_LIMIT branch-and-bound nodes (GPUENGINE_MEMPLAN_NODES, 1000)
     and `time_budget` seconds (GPUENGINE_MEMPLAN_BUDGET, 5 s), never worse than greedy_by_size's; `optimal` when
-    proven. Without SciPy the heuristic's plan is returned."""
+    proven. Without SciPy the heuristic's plan is returned, and so it is when the most the solver could save (the
+    heuristic's arena minus the lower bound) is under `min_saving` bytes."""
     recs = check_records(records)
     seed = plan_greedy_by_size(recs, alignment=alignment)
     plan = MemoryPlan(strategy="offsets", object_sizes=seed.object_sizes, placement=seed.placement)
@@ -75,7 +76,7 @@ def plan_offsets(records: Iterable[UsageRecord], alignment: int = DEFAULT_ALIGNM
         plan.optimal = True
         return plan
     budget = DEFAULT_TIME_BUDGET if time_budget is None else time_budget
-    if budget <= 0:
+    if budget <= 0 or plan.total_bytes - bound < min_saving:
         return plan
     try:
         solved = _solve(recs, alignment, plan.total_bytes, bound, budget)

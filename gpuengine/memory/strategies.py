@@ -49,19 +49,23 @@ def _copy(plan: MemoryPlan) -> MemoryPlan:
 
 
 def plan_memory(
-    records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT
+    records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT,
+    min_saving: int = 0,
 ) -> MemoryPlan:
-    """``_plan_memory`` memoized by the records, strategy and alignment: a shape planned before (a resize back to
-    it, a second program of the same partition) is not planned again, which matters for the exact planner's
-    time budget. The plan returned is the caller's own copy."""
+    """``_plan_memory`` memoized by the records, strategy, alignment and min_saving: a shape planned before (a
+    resize back to it, a second program of the same partition) is not planned again, which matters for the exact
+    planner's time budget. The plan returned is the caller's own copy. min_saving: the exact planner (``offsets``,
+    and ``best`` through it) runs only where it could save at least this many bytes over greedy_by_size (the
+    runtime passes 1% of the program's weight bytes: a language model's few intermediates are not worth seconds
+    of solving)."""
     recs = tuple(check_records(records))
-    key = (recs, strategy, alignment, _scipy())
+    key = (recs, strategy, alignment, _scipy(), min_saving)
     with _MEMO_LOCK:
         hit = _MEMO.get(key)
         if hit is not None:
             _MEMO.move_to_end(key)
             return _copy(hit)
-    plan = _plan_memory(list(recs), strategy, alignment)
+    plan = _plan_memory(list(recs), strategy, alignment, min_saving)
     with _MEMO_LOCK:
         _MEMO[key] = _copy(plan)
         while len(_MEMO) > _MEMO_SIZE:
@@ -70,7 +74,7 @@ def plan_memory(
 
 
 def _plan_memory(
-    records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT
+    records: Iterable[UsageRecord], strategy: str = "best", alignment: int = DEFAULT_ALIGNMENT, min_saving: int = 0,
 ) -> MemoryPlan:
     """Plan storage for the intermediate tensors described by ``records``.
 
@@ -88,14 +92,14 @@ def _plan_memory(
     if strategy == "greedy_by_size":
         return plan_greedy_by_size(recs, alignment=alignment)
     if strategy == "offsets":
-        return plan_offsets(recs, alignment=alignment)
+        return plan_offsets(recs, alignment=alignment, min_saving=min_saving)
     if strategy == "best":
         candidates = [plan_greedy(recs)]
         try:
             candidates.append(plan_mincostflow(recs))
         except ImportError:
             pass
-        arena = plan_memory(recs, "offsets", alignment)  # memoized: the same plan as the "offsets" strategy's
+        arena = plan_memory(recs, "offsets", alignment, min_saving)  # memoized: the "offsets" strategy's plan
         if arena.total_bytes <= MAX_ARENA_BYTES:
             candidates.append(arena)
         winner = min(candidates, key=lambda p: p.total_bytes)  # min keeps the first (greedy) on ties

@@ -23,24 +23,31 @@ from .graph_utils import with_fields
 
 def fold_attention_operands(graph: Graph) -> Graph:
     graph = graph.copy()
-    for op in graph.ops:
-        if op.code != ATTENTION:
-            continue
-        new, removed = op, []
-        for position in (0, 1, 2):
-            candidate, chain = _fold_operand(graph, new, position)
-            if chain and registry.check(candidate, graph) is None:
-                new, removed = candidate, removed + chain
-        if new is not op:
-            gone = {id(o) for o in removed}
-            graph.ops = [new if o is op else o for o in graph.ops if id(o) not in gone]
-            return fold_attention_operands(graph)  # indices moved: start again (a few ops per layer)
+    # Every ATTENTION in order, on the graph as the folds before it left it, until a sweep folds nothing (starting
+    # over after every fold instead was quadratic in the layers).
+    changed = True
+    while changed:
+        changed = False
+        maps = graph.producers(), graph.consumers()
+        for op in list(graph.ops):  # a fold removes only the copies in front of an operand, never an ATTENTION
+            if op.code != ATTENTION:
+                continue
+            new, removed = op, []
+            for position in (0, 1, 2):
+                candidate, chain = _fold_operand(graph, new, position, *maps)
+                if chain and registry.check(candidate, graph) is None:
+                    new, removed = candidate, removed + chain
+            if new is not op:
+                gone = {id(o) for o in removed}
+                graph.ops = [new if o is op else o for o in graph.ops if id(o) not in gone]
+                changed = True
+                maps = graph.producers(), graph.consumers()  # op indices moved
     return graph
 
 
-def _fold_operand(graph: Graph, op: Op, position: int) -> tuple[Op, list[Op]]:
+def _fold_operand(graph: Graph, op: Op, position: int, producers: dict[int, int], readers: dict[int, list[int]],
+                  ) -> tuple[Op, list[Op]]:
     """The op reading operand `position` through the copies before it, and those copies (none: unchanged)."""
-    producers, readers = graph.producers(), graph.consumers()
     t = op.inputs[position]
     steps: tuple[Step, ...] = tuple(op.opt(VIEWS[position]) or ())
     scale = float(op.opt(SCALE))

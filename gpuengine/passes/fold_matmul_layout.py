@@ -26,30 +26,35 @@ MAX_STEPS = 4
 
 def fold_matmul_layout(graph: Graph) -> Graph:
     graph = graph.copy()
-    for i in range(len(graph.ops)):
-        op = graph.ops[i]
-        if op.code != "BATCH_MATMUL" or any(op.opt(k) for k in (*VIEW_OPTIONS, OUT_VIEW)):
-            continue
-        removed: list[Op] = []
-        new = op
-        for position in (0, 1):
-            src, steps, chain = _chain_before(graph, new.inputs[position])
+    # Every matmul in order, on the graph as the folds before it left it, until a sweep folds nothing (starting over
+    # after every fold instead made a 30-layer decoder's planning quadratic).
+    changed = True
+    while changed:
+        changed = False
+        maps = graph.producers(), graph.consumers()
+        for op in list(graph.ops):  # a fold removes only RESHAPE / TRANSPOSE ops, never a matmul
+            if op.code != "BATCH_MATMUL" or any(op.opt(k) for k in (*VIEW_OPTIONS, OUT_VIEW)):
+                continue
+            removed: list[Op] = []
+            new = op
+            for position in (0, 1):
+                src, steps, chain = _chain_before(graph, new.inputs[position], *maps)
+                if steps:
+                    inputs = list(new.inputs)
+                    inputs[position] = src
+                    candidate = with_fields(new, inputs, **{VIEW_OPTIONS[position]: steps})
+                    if registry.check(candidate, graph) is None:
+                        new, removed = candidate, removed + chain
+            final, steps, chain = _chain_after(graph, new.outputs[0], maps[1])
             if steps:
-                inputs = list(new.inputs)
-                inputs[position] = src
-                candidate = with_fields(new, inputs, **{VIEW_OPTIONS[position]: steps})
+                candidate = dataclasses.replace(with_fields(new, **{OUT_VIEW: steps}), outputs=[final])
                 if registry.check(candidate, graph) is None:
                     new, removed = candidate, removed + chain
-        final, steps, chain = _chain_after(graph, new.outputs[0])
-        if steps:
-            candidate = dataclasses.replace(with_fields(new, **{OUT_VIEW: steps}), outputs=[final])
-            if registry.check(candidate, graph) is None:
-                new, removed = candidate, removed + chain
-        if new is not op:
-            graph.ops[i] = new
-            gone = {id(o) for o in removed}
-            graph.ops = [o if o is not op else new for o in graph.ops if id(o) not in gone]
-            return fold_matmul_layout(graph)  # indices moved: start again (few matmuls, short chains)
+            if new is not op:
+                gone = {id(o) for o in removed}
+                graph.ops = [o if o is not op else new for o in graph.ops if id(o) not in gone]
+                changed = True
+                maps = graph.producers(), graph.consumers()  # op indices moved
     return graph
 
 
@@ -68,10 +73,9 @@ def _step(graph: Graph, op: Op) -> Step | None:
     return Step("RESHAPE", tuple(x.shape), tuple(out.shape))
 
 
-def _chain_before(graph: Graph, t: int) -> tuple[int, tuple[Step, ...], list[Op]]:
+def _chain_before(graph: Graph, t: int, producers: dict[int, int], readers: dict[int, list[int]],
+                  ) -> tuple[int, tuple[Step, ...], list[Op]]:
     """Walk up from operand t through layout ops whose outputs nothing else reads."""
-    producers = graph.producers()
-    readers = graph.consumers()
     steps: list[Step] = []
     chain: list[Op] = []
     while len(steps) < MAX_STEPS and t in producers and t not in graph.outputs and len(readers.get(t, [])) == 1:
@@ -85,9 +89,8 @@ def _chain_before(graph: Graph, t: int) -> tuple[int, tuple[Step, ...], list[Op]
     return t, tuple(steps), chain
 
 
-def _chain_after(graph: Graph, t: int) -> tuple[int, tuple[Step, ...], list[Op]]:
+def _chain_after(graph: Graph, t: int, readers: dict[int, list[int]]) -> tuple[int, tuple[Step, ...], list[Op]]:
     """Walk down from the matmul's output through layout ops that are the only reader of their input."""
-    readers = graph.consumers()
     steps: list[Step] = []
     chain: list[Op] = []
     while len(steps) < MAX_STEPS and t not in graph.outputs and len(readers.get(t, [])) == 1:

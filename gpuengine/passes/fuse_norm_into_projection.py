@@ -19,10 +19,12 @@ decomposition, with their fixed cost per dispatch; a remark says which way it we
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..kernels import registry
 from ..kernels.fully_connected import NORM
 from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM, SOURCE_OPS
-from ..model.ir import Graph
+from ..model.ir import Graph, Op
 from ..tuning.latency import Device, op_ns
 from .graph_utils import with_fields
 
@@ -34,6 +36,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
     readers = graph.consumers()
     producers = {t: k for k, op in enumerate(graph.ops) for t in op.outputs}
     gone: set[int] = set()
+    answers: dict[tuple, tuple[float, float]] = {}  # _shape_key of (fused, norm, FC) -> predicted ns (fused, apart)
     for i, op in enumerate(graph.ops):
         if op.code != "FULLY_CONNECTED" or op.opt(NORM) or not op.inputs or op.inputs[0] < 0:
             continue
@@ -51,8 +54,12 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
         if registry.check(fused, graph) is not None:
             continue
         if device is not None:
-            with_prologue = op_ns(fused, graph, device)[0]
-            separate = op_ns(norm, graph, device)[0] + op_ns(op, graph, device)[0]
+            # identical layers ask the same question: build and predict each shape once (building packs weights)
+            key = (_shape_key(fused, graph), _shape_key(norm, graph), _shape_key(op, graph))
+            if key not in answers:
+                answers[key] = (op_ns(fused, graph, device)[0],
+                                op_ns(norm, graph, device)[0] + op_ns(op, graph, device)[0])
+            with_prologue, separate = answers[key]
             tally = predicted[with_prologue < separate]
             tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + with_prologue, tally[2] + separate
             if with_prologue >= separate:
@@ -66,6 +73,30 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
                                                                   (predicted[False], "kept apart from"))
                              if n)
     return graph
+
+
+def _shape_key(op: Op, graph: Graph) -> tuple:
+    """What the latency model's prediction for `op` depends on: its code, options and the shape, type and
+    quantization layout of every tensor it reads or writes, with tensor indices in its options replaced by the same
+    (weights' values and tensor names left out, so the ops of identical layers share one key)."""
+    def tensor(t: int) -> tuple:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < len(graph.tensors):
+            return ("?", t)
+        x = graph.tensors[t]
+        q = x.quantization
+        return (tuple(x.shape), str(x.dtype), x.type_code, x.data is None,
+                None if q is None else (q.scale.size, q.zero_point.size, q.axis))
+
+    def value(v: object, indices: bool) -> object:
+        if isinstance(v, (list, tuple)):
+            return tuple(value(e, indices) for e in v)
+        if isinstance(v, np.ndarray):
+            return (v.shape, v.tobytes())
+        return tensor(v) if indices and isinstance(v, int) and not isinstance(v, bool) else v
+
+    options = op.options.fields if op.options is not None else {}
+    return (op.code, tuple(tensor(t) if t >= 0 else None for t in op.inputs), tuple(tensor(t) for t in op.outputs),
+            tuple((k, value(v, k == NORM)) for k, v in sorted(options.items())))
 
 
 def _remark(n: int, fused_ns: float, apart_ns: float, how: str, device: str) -> str:

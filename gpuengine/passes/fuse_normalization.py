@@ -91,7 +91,7 @@ class _Match:
 def fuse_normalization(graph: Graph) -> Graph:
     graph = graph.copy()
     merged = True
-    while merged:  # a merge changes readers: look again from the start
+    while merged:  # until a sweep merges nothing (each sweep merges every match it meets: one per norm)
         merged = False
         readers = graph.consumers()
         for x in _candidates(graph, readers):
@@ -105,7 +105,7 @@ def fuse_normalization(graph: Graph) -> Graph:
             graph.ops = [op if i == match.root else o for i, o in enumerate(graph.ops)
                          if i == match.root or i not in members]
             merged = True
-            break
+            readers = graph.consumers()  # op indices moved
     return graph
 
 

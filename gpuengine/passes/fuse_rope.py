@@ -25,17 +25,18 @@ MAX_STEPS = 6
 def fuse_rope(graph: Graph) -> Graph:
     graph = graph.copy()
     changed, fused_any = True, False
-    while changed:  # indices move with each fusion: look again (two per layer)
+    while changed:  # until a sweep fuses nothing (each sweep fuses every match it meets: two per layer)
         changed = False
-        for cat in graph.ops:
-            found = _match(graph, cat)
+        maps = _Maps(graph)
+        for cat in list(graph.ops):  # a fusion removes only SLICE / MUL / SUB / ADD ops, never a CONCATENATION
+            found = _match(graph, cat, maps)
             if found is None or registry.check(found[0], graph) is not None:
                 continue
             fused, members = found
             gone = {id(m) for m in members}
             graph.ops = [fused if o is cat else o for o in graph.ops if id(o) not in gone]
             changed = fused_any = True
-            break
+            maps = _Maps(graph)  # op indices moved
     return drop_unread_views(graph) if fused_any else graph
 
 
@@ -50,14 +51,23 @@ def drop_unread_views(graph: Graph) -> Graph:
         graph.ops = [o for o in graph.ops if all(o is not d for d in dead)]
 
 
-def _match(graph: Graph, cat: Op) -> tuple[Op, list[Op]] | None:
+class _Maps:
+    """Producers, readers and positions of a graph's ops, computed once per state of the graph (not once per
+    candidate: that made the pass quadratic in the layers)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.producers, self.readers = graph.producers(), graph.consumers()
+        self.position = {id(o): i for i, o in enumerate(graph.ops)}
+
+
+def _match(graph: Graph, cat: Op, maps: _Maps) -> tuple[Op, list[Op]] | None:
     if cat.code != "CONCATENATION" or len(cat.inputs) != 2 or len(cat.outputs) != 1:
         return None
     out = graph.tensors[cat.outputs[0]]
     rank = len(out.shape)
     if rank == 0 or int(cat.opt("axis", 0)) % rank != rank - 1 or int(cat.opt("fused_activation_function", 0) or 0):
         return None
-    producers, readers = graph.producers(), graph.consumers()
+    producers, readers = maps.producers, maps.readers
 
     def made(t: int, code: str) -> Op | None:
         if t < 0 or t not in producers or t in graph.outputs or len(readers.get(t, [])) != 1:
@@ -75,22 +85,22 @@ def _match(graph: Graph, cat: Op) -> tuple[Op, list[Op]] | None:
         return None
     # lo = x1 cos - x2 sin; hi = x2 cos + x1 sin (hi's terms in either order)
     for first, second in ((c, d), (d, c)):
-        found = _halves(graph, a, b, first, second)
+        found = _halves(graph, a, b, first, second, maps)
         if found is not None:
             x, cos, sin, members = found
             break
     else:
         return None
     members = [*members, a, b, c, d, lo, hi]
-    steps, src = _view_chain(graph, x)
+    steps, src = _view_chain(graph, x, maps.producers)
     fused = Op(index=cat.index, code=ROPE, inputs=[src, cos, sin], outputs=list(cat.outputs),
                options=Options("RopeOptions", {VIEW_X: steps or None}))
     return fused, members
 
 
-def _halves(graph: Graph, a: Op, b: Op, c: Op, d: Op) -> tuple[int, int, int, list[Op]] | None:
+def _halves(graph: Graph, a: Op, b: Op, c: Op, d: Op, maps: _Maps) -> tuple[int, int, int, list[Op]] | None:
     """x, cos, sin and the two SLICEs when a = x1*cos, b = x2*sin, c = x2*cos, d = x1*sin (operands either way)."""
-    producers, readers = graph.producers(), graph.consumers()
+    producers, readers, position = maps.producers, maps.readers, maps.position
     for x1, cos in (a.inputs, a.inputs[::-1]):
         for x2, sin in (b.inputs, b.inputs[::-1]):
             if set(c.inputs) != {x2, cos} or set(d.inputs) != {x1, sin} or x1 == x2 or cos == sin:
@@ -98,8 +108,8 @@ def _halves(graph: Graph, a: Op, b: Op, c: Op, d: Op) -> tuple[int, int, int, li
             if x1 not in producers or x2 not in producers or x1 in graph.outputs or x2 in graph.outputs:
                 continue
             s1, s2 = graph.ops[producers[x1]], graph.ops[producers[x2]]
-            if sorted(readers.get(x1, [])) != sorted(graph.ops.index(o) for o in (a, d)) or \
-                    sorted(readers.get(x2, [])) != sorted(graph.ops.index(o) for o in (b, c)):
+            if sorted(readers.get(x1, [])) != sorted(position[id(o)] for o in (a, d)) or \
+                    sorted(readers.get(x2, [])) != sorted(position[id(o)] for o in (b, c)):
                 continue
             x = _halves_of(graph, s1, s2)
             if x is not None and graph.tensors[cos].dtype == np.float32 and graph.tensors[sin].dtype == np.float32:
@@ -125,10 +135,9 @@ def _halves_of(graph: Graph, s1: Op, s2: Op) -> int | None:
     return x
 
 
-def _view_chain(graph: Graph, t: int) -> tuple[tuple[Step, ...], int]:
+def _view_chain(graph: Graph, t: int, producers: dict[int, int]) -> tuple[tuple[Step, ...], int]:
     """Steps from the tensor the layout ops in front of t read, to t (RESHAPE, TRANSPOSE, SLICE with constant
     begin and size), and that tensor."""
-    producers = graph.producers()
     steps: list[Step] = []
     while len(steps) < MAX_STEPS and t in producers:
         op = graph.ops[producers[t]]
