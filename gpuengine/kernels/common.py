@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -167,6 +168,86 @@ def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) 
     return Code(f"{{ let q = clamp(multiply_by_quantized_multiplier(vec4<i32>(round(value)), {multiplier}, {shift}, "
                 f"{'true' if ruy else 'false'}) + vec4<i32>({zero}), vec4<i32>({lo}), vec4<i32>({hi})); "
                 f"value = vec4<f32>(q - vec4<i32>({zero})) * {f32_literal(scale)}; }}")
+
+
+# -- fully int8 ops with exact integer sums (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D) ---------------------------
+
+ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
+# LiteRT's builtin kernels whose int8 GEMM runs through ruy (FULLY_CONNECTED, and CONV_2D after im2col): its shift
+# rounds ties up; TFLite's own output stage (BATCH_MATMUL) rounds them away from zero (measured, LiteRT 2.3.0)
+RUY_OPS = ("FULLY_CONNECTED", "CONV_2D")
+
+
+@dataclass
+class Int8Requant:
+    """How a fully int8 FC, CONV_2D or BATCH_MATMUL computes LiteRT's integers: its operands read as integers
+    (q - zero point = round(real / scale)), integer weights and bias, sums exact in f32 (every partial sum below
+    2^24, checked from the weights and the operands' ranges), then the int32 accumulator requantized per output
+    channel."""
+
+    multipliers: np.ndarray  # int32 Q31 multiplier per output channel (one for BATCH_MATMUL / per-tensor weights)
+    shifts: np.ndarray  # int32 exponent per output channel
+    inverse_scales: tuple[float, ...]  # 1 / scale of each run-time operand
+    weights: np.ndarray | None = None  # FC [O, I] / CONV_2D [O, KH, KW, I]: integer weights as f32
+    bias: np.ndarray | None = None  # integer bias [O] as f32
+
+
+def quantized_span(tensor: Tensor) -> int:
+    """The largest |q - zero point| of an int8 run-time tensor."""
+    zero = int(tensor.quantization.zero_point[0]) if tensor.quantization.zero_point.size else 0  # type: ignore
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    return max(abs(lo - zero), abs(hi - zero))
+
+
+def int8_tensors(*tensors: Tensor) -> bool:
+    return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
+
+
+def weights_requant(op: Op, graph: Graph) -> Int8Requant | None:
+    """LiteRT's integer computation of an op with an int8 input 0 and output, constant symmetric int8 weights
+    (input 1, per tensor or per output channel on axis 0), an optional int32 bias (input 2) and no activation or
+    RELU (FULLY_CONNECTED, CONV_2D), where f32 sums stay exact; None otherwise (the op then computes in float and
+    rounds once, fake_quant)."""
+    x, w, out = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]], graph.tensors[op.outputs[0]]
+    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+    bias = graph.tensors[bias_t] if bias_t >= 0 else None
+    wq = w.quantization
+    if not int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
+            or int(op.opt("fused_activation_function", 0) or 0) not in ACTIVATIONS_EXACT \
+            or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
+            or wq.scale.size not in (1, w.shape[0]) or (wq.scale.size > 1 and wq.axis != 0):
+        return None
+    if bias is not None and (bias.dtype != np.int32 or bias.data is None or bias.quantization is None):
+        return None
+    weights = np.asarray(w.data, np.int64)
+    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(w.shape[0], np.int64)
+    if np.max(np.abs(weights).reshape(w.shape[0], -1).sum(axis=1) * quantized_span(x) + np.abs(bias_q)) \
+            >= EXACT_LIMIT:
+        return None
+    sx, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
+    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (w.shape[0],))]
+    return Int8Requant(np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64),
+                       (1.0 / sx,), weights.astype(np.float32), bias_q.astype(np.float32))
+
+
+def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
+    """Per output slice, two vec4<u32>: the lanes' Q31 multipliers and their shifts (bit patterns of i32)."""
+    table = np.zeros((2, so_pad * 4), np.int32)
+    table[0, :channels] = rq.multipliers
+    table[1, :channels] = rq.shifts
+    table = np.ascontiguousarray(table.reshape(2, so_pad, 4).transpose(1, 0, 2))
+    return Binding("requant", data=table.view(np.uint32).reshape(-1), element="vec4<u32>")
+
+
+def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
+    """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
+    from the `requant` binding at the output slice `os`, a single one is baked. Ties of the shift go up for the
+    RUY_OPS, away from zero for BATCH_MATMUL."""
+    ruy = op.code in RUY_OPS
+    if rq.multipliers.size > 1:
+        return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
+                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy)
+    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy)
 
 
 # Integer tensors the GPU holds exactly, as f32 values (exact for |x| < 2^24: token ids, positions, masks), stored
