@@ -195,8 +195,11 @@ def test_float_edges_quantize_and_dequantize_on_gpu() -> None:
         ref = run_litert(data, feeds)
         got, it = run_gpuengine(data, feeds)
         assert not [p for p in it.compiled.plan.partitions if p.device == "cpu"]
+        # fp16 stores the float output with f16's rounding (half an ulp: 2^-11 relative) on top of the step
+        storage = float(np.abs(np.concatenate([r.ravel() for r in ref.values()])).max()) * 2.0 ** -11 \
+            if it.compiled.precision == "fp16" else 0.0
         for t, r in ref.items():
-            assert r.dtype == np.float32 and np.abs(got[t] - r).max() <= step * 1.001
+            assert r.dtype == np.float32 and np.abs(got[t] - r).max() <= step * 1.001 + storage
 
 
 def requantize_model(in_q: tuple[float, int], out_q: tuple[float, int]) -> bytes:
@@ -268,7 +271,10 @@ def test_int8_block_in_fp16() -> None:
 def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
     """A coarse int8 conv output read by TANH, whose output grid (1/128) is ~10x finer: LiteRT's TANH sees the
     conv's rounded integers, so each kernel must round what it writes to its tensor's grid, or the TANH output
-    moves by several steps."""
+    moves by several steps. Against LiteRT's builtin integer kernels, whose CONV_2D output stage the GPU
+    reproduces (kernels/conv2d.py int8_requant): exactly their integers. (XNNPACK, LiteRT's default, requantizes
+    the conv in f32 with ties to even: its TANH output departs from the builtin kernels' by 13 and 19 steps on 1
+    and 2 of the 1,188 elements of seeds 1 and 2; the GPU's float rounding before matched XNNPACK here.)"""
     rng = np.random.default_rng(2)
     mb = ModelBuilder()
     x = mb.input("x", SHAPE)
@@ -281,11 +287,11 @@ def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
     assert graph.tensors[graph.ops[0].outputs[0]].quantization.scale[0] > 8 / 128  # the conv's grid is coarse
     for seed in range(3):
         feeds = random_inputs(data, seed)
-        ref = run_litert(data, feeds)
+        ref = run_litert(data, feeds, builtin=True)
         got = run_gpuengine(data, feeds)[0]
         for t, r in ref.items():
-            share, steps = quantized_agreement(got[t], r)
-            assert steps <= 1 and share == 1.0, (share, steps)
+            assert len(np.unique(r)) > 20  # the coarse conv's 30 levels through TANH, not a constant
+            np.testing.assert_array_equal(got[t], r)
 
 
 def test_int8_classifier_argmax_matches_litert() -> None:
