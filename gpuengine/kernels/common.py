@@ -173,9 +173,10 @@ def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) 
 # -- fully int8 ops with exact integer sums (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D) ---------------------------
 
 ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
-# LiteRT's builtin kernels whose int8 GEMM runs through ruy (FULLY_CONNECTED, and CONV_2D after im2col): its shift
-# rounds ties up; TFLite's own output stage (BATCH_MATMUL) rounds them away from zero (measured, LiteRT 2.3.0)
-RUY_OPS = ("FULLY_CONNECTED", "CONV_2D")
+# LiteRT's builtin int8 kernels whose output stage rounds the shift's ties up: FULLY_CONNECTED and CONV_2D (their
+# GEMM runs through ruy, CONV_2D after im2col) and DEPTHWISE_CONV_2D (its x86 kernel); TFLite's own
+# MultiplyByQuantizedMultiplier (BATCH_MATMUL) rounds them away from zero (measured against LiteRT 2.3.0)
+TIES_UP_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D")
 
 
 @dataclass
@@ -203,11 +204,11 @@ def int8_tensors(*tensors: Tensor) -> bool:
     return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
 
 
-def weights_requant(op: Op, graph: Graph) -> Int8Requant | None:
+def weights_requant(op: Op, graph: Graph, channel_axis: int = 0) -> Int8Requant | None:
     """LiteRT's integer computation of an op with an int8 input 0 and output, constant symmetric int8 weights
-    (input 1, per tensor or per output channel on axis 0), an optional int32 bias (input 2) and no activation or
-    RELU (FULLY_CONNECTED, CONV_2D), where f32 sums stay exact; None otherwise (the op then computes in float and
-    rounds once, fake_quant)."""
+    (input 1, per tensor or per output channel on `channel_axis`: 0 for FULLY_CONNECTED and CONV_2D, 3 for
+    DEPTHWISE_CONV_2D), an optional int32 bias (input 2) and no activation or RELU, where f32 sums stay exact; None
+    otherwise (the op then computes in float and rounds once, fake_quant)."""
     x, w, out = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]], graph.tensors[op.outputs[0]]
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = graph.tensors[bias_t] if bias_t >= 0 else None
@@ -215,17 +216,18 @@ def weights_requant(op: Op, graph: Graph) -> Int8Requant | None:
     if not int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
             or int(op.opt("fused_activation_function", 0) or 0) not in ACTIVATIONS_EXACT \
             or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
-            or wq.scale.size not in (1, w.shape[0]) or (wq.scale.size > 1 and wq.axis != 0):
+            or wq.scale.size not in (1, w.shape[channel_axis]) or (wq.scale.size > 1 and wq.axis != channel_axis):
         return None
     if bias is not None and (bias.dtype != np.int32 or bias.data is None or bias.quantization is None):
         return None
     weights = np.asarray(w.data, np.int64)
-    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(w.shape[0], np.int64)
-    if np.max(np.abs(weights).reshape(w.shape[0], -1).sum(axis=1) * quantized_span(x) + np.abs(bias_q)) \
-            >= EXACT_LIMIT:
+    channels = w.shape[channel_axis]
+    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(channels, np.int64)
+    per_channel = np.moveaxis(np.abs(weights), channel_axis, 0).reshape(channels, -1).sum(axis=1)
+    if bias_q.size != channels or np.max(per_channel * quantized_span(x) + np.abs(bias_q)) >= EXACT_LIMIT:
         return None
     sx, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
-    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (w.shape[0],))]
+    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (channels,))]
     return Int8Requant(np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64),
                        (1.0 / sx,), weights.astype(np.float32), bias_q.astype(np.float32))
 
@@ -242,8 +244,8 @@ def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
 def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
     """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
     from the `requant` binding at the output slice `os`, a single one is baked. Ties of the shift go up for the
-    RUY_OPS, away from zero for BATCH_MATMUL."""
-    ruy = op.code in RUY_OPS
+    TIES_UP_OPS, away from zero for BATCH_MATMUL."""
+    ruy = op.code in TIES_UP_OPS
     if rq.multipliers.size > 1:
         return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
                                    "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy)
