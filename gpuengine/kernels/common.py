@@ -156,15 +156,17 @@ fn multiply_by_quantized_multiplier(acc: vec4<i32>, multiplier: vec4<i32>, shift
 """)
 
 
-def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) -> Code:
+def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool,
+                        clamp: tuple[int, int] | None = None) -> Code:
     """`value` holds an exact int32 accumulator (as f32): LiteRT's builtin FC / BATCH_MATMUL output stage
     (MULTIPLY_BY_QUANTIZED_MULTIPLIER, ties of the shift up where `ruy`, else away from zero) by `multiplier` /
-    `shift` (WGSL vec4<i32> expressions, per channel or not), plus the zero point, clamped; then the real value the
-    GPU holds. The spec must include MULTIPLY_BY_QUANTIZED_MULTIPLIER in its functions."""
+    `shift` (WGSL vec4<i32> expressions, per channel or not), plus the zero point, clamped to `clamp` (a fused
+    activation's integer range, activation_range) or the type's range; then the real value the GPU holds. The spec
+    must include MULTIPLY_BY_QUANTIZED_MULTIPLIER in its functions."""
     q = tensor.quantization
     scale = float(q.scale[0])  # type: ignore[union-attr]
     zero = int(q.zero_point[0]) if q.zero_point.size else 0  # type: ignore[union-attr]
-    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    lo, hi = clamp if clamp is not None else QUANTIZED_TYPES[tensor.dtype]
     return Code(f"{{ let q = clamp(multiply_by_quantized_multiplier(vec4<i32>(round(value)), {multiplier}, {shift}, "
                 f"{'true' if ruy else 'false'}) + vec4<i32>({zero}), vec4<i32>({lo}), vec4<i32>({hi})); "
                 f"value = vec4<f32>(q - vec4<i32>({zero})) * {f32_literal(scale)}; }}")
@@ -173,6 +175,23 @@ def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) 
 # -- fully int8 ops with exact integer sums (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D) ---------------------------
 
 ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
+CLAMPED_ACTIVATIONS = (0, 1, 2, 3)  # and RELU_N1_TO_1, RELU6: as LiteRT, a clamp of the integers (activation_range)
+_ACTIVATION_BOUNDS = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
+
+
+def activation_range(op: Op, out: Tensor) -> tuple[int, int]:
+    """LiteRT's CalculateActivationRangeQuantized: the integers a fused NONE / RELU / RELU_N1_TO_1 / RELU6 keeps,
+    its real bounds quantized (zero point + round(f / scale), half away from zero), within the type's range."""
+    lo, hi = QUANTIZED_TYPES[out.dtype]
+    scale = np.float32(out.quantization.scale[0])  # type: ignore[union-attr]
+    zero = int(out.quantization.zero_point[0]) if out.quantization.zero_point.size else 0  # type: ignore[union-attr]
+
+    def quantize(f: float) -> int:
+        r = float(np.float32(f) / scale)
+        return zero + int(math.copysign(math.floor(abs(r) + 0.5), r))
+
+    low, high = _ACTIVATION_BOUNDS[int(op.opt("fused_activation_function", 0) or 0)]
+    return (lo if low is None else max(lo, quantize(low)), hi if high is None else min(hi, quantize(high)))
 # LiteRT's builtin int8 kernels whose output stage rounds the shift's ties up: FULLY_CONNECTED and CONV_2D (their
 # GEMM runs through ruy, CONV_2D after im2col) and DEPTHWISE_CONV_2D (its x86 kernel); TFLite's own
 # MultiplyByQuantizedMultiplier (BATCH_MATMUL) rounds them away from zero (measured against LiteRT 2.3.0)
@@ -204,17 +223,19 @@ def int8_tensors(*tensors: Tensor) -> bool:
     return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
 
 
-def weights_requant(op: Op, graph: Graph, channel_axis: int = 0) -> Int8Requant | None:
+def weights_requant(op: Op, graph: Graph, channel_axis: int = 0,
+                    activations: tuple[int, ...] = ACTIVATIONS_EXACT) -> Int8Requant | None:
     """LiteRT's integer computation of an op with an int8 input 0 and output, constant symmetric int8 weights
     (input 1, per tensor or per output channel on `channel_axis`: 0 for FULLY_CONNECTED and CONV_2D, 3 for
-    DEPTHWISE_CONV_2D), an optional int32 bias (input 2) and no activation or RELU, where f32 sums stay exact; None
-    otherwise (the op then computes in float and rounds once, fake_quant)."""
+    DEPTHWISE_CONV_2D), an optional int32 bias (input 2) and one of the fused `activations` (NONE or RELU, applied
+    to the accumulator; the conv family also takes CLAMPED_ACTIVATIONS, applied as the output stage's clamp), where
+    f32 sums stay exact; None otherwise (the op then computes in float and rounds once, fake_quant)."""
     x, w, out = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]], graph.tensors[op.outputs[0]]
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = graph.tensors[bias_t] if bias_t >= 0 else None
     wq = w.quantization
     if not int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
-            or int(op.opt("fused_activation_function", 0) or 0) not in ACTIVATIONS_EXACT \
+            or int(op.opt("fused_activation_function", 0) or 0) not in activations \
             or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
             or wq.scale.size not in (1, w.shape[channel_axis]) or (wq.scale.size > 1 and wq.axis != channel_axis):
         return None
@@ -244,12 +265,15 @@ def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
 def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
     """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
     from the `requant` binding at the output slice `os`, a single one is baked. Ties of the shift go up for the
-    TIES_UP_OPS, away from zero for BATCH_MATMUL."""
+    TIES_UP_OPS, away from zero for BATCH_MATMUL. The result is clamped to the fused activation's integer range
+    (LiteRT's clamp; a RELU already applied to the accumulator gives the same integers)."""
     ruy = op.code in TIES_UP_OPS
+    clamp = activation_range(op, out)
     if rq.multipliers.size > 1:
         return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
-                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy)
-    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy)
+                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy, clamp)
+    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy,
+                               clamp)
 
 
 # Integer tensors the GPU holds exactly, as f32 values (exact for |x| < 2^24: token ids, positions, masks), stored

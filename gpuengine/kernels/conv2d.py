@@ -35,6 +35,7 @@ from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
+    CLAMPED_ACTIVATIONS,
     MULTIPLY_BY_QUANTIZED_MULTIPLIER,
     Int8Requant,
     activation,
@@ -258,7 +259,9 @@ class Conv2DKernel:
         w = dense_weights(w, g.ic)
         bias = bias_values(graph, op, 2) if rq is None else rq.bias
         reader = input_reader(op, graph) if op.opt("prologue") else None
-        return [conv_variants(g, w, bias, op.inputs[0], op.outputs[0], activation(op), op.code, macs, reader=reader,
+        # an exact int8 conv applies its activation as the output stage's clamp (requant_code)
+        epilogue = activation(op) if rq is None else []
+        return [conv_variants(g, w, bias, op.inputs[0], op.outputs[0], epilogue, op.code, macs, reader=reader,
                               rq=rq)]
 
 
@@ -267,10 +270,10 @@ INT8_EXACT = "int8: exact integer sums, LiteRT's output stage"
 
 def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
     """LiteRT's integer CONV_2D (int8 input and output, symmetric int8 weights per tensor or per output channel,
-    int32 bias, no activation or RELU; its builtin kernel runs im2col then ruy's GEMM), where f32 sums stay exact;
-    None otherwise (computed in float, rounded once: fake_quant). Not with an input prologue (a fused elementwise
-    op computes the input in float)."""
-    return None if op.opt("prologue") else weights_requant(op, graph)
+    int32 bias, no activation, RELU, RELU_N1_TO_1 or RELU6; its builtin kernel runs im2col then ruy's GEMM), where
+    f32 sums stay exact; None otherwise (computed in float, rounded once: fake_quant). Not with an input prologue
+    (a fused elementwise op computes the input in float)."""
+    return None if op.opt("prologue") else weights_requant(op, graph, activations=CLAMPED_ACTIVATIONS)
 
 
 def tap_input(expr: str, rq: Int8Requant | None) -> str:

@@ -23,7 +23,15 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import Int8Requant, activation, bhwc, const_f32, requant_code, weights_requant
+from .common import (
+    CLAMPED_ACTIVATIONS,
+    Int8Requant,
+    activation,
+    bhwc,
+    const_f32,
+    requant_code,
+    weights_requant,
+)
 from .conv2d import (
     INT8_EXACT,
     ConvGeometry,
@@ -99,14 +107,15 @@ class DepthwiseConv2DKernel:
         w = const_f32(graph, op.inputs[1]) if rq is None else rq.weights
         bias = bias_values(graph, op, 2) if rq is None else rq.bias
         assert w is not None
-        return [depthwise_variants(g, w, bias, op.inputs[0], op.outputs[0], activation(op), op.code, rq)]
+        epilogue = activation(op) if rq is None else []  # exact int8: the activation is the output stage's clamp
+        return [depthwise_variants(g, w, bias, op.inputs[0], op.outputs[0], epilogue, op.code, rq)]
 
 
 def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
     """LiteRT's integer DEPTHWISE_CONV_2D (int8 input and output, symmetric int8 weights per tensor or per output
-    channel, int32 bias, no activation or RELU), where f32 sums stay exact; None otherwise (computed in float,
-    rounded once: fake_quant)."""
-    return weights_requant(op, graph, channel_axis=3)
+    channel, int32 bias, no activation, RELU, RELU_N1_TO_1 or RELU6), where f32 sums stay exact; None otherwise
+    (computed in float, rounded once: fake_quant)."""
+    return weights_requant(op, graph, channel_axis=3, activations=CLAMPED_ACTIVATIONS)
 
 
 def _product(w: str, v: str, rq: Int8Requant | None) -> str:

@@ -161,9 +161,10 @@ def test_int8_op_matches_litert(name: str) -> None:
 EXACT_CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
     # name: (op, options, input shape): each conv-family variant with an int8 output stage (kernels/conv2d.py,
     # depthwise_conv2d.py int8_requant)
-    "conv3x3_general": ("CONV_2D", {"act": "NONE"}, SHAPE),
+    "conv3x3_general_relu6": ("CONV_2D", {"act": "RELU6"}, SHAPE),
     "conv1x1": ("CONV_2D", {"k": 1, "oc": 40, "act": "NONE"}, (1, 7, 5, 33)),
     "conv3x3_first_stride2_relu": ("CONV_2D", {"k": 3, "stride": 2, "act": "RELU"}, (1, 15, 13, 3)),
+    "depthwise3x3_relu6": ("DEPTHWISE_CONV_2D", {"act": "RELU6"}, SHAPE),
     "depthwise3x3": ("DEPTHWISE_CONV_2D", {"act": "NONE"}, SHAPE),
     "depthwise_multiplier2_stride2_relu": ("DEPTHWISE_CONV_2D", {"multiplier": 2, "stride": 2, "act": "RELU"},
                                            SHAPE),
@@ -172,8 +173,9 @@ EXACT_CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
 
 @pytest.mark.parametrize("name", sorted(EXACT_CASES))
 def test_int8_conv_is_litert_builtin_exact(name: str) -> None:
-    """Fully int8 CONV_2D / DEPTHWISE_CONV_2D (per-channel weights, no activation or RELU) sum exact integers and
-    requantize as LiteRT's builtin kernels (the Q31 multiplier, the shift's ties up): their integers exactly.
+    """Fully int8 CONV_2D / DEPTHWISE_CONV_2D (per-channel weights; NONE, RELU or RELU6 as LiteRT's clamp of the
+    integers) sum exact integers and requantize as LiteRT's builtin kernels (the Q31 multiplier, the shift's ties
+    up): their integers exactly.
     (One float rounding, as before, was 1 step off on 1 or 2 elements of every case, 0.1-0.6 %; XNNPACK, LiteRT's
     default, rounds in f32 and is itself 1 step from the builtin kernels on as many.)"""
     code, kw, shape = EXACT_CASES[name]
