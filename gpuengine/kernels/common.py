@@ -330,6 +330,13 @@ def const_f32(graph: Graph, t: int) -> np.ndarray:
 _AXES = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 
 
+def on_grid(tensor: Tensor) -> bool:
+    """An 8-bit tensor quantized per tensor (run-time or constant): its real values lie on one grid of steps."""
+    q = tensor.quantization
+    return tensor.dtype.itemsize == 1 and tensor.dtype in QUANTIZED_TYPES and q is not None and q.scale.size == 1 \
+        and float(q.scale[0]) > 0
+
+
 def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
             shape: tuple[int, ...] | None = None, zero_extend: bool = False) -> tuple[Code, list[Binding]]:
     """A WGSL function `read_<name>(b, y, x, s) -> vec4<f32>` reading tensor t broadcast to out_shape.
@@ -370,7 +377,13 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     b_, h_, w_ = storage[:3]
     index = f"(({idx[0]} * {slices(c_)}u + {idx_s}) * {h_}u + {idx[1]}) * {w_}u + {idx[2]}"
     var = f"in_{name}"
-    body = f"  let v = vec4<f32>({var}[{index}]);\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
+    load = f"vec4<f32>({var}[{index}])"
+    if on_grid(tensor):
+        # an 8-bit quantized tensor read back onto its grid: the f32 value it holds in fp32 exactly; in fp16 the
+        # stored value is f16-rounded (by up to 0.12 of a step), and an integer op computed on it can miss LiteRT's
+        scale = float(tensor.quantization.scale[0])  # type: ignore[union-attr]
+        load = f"round({load} * {f32_literal(1.0 / scale)}) * {f32_literal(scale)}"
+    body = f"  let v = {load};\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
     if zero_extend:  # lanes past the channels inside the last slice are already zero in PHWC4 storage
         body = f"  if (s >= {slices(c_)}u) {{ return vec4<f32>(0.0); }}\n" + body
     if tensor.data is not None:

@@ -73,7 +73,7 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
     kinds = first_of_each_kind(graph)
     assert {"CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "BATCH_MATMUL_adj_y", "MEAN", "SQUARED_DIFFERENCE", "RSQRT",
             "GELU", "SOFTMAX", "MUL", "ADD", "SUB"} <= set(kinds)
-    report, precisions = {}, set()
+    report = {}
     for kind, index in kinds.items():
         op = graph.ops[index]
         assert graph.tensors[op.outputs[0]].dtype == np.int8, kind
@@ -86,7 +86,6 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
                 it.set_tensor(detail["index"], value)
             it.invoke()
             results.append(it.get_tensor(it.get_output_details()[0]["index"]))
-        precisions.add(it.compiled.precision)
         report[kind] = quantized_agreement(results[1], results[0])
     failing = {kind: r for kind, r in report.items() if r[0] < QUANTIZED_SHARE}
     assert not failing, f"(share within {QUANTIZED_STEPS} steps, max steps): {failing}"
@@ -95,10 +94,10 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
     # (kernels/elementwise.py); FULLY_CONNECTED (per-channel weights) and BATCH_MATMUL (plain and adj_y) sum exact
     # integers and requantize as LiteRT's output stages (kernels/fully_connected.py int8_requant; before, one
     # rounding was 1 step off on 6, 14 and 66 elements), and so does the stem CONV_2D (kernels/conv2d.py
-    # int8_requant); SOFTMAX computes as LiteRT's table kernel (kernels/softmax.py): exactly LiteRT's integers
-    # (in fp16, MUL recovers its accumulator from f16-rounded operands: within the int8 goal, not exact)
+    # int8_requant); SOFTMAX computes as LiteRT's table kernel (kernels/softmax.py): exactly LiteRT's integers,
+    # in fp16 too (elementwise ops read 8-bit operands back onto their grid: kernels/common.py operand)
     exact = ("CONV_2D", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "FULLY_CONNECTED", "BATCH_MATMUL",
-             "BATCH_MATMUL_adj_y", *(("MUL",) if precisions == {"fp32"} else ()))
+             "BATCH_MATMUL_adj_y", "MUL", "ADD", "SUB", "GELU")
     assert all(report[kind][1] == 0 for kind in exact), report
 
 
@@ -131,11 +130,10 @@ def test_int8_conv_and_every_softmax_are_litert_exact(model: bytes):
             np.testing.assert_array_equal(results[1], results[0], err_msg=f"op {index}, image {seed}")
 
 
-@pytest.mark.fp32_only("MUL's requantization recovers its int32 product from the operands' stored values: f16 "
-                       "rounds them by up to 1/2048, a step off on up to ~3% of the elements")
 def test_int8_mul_of_two_runtime_tensors_rounds_as_litert(model: bytes):
     """An int8 MUL of two run-time tensors (LayerNorm's x * rsqrt(var)) rounds its product with LiteRT's
-    MultiplyByQuantizedMultiplier (kernels/elementwise.py integer_requantize): LiteRT's integers exactly."""
+    MultiplyByQuantizedMultiplier (kernels/elementwise.py integer_requantize): LiteRT's integers exactly. In fp16
+    too: the operands, stored f16-rounded, are read back onto their grid (before, a step off on up to ~3 %)."""
     from gpuengine import Interpreter
 
     graph = read_model(model).main
@@ -202,18 +200,17 @@ def test_int8_fully_connected_per_tensor_relu_is_litert_exact(model: bytes):
     np.testing.assert_array_equal(results[1], results[0])
 
 
-@pytest.mark.fp32_only("in fp16 the int8 MULs of run-time tensors recover their products from f16-rounded "
-                       "operands (a step off on a few % of elements) and 4 layers amplify it: 1-10 steps, argmax "
-                       "7 of 8 (dev box, 2026-11-24)")
-def test_whole_int8_encoder_matches_litert(model: bytes):
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_whole_int8_encoder_matches_litert(model: bytes, precision: str):
     """The whole int8 encoder on the GPU: the int8 goal on its int8 probabilities, argmax agreeing; in fact, with
     every int8 op computing LiteRT's builtin integers (CONV_2D and SOFTMAX included), the probabilities of all 8
-    images equal LiteRT's exactly (before: 1-6 steps; LiteRT's own XNNPACK is 2-11 steps from its builtin
-    kernels)."""
+    images equal LiteRT's exactly, in fp32 and in fp16 (before: 1-6 steps in fp32, 1-10 in fp16; LiteRT's own
+    XNNPACK is 2-11 steps from its builtin kernels)."""
     from gpuengine import Interpreter
 
-    reference, ours = builtin(model), Interpreter(model_content=model)
+    reference, ours = builtin(model), Interpreter(model_content=model, precision=precision)
     ours.allocate_tensors()
+    assert ours.compiled.precision == precision
     for seed in range(8):
         results = []
         for it in (reference, ours):
