@@ -141,7 +141,7 @@ class SoftmaxKernel:
         return [tiling.variants("softmax", {"S": s, "H": h, "W": w, "B": b, "C": c}, [(1, 1)], 1 if lut else s,
                                 lambda _: tiles,
                                 lambda _: passes * (tiling.LOAD + 16), make, b * h * w * c,
-                                [str(v) for v in math.values()])]
+                                [str(v) for k, v in math.items() if k != "ACCUMULATE"])]
 
 
 KERNEL = SoftmaxKernel()
