@@ -61,9 +61,11 @@ def first_of_each_kind(graph: Graph) -> dict[str, int]:
     return kinds
 
 
-def test_every_int8_op_alone_matches_litert(model: bytes):
-    """Each kind of int8 op, fed the int8 values LiteRT's kernels computed for it in the encoder, within the int8
-    goal (QUANTIZED_STEPS on QUANTIZED_SHARE of the elements) of LiteRT's kernel run on the same values."""
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_every_int8_op_alone_matches_litert(model: bytes, precision: str):
+    """Each kind of int8 op, fed the int8 values LiteRT's kernels computed for it in the encoder, gives exactly the
+    integers of LiteRT's kernel run on the same values, in fp32 and fp16 (before, in fp16 CONV_2D, SOFTMAX, ADD,
+    SUB, MUL and GELU were a step off on 2-135 elements each)."""
     from gpuengine import Interpreter
 
     graph = read_model(model).main
@@ -80,12 +82,13 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
         data = single_op_model(graph, index)
         feeds = [whole.get_tensor(t) for t in op.inputs if t >= 0 and graph.tensors[t].data is None]
         results = []
-        for it in (builtin(data), Interpreter(model_content=data)):
+        for it in (builtin(data), Interpreter(model_content=data, precision=precision)):
             it.allocate_tensors()
             for detail, value in zip(it.get_input_details(), feeds):
                 it.set_tensor(detail["index"], value)
             it.invoke()
             results.append(it.get_tensor(it.get_output_details()[0]["index"]))
+        assert it.compiled.precision == precision
         report[kind] = quantized_agreement(results[1], results[0])
     failing = {kind: r for kind, r in report.items() if r[0] < QUANTIZED_SHARE}
     assert not failing, f"(share within {QUANTIZED_STEPS} steps, max steps): {failing}"
@@ -95,10 +98,9 @@ def test_every_int8_op_alone_matches_litert(model: bytes):
     # integers and requantize as LiteRT's output stages (kernels/fully_connected.py int8_requant; before, one
     # rounding was 1 step off on 6, 14 and 66 elements), and so does the stem CONV_2D (kernels/conv2d.py
     # int8_requant); SOFTMAX computes as LiteRT's table kernel (kernels/softmax.py): exactly LiteRT's integers,
-    # in fp16 too (elementwise ops read 8-bit operands back onto their grid: kernels/common.py operand)
-    exact = ("CONV_2D", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "FULLY_CONNECTED", "BATCH_MATMUL",
-             "BATCH_MATMUL_adj_y", "MUL", "ADD", "SUB", "GELU")
-    assert all(report[kind][1] == 0 for kind in exact), report
+    # ADD and SUB as its integer kernels too (kernels/elementwise.py _int8_add); in fp16 as well (elementwise ops
+    # read 8-bit operands back onto their grid: kernels/common.py operand)
+    assert all(steps == 0 for _, steps in report.values()), report
 
 
 def test_int8_conv_and_every_softmax_are_litert_exact(model: bytes):
@@ -200,17 +202,16 @@ def test_int8_fully_connected_per_tensor_relu_is_litert_exact(model: bytes):
     np.testing.assert_array_equal(results[1], results[0])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_whole_int8_encoder_matches_litert(model: bytes, precision: str):
+def test_whole_int8_encoder_matches_litert(model: bytes):
     """The whole int8 encoder on the GPU: the int8 goal on its int8 probabilities, argmax agreeing; in fact, with
     every int8 op computing LiteRT's builtin integers (CONV_2D and SOFTMAX included), the probabilities of all 8
-    images equal LiteRT's exactly, in fp32 and in fp16 (before: 1-6 steps in fp32, 1-10 in fp16; LiteRT's own
-    XNNPACK is 2-11 steps from its builtin kernels)."""
+    images equal LiteRT's exactly (before: 1-6 steps; LiteRT's own XNNPACK is 2-11 steps from its builtin
+    kernels). In fp16 too, as measured (dev box, 2026-11-24; before: 1-10 steps, argmax 7 of 8), not run here:
+    compiling the f16 encoder costs ~50 s on lavapipe; every op alone is checked in fp16 below."""
     from gpuengine import Interpreter
 
-    reference, ours = builtin(model), Interpreter(model_content=model, precision=precision)
+    reference, ours = builtin(model), Interpreter(model_content=model)
     ours.allocate_tensors()
-    assert ours.compiled.precision == precision
     for seed in range(8):
         results = []
         for it in (reference, ours):
