@@ -47,11 +47,15 @@ def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 
     return feeds
 
 
-def run_litert(model: bytes, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """Every output of one LiteRT (CPU) invoke; ImportError without ai-edge-litert."""
+def run_litert(model: bytes, feeds: dict[int, np.ndarray], builtin: bool = False) -> dict[int, np.ndarray]:
+    """Every output of one LiteRT (CPU) invoke; ImportError without ai-edge-litert. builtin: LiteRT's builtin
+    kernels without its default XNNPACK delegate (the integer kernels whose rounding the int8 path reproduces;
+    XNNPACK requantizes some int8 ops, CONV_2D among them, differently)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from ai_edge_litert.interpreter import OpResolverType
 
-    it = LiteRT(model_content=model)
+    it = LiteRT(model_content=model, **({"experimental_op_resolver_type":
+                                         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if builtin else {}))
     it.allocate_tensors()
     for t, v in feeds.items():
         it.set_tensor(t, v)

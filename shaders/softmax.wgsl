@@ -1,7 +1,8 @@
 // SOFTMAX / LOG_SOFTMAX / L2_NORMALIZATION over the channel (last) axis: a tile is one pixel and its ${S} slices
 // (max pass, sum pass, write pass); its SPLIT invocations take every SPLIT-th slice from slice k on and combine
 // the max and the sum (REDUCE_MAX, REDUCE_SUM). Padding lanes of the last slice are masked out of the max and
-// the sum and written as zeros. The per-op math is baked: SUM_TERM(v, mx), PREPARE(total), OUT(v).
+// the sum and written as zeros. The per-op math is baked: SUM_TERM(v, mx), ACCUMULATE(t) into acc (per lane, or
+// for int8 SOFTMAX in channel order into acc.x, as LiteRT sums), PREPARE(total), OUT(v).
 ${BINDINGS}
 
 ${LANE_MEMORY}
@@ -23,7 +24,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let v = vec4<f32>(src[base + s * plane]);
     var t = ${SUM_TERM};
     if (s == ${S}u - 1u) { t = select(vec4<f32>(0.0), t, last_mask); }
-    acc += t;
+    ${ACCUMULATE}
   }
   ${REDUCE_SUM}
   let total = acc.x + acc.y + acc.z + acc.w;

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..codegen import f32_literal
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op, Tensor
+from . import wgsl_math
 from .base import Binding, Code
 
 
@@ -121,52 +123,127 @@ def integer_requant(tensor: Tensor, unit: float, multiplier: int, shift: int) ->
 # ARM's SQRDMULH do), then a rounding right shift. BATCH_MATMUL uses TFLite's MultiplyByQuantizedMultiplier, whose
 # RoundingDivideByPOT rounds ties away from zero; FULLY_CONNECTED's GEMM runs through ruy, whose shift rounds ties
 # up (as ARM's SRSHL): they differ on negative ties (measured against LiteRT 2.3.0).
-MULTIPLY_BY_QUANTIZED_MULTIPLIER = Code("""fn rounding_high_mul(a: i32, m: i32) -> i32 {
-  let x = u32(abs(a));
-  let y = u32(m);
-  let p00 = (x & 0xffffu) * (y & 0xffffu);
-  let p01 = (x & 0xffffu) * (y >> 16u);
-  let p10 = (x >> 16u) * (y & 0xffffu);
-  let p11 = (x >> 16u) * (y >> 16u);
-  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  let lo = (p00 & 0xffffu) | (mid << 16u);
-  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-  let nudged = lo + select(0x40000000u, 0x3fffffffu, a < 0);
-  let high = ((hi + select(0u, 1u, nudged < lo)) << 1u) | (nudged >> 31u);
-  return select(i32(high), -i32(high), a < 0);
-}
-fn rounding_shift_right(x: i32, exponent: u32) -> i32 {
-  return (x + i32((1u << exponent) >> 1u)) >> exponent;
-}
-fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
-  let mask = i32((1u << exponent) - 1u);
-  let threshold = (mask >> 1u) + select(0, 1, x < 0);
-  return (x >> exponent) + select(0, 1, (x & mask) > threshold);
-}
-fn multiply_by_quantized_multiplier(acc: vec4<i32>, multiplier: vec4<i32>, shift: vec4<i32>, ruy: bool) -> vec4<i32> {
-  var out = vec4<i32>(0);
-  for (var l = 0u; l < 4u; l++) {
-    let high = rounding_high_mul(acc[l] << u32(max(shift[l], 0)), multiplier[l]);
-    let right = u32(max(-shift[l], 0));
-    out[l] = select(rounding_divide_by_pot(high, right), rounding_shift_right(high, right), ruy);
-  }
-  return out;
-}
-""")
+MULTIPLY_BY_QUANTIZED_MULTIPLIER = Code(wgsl_math.MULTIPLY_BY_QUANTIZED_MULTIPLIER)
 
 
-def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool) -> Code:
+def accumulator_requant(tensor: Tensor, multiplier: str, shift: str, ruy: bool,
+                        clamp: tuple[int, int] | None = None) -> Code:
     """`value` holds an exact int32 accumulator (as f32): LiteRT's builtin FC / BATCH_MATMUL output stage
     (MULTIPLY_BY_QUANTIZED_MULTIPLIER, ties of the shift up where `ruy`, else away from zero) by `multiplier` /
-    `shift` (WGSL vec4<i32> expressions, per channel or not), plus the zero point, clamped; then the real value the
-    GPU holds. The spec must include MULTIPLY_BY_QUANTIZED_MULTIPLIER in its functions."""
+    `shift` (WGSL vec4<i32> expressions, per channel or not), plus the zero point, clamped to `clamp` (a fused
+    activation's integer range, activation_range) or the type's range; then the real value the GPU holds. The spec
+    must include MULTIPLY_BY_QUANTIZED_MULTIPLIER in its functions."""
     q = tensor.quantization
     scale = float(q.scale[0])  # type: ignore[union-attr]
     zero = int(q.zero_point[0]) if q.zero_point.size else 0  # type: ignore[union-attr]
-    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    lo, hi = clamp if clamp is not None else QUANTIZED_TYPES[tensor.dtype]
     return Code(f"{{ let q = clamp(multiply_by_quantized_multiplier(vec4<i32>(round(value)), {multiplier}, {shift}, "
                 f"{'true' if ruy else 'false'}) + vec4<i32>({zero}), vec4<i32>({lo}), vec4<i32>({hi})); "
                 f"value = vec4<f32>(q - vec4<i32>({zero})) * {f32_literal(scale)}; }}")
+
+
+# -- fully int8 ops with exact integer sums (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D) ---------------------------
+
+ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
+CLAMPED_ACTIVATIONS = (0, 1, 2, 3)  # and RELU_N1_TO_1, RELU6: as LiteRT, a clamp of the integers (activation_range)
+_ACTIVATION_BOUNDS = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
+
+
+def activation_range(op: Op, out: Tensor) -> tuple[int, int]:
+    """LiteRT's CalculateActivationRangeQuantized: the integers a fused NONE / RELU / RELU_N1_TO_1 / RELU6 keeps,
+    its real bounds quantized (zero point + round(f / scale), half away from zero), within the type's range."""
+    lo, hi = QUANTIZED_TYPES[out.dtype]
+    scale = np.float32(out.quantization.scale[0])  # type: ignore[union-attr]
+    zero = int(out.quantization.zero_point[0]) if out.quantization.zero_point.size else 0  # type: ignore[union-attr]
+
+    def quantize(f: float) -> int:
+        r = float(np.float32(f) / scale)
+        return zero + int(math.copysign(math.floor(abs(r) + 0.5), r))
+
+    low, high = _ACTIVATION_BOUNDS[int(op.opt("fused_activation_function", 0) or 0)]
+    return (lo if low is None else max(lo, quantize(low)), hi if high is None else min(hi, quantize(high)))
+# LiteRT's builtin int8 kernels whose output stage rounds the shift's ties up: FULLY_CONNECTED and CONV_2D (their
+# GEMM runs through ruy, CONV_2D after im2col) and DEPTHWISE_CONV_2D (its x86 kernel); TFLite's own
+# MultiplyByQuantizedMultiplier (BATCH_MATMUL) rounds them away from zero (measured against LiteRT 2.3.0)
+TIES_UP_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D")
+
+
+@dataclass
+class Int8Requant:
+    """How a fully int8 FC, CONV_2D or BATCH_MATMUL computes LiteRT's integers: its operands read as integers
+    (q - zero point = round(real / scale)), integer weights and bias, sums exact in f32 (every partial sum below
+    2^24, checked from the weights and the operands' ranges), then the int32 accumulator requantized per output
+    channel."""
+
+    multipliers: np.ndarray  # int32 Q31 multiplier per output channel (one for BATCH_MATMUL / per-tensor weights)
+    shifts: np.ndarray  # int32 exponent per output channel
+    inverse_scales: tuple[float, ...]  # 1 / scale of each run-time operand
+    weights: np.ndarray | None = None  # FC [O, I] / CONV_2D [O, KH, KW, I]: integer weights as f32
+    bias: np.ndarray | None = None  # integer bias [O] as f32
+
+
+def quantized_span(tensor: Tensor) -> int:
+    """The largest |q - zero point| of an int8 run-time tensor."""
+    zero = int(tensor.quantization.zero_point[0]) if tensor.quantization.zero_point.size else 0  # type: ignore
+    lo, hi = QUANTIZED_TYPES[tensor.dtype]
+    return max(abs(lo - zero), abs(hi - zero))
+
+
+def int8_tensors(*tensors: Tensor) -> bool:
+    return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
+
+
+def weights_requant(op: Op, graph: Graph, channel_axis: int = 0,
+                    activations: tuple[int, ...] = ACTIVATIONS_EXACT) -> Int8Requant | None:
+    """LiteRT's integer computation of an op with an int8 input 0 and output, constant symmetric int8 weights
+    (input 1, per tensor or per output channel on `channel_axis`: 0 for FULLY_CONNECTED and CONV_2D, 3 for
+    DEPTHWISE_CONV_2D), an optional int32 bias (input 2) and one of the fused `activations` (NONE or RELU, applied
+    to the accumulator; the conv family also takes CLAMPED_ACTIVATIONS, applied as the output stage's clamp), where
+    f32 sums stay exact; None otherwise (the op then computes in float and rounds once, fake_quant)."""
+    x, w, out = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]], graph.tensors[op.outputs[0]]
+    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
+    bias = graph.tensors[bias_t] if bias_t >= 0 else None
+    wq = w.quantization
+    if not int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
+            or int(op.opt("fused_activation_function", 0) or 0) not in activations \
+            or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
+            or wq.scale.size not in (1, w.shape[channel_axis]) or (wq.scale.size > 1 and wq.axis != channel_axis):
+        return None
+    if bias is not None and (bias.dtype != np.int32 or bias.data is None or bias.quantization is None):
+        return None
+    weights = np.asarray(w.data, np.int64)
+    channels = w.shape[channel_axis]
+    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(channels, np.int64)
+    per_channel = np.moveaxis(np.abs(weights), channel_axis, 0).reshape(channels, -1).sum(axis=1)
+    if bias_q.size != channels or np.max(per_channel * quantized_span(x) + np.abs(bias_q)) >= EXACT_LIMIT:
+        return None
+    sx, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
+    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (channels,))]
+    return Int8Requant(np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64),
+                       (1.0 / sx,), weights.astype(np.float32), bias_q.astype(np.float32))
+
+
+def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
+    """Per output slice, two vec4<u32>: the lanes' Q31 multipliers and their shifts (bit patterns of i32)."""
+    table = np.zeros((2, so_pad * 4), np.int32)
+    table[0, :channels] = rq.multipliers
+    table[1, :channels] = rq.shifts
+    table = np.ascontiguousarray(table.reshape(2, so_pad, 4).transpose(1, 0, 2))
+    return Binding("requant", data=table.view(np.uint32).reshape(-1), element="vec4<u32>")
+
+
+def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
+    """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
+    from the `requant` binding at the output slice `os`, a single one is baked. Ties of the shift go up for the
+    TIES_UP_OPS, away from zero for BATCH_MATMUL. The result is clamped to the fused activation's integer range
+    (LiteRT's clamp; a RELU already applied to the accumulator gives the same integers)."""
+    ruy = op.code in TIES_UP_OPS
+    clamp = activation_range(op, out)
+    if rq.multipliers.size > 1:
+        return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
+                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy, clamp)
+    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy,
+                               clamp)
 
 
 # Integer tensors the GPU holds exactly, as f32 values (exact for |x| < 2^24: token ids, positions, masks), stored
@@ -223,6 +300,13 @@ def const_f32(graph: Graph, t: int) -> np.ndarray:
 _AXES = {0: (), 1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 
 
+def on_grid(tensor: Tensor) -> bool:
+    """An 8-bit tensor quantized per tensor (run-time or constant): its real values lie on one grid of steps."""
+    q = tensor.quantization
+    return tensor.dtype.itemsize == 1 and tensor.dtype in QUANTIZED_TYPES and q is not None and q.scale.size == 1 \
+        and float(q.scale[0]) > 0
+
+
 def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
             shape: tuple[int, ...] | None = None, zero_extend: bool = False) -> tuple[Code, list[Binding]]:
     """A WGSL function `read_<name>(b, y, x, s) -> vec4<f32>` reading tensor t broadcast to out_shape.
@@ -263,7 +347,13 @@ def operand(graph: Graph, t: int, out_shape: tuple[int, ...], name: str,
     b_, h_, w_ = storage[:3]
     index = f"(({idx[0]} * {slices(c_)}u + {idx_s}) * {h_}u + {idx[1]}) * {w_}u + {idx[2]}"
     var = f"in_{name}"
-    body = f"  let v = vec4<f32>({var}[{index}]);\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
+    load = f"vec4<f32>({var}[{index}])"
+    if on_grid(tensor):
+        # an 8-bit quantized tensor read back onto its grid: the f32 value it holds in fp32 exactly; in fp16 the
+        # stored value is f16-rounded (by up to 0.12 of a step), and an integer op computed on it can miss LiteRT's
+        scale = float(tensor.quantization.scale[0])  # type: ignore[union-attr]
+        load = f"round({load} * {f32_literal(1.0 / scale)}) * {f32_literal(scale)}"
+    body = f"  let v = {load};\n" + ("  return vec4<f32>(v.x);\n" if splat else "  return v;\n")
     if zero_extend:  # lanes past the channels inside the last slice are already zero in PHWC4 storage
         body = f"  if (s >= {slices(c_)}u) {{ return vec4<f32>(0.0); }}\n" + body
     if tensor.data is not None:

@@ -29,11 +29,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices
 from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
+from .common import (
+    CLAMPED_ACTIVATIONS,
+    MULTIPLY_BY_QUANTIZED_MULTIPLIER,
+    Int8Requant,
+    activation,
+    activation_supported,
+    bhwc,
+    const_f32,
+    float_tensors,
+    is_const,
+    requant_binding,
+    requant_code,
+    weights_requant,
+)
 from .prologue import input_reader, prologue_reason
 
 SAME, VALID = 0, 1
@@ -231,14 +245,62 @@ class Conv2DKernel:
             return "bias size does not match output channels"
         return check_spatial(op, graph, kh, kw)
 
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """A fully int8 CONV_2D (int8_requant) sums exact integers: its output stage is LiteRT's."""
+        rq = int8_requant(op, graph)
+        return requant_code(op, rq, graph.tensors[op.outputs[0]]) if rq is not None else None
+
     def build(self, op: Op, graph: Graph) -> Lowering:
         g = geometry(op, graph)
-        w = const_f32(graph, op.inputs[1])
+        rq = int8_requant(op, graph)
+        w = const_f32(graph, op.inputs[1]) if rq is None else rq.weights
+        assert w is not None
         macs = g.batch * g.oh * g.ow * g.oc * g.kh * g.kw * w.shape[3]
         w = dense_weights(w, g.ic)
+        bias = bias_values(graph, op, 2) if rq is None else rq.bias
         reader = input_reader(op, graph) if op.opt("prologue") else None
-        return [conv_variants(g, w, bias_values(graph, op, 2), op.inputs[0], op.outputs[0], activation(op), op.code,
-                              macs, reader=reader)]
+        # an exact int8 conv applies its activation as the output stage's clamp (requant_code)
+        epilogue = activation(op) if rq is None else []
+        return [conv_variants(g, w, bias, op.inputs[0], op.outputs[0], epilogue, op.code, macs, reader=reader,
+                              rq=rq)]
+
+
+INT8_EXACT = "int8: exact integer sums, LiteRT's output stage"
+
+
+def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
+    """LiteRT's integer CONV_2D (int8 input and output, symmetric int8 weights per tensor or per output channel,
+    int32 bias, no activation, RELU, RELU_N1_TO_1 or RELU6; its builtin kernel runs im2col then ruy's GEMM), where
+    f32 sums stay exact; None otherwise (computed in float, rounded once: fake_quant). Not with an input prologue
+    (a fused elementwise op computes the input in float)."""
+    return None if op.opt("prologue") else weights_requant(op, graph, activations=CLAMPED_ACTIVATIONS)
+
+
+def tap_input(expr: str, rq: Int8Requant | None) -> str:
+    """An input vec4 as the taps read it: in storage precision, or for an exact int8 conv (rq) the integers
+    q - zero point as f32 (the GPU holds (q - zero point) * scale; padding reads 0, LiteRT's zero point)."""
+    return f"S4({expr})" if rq is None else f"round(vec4<f32>({expr}) * {codegen.literal(rq.inverse_scales[0])})"
+
+
+def tap_zero(rq: Int8Requant | None) -> str:
+    return "S4(0.0)" if rq is None else "vec4<f32>(0.0)"
+
+
+def tap_product(j: int, t: int, rq: Int8Requant | None) -> str:
+    """acc_j_t += weight block w_j times input s_t: in storage precision (mat_taps), or for an exact int8 conv
+    in f32 (integer products and sums below 2^24: exact)."""
+    if rq is None:
+        return f"acc_{j}_{t} += vec4<f32>(w_{j} * s_{t});"
+    return f"acc_{j}_{t} += mat4x4<f32>(w_{j}) * s_{t};"
+
+
+def conv_int8_extras(rq: Int8Requant | None, channels: int, so_pad: int) -> tuple[list[Binding], dict[str, object]]:
+    """The bindings (per-channel multipliers) and spec fields (the output stage's functions) an exact int8 conv
+    adds; nothing for a float one."""
+    if rq is None:
+        return [], {}
+    table = [requant_binding(rq, channels, so_pad)] if rq.multipliers.size > 1 else []
+    return table, {"functions": [MULTIPLY_BY_QUANTIZED_MULTIPLIER]}
 
 
 def _is_1x1(g: ConvGeometry) -> bool:
@@ -290,10 +352,10 @@ def accumulators(tile: tuple[int, int]) -> list[str]:
     return [f"acc_{j}_{t}" for j in range(tile[1]) for t in range(tile[0])]
 
 
-def mat_taps(tile: tuple[int, int]) -> list[str]:
+def mat_taps(tile: tuple[int, int], rq: Int8Requant | None = None) -> list[str]:
     """Every weight block w_j times every input s_t of a tile: multiplied in storage precision (f16 in fp16
-    mode: 4-term partial sums), accumulated in f32."""
-    return [f"acc_{j}_{t} += vec4<f32>(w_{j} * s_{t});" for j in range(tile[1]) for t in range(tile[0])]
+    mode: 4-term partial sums), accumulated in f32; exact int8 convs (rq) multiply in f32."""
+    return [tap_product(j, t, rq) for j in range(tile[1]) for t in range(tile[0])]
 
 
 def acc_init(tile: tuple[int, int], bias: str = "vec4<f32>(bias[os0 + {j}u])") -> Code:
@@ -333,16 +395,20 @@ def conv_variants(
     label: str,
     macs: int,
     reader: tuple[Code, list[Binding], str] | None = None,
+    rq: Int8Requant | None = None,
 ) -> Variants:
     """Pick the kernel for this geometry. w is dense [O, KH, KW, I]; bias [O] or None; reader: the input's load
-    function when it has a prologue (kernels/prologue.py; 1x1 only)."""
+    function when it has a prologue (kernels/prologue.py; 1x1 only); rq: an exact int8 conv (integer weights and
+    bias, int8_requant)."""
+    if rq is not None:
+        label = f"{label} ({INT8_EXACT})"
     if _is_1x1(g):
-        return _conv_1x1(g, w, bias, src, dst, epilogue, label, macs, reader)
+        return _conv_1x1(g, w, bias, src, dst, epilogue, label, macs, reader, rq)
     if reader is not None:
         raise ValueError("an input prologue needs the 1x1 kernel")
     if g.si == 1 and g.kh * g.kw <= 49:
-        return _conv_first(g, w, bias, src, dst, epilogue, label, macs)
-    return _conv_general(g, w, bias, src, dst, epilogue, label, macs)
+        return _conv_first(g, w, bias, src, dst, epilogue, label, macs, rq)
+    return _conv_general(g, w, bias, src, dst, epilogue, label, macs, rq)
 
 
 def column_reads(g: ConvGeometry, xt: int) -> Code:
@@ -359,12 +425,17 @@ def _tile_shapes(outputs: int, so: int, xts: tuple[int, ...] = (4, 2, 1), sts: t
 
 
 def _bindings(
-    g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, so_pad: int, src: int, dst: int
+    g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, so_pad: int, src: int, dst: int,
+    rq: Int8Requant | None = None,
 ) -> list[Binding]:
+    """An exact int8 conv keeps its integer bias in f32 (f16 holds integers only to 2048) and adds its
+    per-channel multipliers."""
+    table, _ = conv_int8_extras(rq, g.oc, so_pad)
     return [
         Binding("src", tensor=src),
         Binding("weights", data=weight_blocks(w, so_pad), element="SM"),
-        Binding("bias", data=bias_vec4(bias, g.oc, so_pad)),
+        Binding("bias", data=bias_vec4(bias, g.oc, so_pad), element="S4" if rq is None else "vec4<f32>"),
+        *table,
         Binding("dst", tensor=dst, writable=True),
     ]
 
@@ -380,53 +451,56 @@ def _so_pad(g: ConvGeometry, st: int) -> int:
 
 
 def _conv_general(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                  label: str, macs: int) -> Variants:
+                  label: str, macs: int, rq: Int8Requant | None = None) -> Variants:
     wstride = g.kh * g.kw * g.si  # blocks between consecutive output slices
 
     def make(d: Decomposition) -> KernelSpec:
         xt, st = d.tile
-        taps = [f"let s_{t} = select(S4(0.0), S4(src[si + cx_{t}]), ok_{t});" for t in range(xt)]
+        taps = [f"let s_{t} = select({tap_zero(rq)}, {tap_input(f'src[si + cx_{t}]', rq)}, ok_{t});"
+                for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * wstride}u];" for j in range(st)]
-        taps += mat_taps(d.tile)
+        taps += mat_taps(d.tile, rq)
         params = {"COLS": column_reads(g, xt), "TAPS": lines(taps, 8), "STORE": _stores(d.tile),
                   "SPLIT_PLANE": d.split * g.ih * g.iw}
-        return conv_family_spec(g, "conv2d", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst), epilogue,
-                                f"{label} {g.kh}x{g.kw} general")
+        return conv_family_spec(g, "conv2d", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst, rq),
+                                epilogue, f"{label} {g.kh}x{g.kw} general",
+                                **conv_int8_extras(rq, g.oc, _so_pad(g, st))[1])
 
-    return conv_family_variants(g, "conv2d", _tile_shapes(g.ow, g.so), g.si, macs, make)
+    return conv_family_variants(g, "conv2d", _tile_shapes(g.ow, g.so), g.si, macs, make, code=_int8_code(rq))
 
 
 def _conv_1x1(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-              label: str, macs: int, reader: tuple[Code, list[Binding], str] | None = None) -> Variants:
+              label: str, macs: int, reader: tuple[Code, list[Binding], str] | None = None,
+              rq: Int8Requant | None = None) -> Variants:
     plane = g.oh * g.ow
 
     def make(d: Decomposition) -> KernelSpec:
         xt, st = d.tile
         pix = [f"let p_{t} = min(p0 + {t}u, {plane - 1}u);" for t in range(xt)]
         if reader is None:
-            taps = [f"let s_{t} = S4(src[si + p_{t}]);" for t in range(xt)]
+            taps = [f"let s_{t} = {tap_input(f'src[si + p_{t}]', rq)};" for t in range(xt)]
         else:  # fused elementwise ops evaluated as the input is loaded
             taps = [f"let s_{t} = S4(load_src(si + p_{t}, ob, sl));" for t in range(xt)]
         taps += [f"let w_{j} = weights[wi + {j * g.si}u];" for j in range(st)]
-        taps += mat_taps(d.tile)
+        taps += mat_taps(d.tile, rq)
         # pixels past the plane end map to row oh (or beyond): store() drops them by its oy bound
         store = [f"store(acc_{j}_{t}, ob, (p0 + {t}u) / {g.ow}u, (p0 + {t}u) % {g.ow}u, os0 + {j}u);"
                  for j in range(st) for t in range(xt)]
         params = {"PIX": lines(pix, 2), "TAPS": lines(taps, 4), "STORE": lines(store, 4),
                   "SPLIT_PLANE": d.split * plane}
-        bindings = _bindings(g, w, bias, _so_pad(g, st), src, dst)
+        bindings = _bindings(g, w, bias, _so_pad(g, st), src, dst, rq)
         if reader is not None:
             bindings = [*reader[1], *bindings[1:]]
+        fields = conv_int8_extras(rq, g.oc, _so_pad(g, st))[1] or {"functions": [reader[0]] if reader else []}
         return conv_family_spec(g, "conv2d_1x1", d, params, bindings, epilogue,
-                                f"{label} 1x1" + (reader[2] if reader else ""), flat=True,
-                                functions=[reader[0]] if reader else [])
+                                f"{label} 1x1" + (reader[2] if reader else ""), flat=True, **fields)
 
     return conv_family_variants(g, "conv2d_1x1", _tile_shapes(plane, g.so), g.si, macs, make, flat=True,
-                                code=(reader[0],) if reader else ())
+                                code=(reader[0],) if reader else _int8_code(rq))
 
 
 def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: int, dst: int, epilogue: list[Code],
-                label: str, macs: int) -> Variants:
+                label: str, macs: int, rq: Int8Requant | None = None) -> Variants:
     """One input slice: all taps unrolled; each input vec4 feeds XT x ST accumulators (no split: the reduction
     is at most 49 taps of one slice)."""
 
@@ -448,18 +522,26 @@ def _conv_first(g: ConvGeometry, w: np.ndarray, bias: np.ndarray | None, src: in
         for ky in range(g.kh):
             for kx in range(g.kw):
                 tap = [
-                    f"let s_{t} = select(S4(0.0), S4(src[ry_{ky} + cx_{t}_{kx}]), oky_{ky} && okx_{t}_{kx});"
+                    f"let s_{t} = select({tap_zero(rq)}, {tap_input(f'src[ry_{ky} + cx_{t}_{kx}]', rq)}, "
+                    f"oky_{ky} && okx_{t}_{kx});"
                     for t in range(xt)
                 ]
                 for j in range(st):
                     tap.append(f"let w_{j} = weights[wi + {(j * g.kh + ky) * g.kw + kx}u];")
-                    tap += [f"acc_{j}_{t} += vec4<f32>(w_{j} * s_{t});" for t in range(xt)]
+                    tap += [tap_product(j, t, rq) for t in range(xt)]
                 taps.append("{ " + " ".join(tap) + " }")
         params = {"TAPS": lines(taps, 2), "STORE": _stores(d.tile)}
-        return conv_family_spec(g, "conv2d_first", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst),
-                                epilogue, f"{label} {g.kh}x{g.kw} first-layer")
+        return conv_family_spec(g, "conv2d_first", d, params, _bindings(g, w, bias, _so_pad(g, st), src, dst, rq),
+                                epilogue, f"{label} {g.kh}x{g.kw} first-layer",
+                                **conv_int8_extras(rq, g.oc, _so_pad(g, st))[1])
 
-    return conv_family_variants(g, "conv2d_first", _tile_shapes(g.ow, g.so, (2, 1), (4, 2, 1)), 1, macs, make)
+    return conv_family_variants(g, "conv2d_first", _tile_shapes(g.ow, g.so, (2, 1), (4, 2, 1)), 1, macs, make,
+                                code=_int8_code(rq))
+
+
+def _int8_code(rq: Int8Requant | None) -> tuple[str, ...]:
+    """Tuning-cache key code of an exact int8 conv: its taps differ from the float conv's of the same shape."""
+    return () if rq is None else (INT8_EXACT,)
 
 
 KERNEL = Conv2DKernel()

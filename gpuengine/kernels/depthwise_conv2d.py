@@ -10,6 +10,9 @@ same input slice; otherwise lanes are gathered (splatted when M % 4 == 0: a slic
                  2-output window loaded once (4 columns for stride 1, 5 for stride 2, instead of 6).
 Both come as decompositions of 2 or 1 output columns per invocation (kernels/tiling.py): a big GPU takes the
 single column when the layer is too small to fill it otherwise.
+
+A fully int8 depthwise conv (int8_requant) reads its input as the integers q - zero point, sums integer products in
+f32 (exact) and requantizes as LiteRT's builtin kernel (the Q31 multiplier per channel, the shift's ties up).
 """
 
 from __future__ import annotations
@@ -20,8 +23,17 @@ from ..layout import slices
 from ..model.ir import Graph, Op
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import activation, bhwc, const_f32
+from .common import (
+    CLAMPED_ACTIVATIONS,
+    Int8Requant,
+    activation,
+    bhwc,
+    const_f32,
+    requant_code,
+    weights_requant,
+)
 from .conv2d import (
+    INT8_EXACT,
     ConvGeometry,
     bias_values,
     bias_vec4,
@@ -30,8 +42,11 @@ from .conv2d import (
     common_checks,
     conv_family_spec,
     conv_family_variants,
+    conv_int8_extras,
     geometry,
     lines,
+    tap_input,
+    tap_zero,
 )
 
 
@@ -81,19 +96,31 @@ class DepthwiseConv2DKernel:
             return "bias size does not match output channels"
         return check_spatial(op, graph, shape[1], shape[2])
 
+    def integer_requantize(self, op: Op, graph: Graph) -> Code | None:
+        """A fully int8 depthwise conv (int8_requant) sums exact integers: its output stage is LiteRT's."""
+        rq = int8_requant(op, graph)
+        return requant_code(op, rq, graph.tensors[op.outputs[0]]) if rq is not None else None
+
     def build(self, op: Op, graph: Graph) -> Lowering:
         g = geometry(op, graph)
-        return [
-            depthwise_variants(
-                g,
-                const_f32(graph, op.inputs[1]),
-                bias_values(graph, op, 2),
-                op.inputs[0],
-                op.outputs[0],
-                activation(op),
-                op.code,
-            )
-        ]
+        rq = int8_requant(op, graph)
+        w = const_f32(graph, op.inputs[1]) if rq is None else rq.weights
+        bias = bias_values(graph, op, 2) if rq is None else rq.bias
+        assert w is not None
+        epilogue = activation(op) if rq is None else []  # exact int8: the activation is the output stage's clamp
+        return [depthwise_variants(g, w, bias, op.inputs[0], op.outputs[0], epilogue, op.code, rq)]
+
+
+def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
+    """LiteRT's integer DEPTHWISE_CONV_2D (int8 input and output, symmetric int8 weights per tensor or per output
+    channel, int32 bias, no activation, RELU, RELU_N1_TO_1 or RELU6), where f32 sums stay exact; None otherwise
+    (computed in float, rounded once: fake_quant)."""
+    return weights_requant(op, graph, channel_axis=3, activations=CLAMPED_ACTIVATIONS)
+
+
+def _product(w: str, v: str, rq: Int8Requant | None) -> str:
+    """w * v accumulated in f32: in storage precision, or for an exact int8 conv (integers) in f32."""
+    return f"vec4<f32>({w} * {v})" if rq is None else f"vec4<f32>({w}) * {v}"
 
 
 def depthwise_variants(
@@ -104,16 +131,21 @@ def depthwise_variants(
     dst: int,
     epilogue: list[Code],
     label: str,
+    rq: Int8Requant | None = None,
 ) -> Variants:
     """Pick the kernel for this geometry (pads are parameters, as for CONV_2D); tiles of 2 or 1 output columns,
-    never split (a reduction of kh x kw taps)."""
+    never split (a reduction of kh x kw taps). rq: an exact int8 depthwise conv (integer weights and bias)."""
     mult = g.oc // g.ic
+    table, fields = conv_int8_extras(rq, g.oc, g.so)
     bindings = [
         Binding("src", tensor=src),
         Binding("weights", data=tap_weights(w, g.oc)),
-        Binding("bias", data=bias_vec4(bias, g.oc, g.so)),
+        Binding("bias", data=bias_vec4(bias, g.oc, g.so), element="S4" if rq is None else "vec4<f32>"),
+        *table,
         Binding("dst", tensor=dst, writable=True),
     ]
+    if rq is not None:
+        label = f"{label} ({INT8_EXACT})"
     unrolled = g.kh == g.kw == 3 and g.dh == g.dw == 1 and g.sh == g.sw and g.sh in (1, 2) and mult == 1
     family = "depthwise_3x3" if unrolled else "depthwise"
 
@@ -137,20 +169,24 @@ def depthwise_variants(
                     f"let ry{r} = base + u32(clamp(iy{r}, 0, {g.ih - 1})) * {g.iw}u;"
                 )
                 taps += [
-                    f"let v{r}_{c} = select(S4(0.0), S4(src[ry{r} + cx{c}]), oky{r} && okx{c});"
+                    f"let v{r}_{c} = select({tap_zero(rq)}, {tap_input(f'src[ry{r} + cx{c}]', rq)}, "
+                    f"oky{r} && okx{c});"
                     for c in range(ncols)
                 ]
-                taps += [f"acc_0_{t} += vec4<f32>(w{r * 3 + kx} * v{r}_{t * s + kx});"
+                taps += [f"acc_0_{t} += {_product(f'w{r * 3 + kx}', f'v{r}_{t * s + kx}', rq)};"
                          for t in range(xt) for kx in range(3)]
             params["TAPS"] = lines(taps, 2)
-            return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} 3x3 s{s}")
-        taps = [f"acc_0_{t} += vec4<f32>(w * select(S4(0.0), load(ob, u32(iy), cx_{t}, os0), ok_{t}));"
-                for t in range(xt)]
+            return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} 3x3 s{s}", **fields)
+        loads = [f"select({tap_zero(rq)}, {tap_input(f'load(ob, u32(iy), cx_{t}, os0)', rq)}, ok_{t})"
+                 for t in range(xt)]
+        taps = [f"acc_0_{t} += {_product('w', v, rq)};" for t, v in enumerate(loads)]
         params.update(COLS=column_reads(g, xt), TAPS=lines(taps, 6))
-        return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} {g.kh}x{g.kw} general")
+        return conv_family_spec(g, family, d, params, bindings, epilogue, f"{label} {g.kh}x{g.kw} general",
+                                **fields)
 
     macs = g.batch * g.oh * g.ow * g.oc * g.kh * g.kw
     return conv_family_variants(g, family, [(xt, 1) for xt in (2, 1) if xt == 1 or g.ow >= 2], 1, macs, make,
+                                code=() if rq is None else (INT8_EXACT,),
                                 step_cost=lambda t: t[0] * tiling.LOAD + tiling.LOAD + t[0] * 4)
 
 

@@ -31,28 +31,29 @@ split and merge cost no dispatch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
-from ..model.ir import Graph, Op, Tensor
+from ..model.ir import Graph, Op
 from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
     EXACT_LIMIT,
     MULTIPLY_BY_QUANTIZED_MULTIPLIER,
-    QUANTIZED_TYPES,
-    accumulator_requant,
+    Int8Requant,
     activation,
     activation_supported,
     bhwc,
     const_f32,
     float_tensors,
+    int8_tensors,
     is_const,
-    is_quantized,
     quantize_multiplier,
+    quantized_span,
+    requant_binding,
+    requant_code,
+    weights_requant,
 )
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
 from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
@@ -676,32 +677,7 @@ def _bmm_build(op: Op, graph: Graph) -> Variants:
 
 # -- fully int8 FULLY_CONNECTED / BATCH_MATMUL: LiteRT's integer output stage ---------------------------------
 
-ACTIVATIONS_EXACT = (0, 1)  # NONE, RELU: applied to the accumulator they commute with LiteRT's clamp after rounding
 INT8_EXACT = "int8 x int8 -> int8: exact integer sums, LiteRT's output stage"
-
-
-@dataclass
-class Int8Requant:
-    """How a fully int8 FC or BATCH_MATMUL computes LiteRT's integers: its operands read as integers (q - zero
-    point = round(real / scale)), integer weights and bias, sums exact in f32 (every partial sum below 2^24, checked
-    from the weights and the operands' ranges), then the int32 accumulator requantized per output channel."""
-
-    multipliers: np.ndarray  # int32 Q31 multiplier per output channel (one for BATCH_MATMUL / per-tensor weights)
-    shifts: np.ndarray  # int32 exponent per output channel
-    inverse_scales: tuple[float, ...]  # 1 / scale of each run-time operand
-    weights: np.ndarray | None = None  # FC: integer weights [O, I] as f32
-    bias: np.ndarray | None = None  # FC: integer bias [O] as f32
-
-
-def _span(tensor: Tensor) -> int:
-    """The largest |q - zero point| of an int8 run-time tensor."""
-    zero = int(tensor.quantization.zero_point[0]) if tensor.quantization.zero_point.size else 0  # type: ignore
-    lo, hi = QUANTIZED_TYPES[tensor.dtype]
-    return max(abs(lo - zero), abs(hi - zero))
-
-
-def _int8_tensors(*tensors: Tensor) -> bool:
-    return all(t.dtype == np.int8 and is_quantized(t) for t in tensors)
 
 
 def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
@@ -711,54 +687,18 @@ def int8_requant(op: Op, graph: Graph) -> Int8Requant | None:
     out = graph.tensors[op.outputs[0]]
     if op.code == "BATCH_MATMUL":
         a, b = (graph.tensors[t] for t in op.inputs[:2])
-        if not _int8_tensors(a, b, out):
+        if not int8_tensors(a, b, out):
             return None
         k = logical_shape(op, graph, 0)[-2 if op.opt("adj_x") else -1]
-        if k * _span(a) * _span(b) >= EXACT_LIMIT:
+        if k * quantized_span(a) * quantized_span(b) >= EXACT_LIMIT:
             return None
         multiplier, shift = quantize_multiplier(float(a.quantization.scale[0]) * float(b.quantization.scale[0])  # type: ignore
                                                 / float(out.quantization.scale[0]))  # type: ignore[union-attr]
         return Int8Requant(np.array([multiplier], np.int64), np.array([shift], np.int64),
                            (1.0 / float(a.quantization.scale[0]), 1.0 / float(b.quantization.scale[0])))  # type: ignore
-    x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
-    bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
-    bias = graph.tensors[bias_t] if bias_t >= 0 else None
-    wq = w.quantization
-    if not _int8_tensors(x, out) or w.dtype != np.int8 or wq is None or w.data is None \
-            or int(op.opt("fused_activation_function", 0) or 0) not in ACTIVATIONS_EXACT \
-            or op.opt("gated") or op.opt(NORM) or (wq.zero_point.size and np.any(wq.zero_point != 0)) \
-            or wq.scale.size not in (1, w.shape[0]) or (wq.scale.size > 1 and wq.axis != 0):
+    if op.opt("gated") or op.opt(NORM):
         return None
-    if bias is not None and (bias.dtype != np.int32 or bias.data is None or bias.quantization is None):
-        return None
-    weights = np.asarray(w.data, np.int64)
-    bias_q = np.asarray(bias.data, np.int64).reshape(-1) if bias is not None else np.zeros(w.shape[0], np.int64)
-    if np.max(np.abs(weights).sum(axis=1) * _span(x) + np.abs(bias_q)) >= EXACT_LIMIT:
-        return None
-    sx, so = float(x.quantization.scale[0]), float(out.quantization.scale[0])  # type: ignore[union-attr]
-    pairs = [quantize_multiplier(sx * float(s) / so) for s in np.broadcast_to(wq.scale, (w.shape[0],))]
-    return Int8Requant(np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64),
-                       (1.0 / sx,), weights.astype(np.float32), bias_q.astype(np.float32))
-
-
-def requant_binding(rq: Int8Requant, channels: int, so_pad: int) -> Binding:
-    """Per output slice, two vec4<u32>: the lanes' Q31 multipliers and their shifts (bit patterns of i32)."""
-    table = np.zeros((2, so_pad * 4), np.int32)
-    table[0, :channels] = rq.multipliers
-    table[1, :channels] = rq.shifts
-    table = np.ascontiguousarray(table.reshape(2, so_pad, 4).transpose(1, 0, 2))
-    return Binding("requant", data=table.view(np.uint32).reshape(-1), element="vec4<u32>")
-
-
-def requant_code(op: Op, rq: Int8Requant, out: Tensor) -> Code:
-    """The epilogue statement rounding the accumulator in `value` as LiteRT does: per-channel multipliers are read
-    from the `requant` binding at the output slice `os`, a single one is baked. FULLY_CONNECTED rounds the shift's
-    ties up (LiteRT's FC runs its GEMM through ruy), BATCH_MATMUL away from zero (TFLite's own output stage)."""
-    ruy = op.code == "FULLY_CONNECTED"
-    if rq.multipliers.size > 1:
-        return accumulator_requant(out, "bitcast<vec4<i32>>(requant[os * 2u])",
-                                   "bitcast<vec4<i32>>(requant[os * 2u + 1u])", ruy)
-    return accumulator_requant(out, f"vec4<i32>({int(rq.multipliers[0])})", f"vec4<i32>({int(rq.shifts[0])})", ruy)
+    return weights_requant(op, graph)
 
 
 KERNEL = FullyConnectedKernel()

@@ -63,8 +63,77 @@ EXPM1 = ("fn expm1_4(x: vec4<f32>) -> vec4<f32> {\n"
          "  e = select(e, vec4<f32>(-1.0), x < vec4<f32>(-104.0));\n"
          "  e = select(e, vec4<f32>(bitcast<f32>(0x7f800000u)), x > vec4<f32>(88.72283935546875));\n"
          "  return select(e, x, (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));\n}\n")
+# LiteRT's integer output stage, MultiplyByQuantizedMultiplier, in exact 32-bit integer arithmetic (WGSL has no
+# i64; kernels/common.py explains it): exact int8 FULLY_CONNECTED, BATCH_MATMUL and convs call it in their
+# epilogues, int8 ADD / SUB in their expression.
+MULTIPLY_BY_QUANTIZED_MULTIPLIER = """fn rounding_high_mul(a: i32, m: i32) -> i32 {
+  let x = u32(abs(a));
+  let y = u32(m);
+  let p00 = (x & 0xffffu) * (y & 0xffffu);
+  let p01 = (x & 0xffffu) * (y >> 16u);
+  let p10 = (x >> 16u) * (y & 0xffffu);
+  let p11 = (x >> 16u) * (y >> 16u);
+  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  let lo = (p00 & 0xffffu) | (mid << 16u);
+  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+  let nudged = lo + select(0x40000000u, 0x3fffffffu, a < 0);
+  let high = ((hi + select(0u, 1u, nudged < lo)) << 1u) | (nudged >> 31u);
+  return select(i32(high), -i32(high), a < 0);
+}
+fn rounding_shift_right(x: i32, exponent: u32) -> i32 {
+  return (x + i32((1u << exponent) >> 1u)) >> exponent;
+}
+fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
+  let mask = i32((1u << exponent) - 1u);
+  let threshold = (mask >> 1u) + select(0, 1, x < 0);
+  return (x >> exponent) + select(0, 1, (x & mask) > threshold);
+}
+fn multiply_by_quantized_multiplier(acc: vec4<i32>, multiplier: vec4<i32>, shift: vec4<i32>, ruy: bool) -> vec4<i32> {
+  var out = vec4<i32>(0);
+  for (var l = 0u; l < 4u; l++) {
+    let high = rounding_high_mul(acc[l] << u32(max(shift[l], 0)), multiplier[l]);
+    let right = u32(max(-shift[l], 0));
+    out[l] = select(rounding_divide_by_pot(high, right), rounding_shift_right(high, right), ruy);
+  }
+  return out;
+}
+"""
+# (x * multiplier + 2^(t - 1)) >> t with t = 31 - shift in 64-bit arithmetic: one rounding (ties up), as LiteRT
+# 2.3.0's int8 ADD / SUB scale their inputs (measured: 0 of 2.6 million elements off, where MultiplyByQuantized-
+# Multiplier's two roundings miss 2). The 62-bit product |x| * multiplier from 16-bit pieces; shift <= 0.
+SINGLE_ROUNDING_MULTIPLY = """fn single_rounding_multiply(v: vec4<i32>, m: i32, shift: i32) -> vec4<i32> {
+  let t = u32(31 - shift);
+  let y = u32(m);
+  var out = vec4<i32>(0);
+  for (var l = 0u; l < 4u; l++) {
+    let x = u32(abs(v[l]));
+    let p00 = (x & 0xffffu) * (y & 0xffffu);
+    let p01 = (x & 0xffffu) * (y >> 16u);
+    let p10 = (x >> 16u) * (y & 0xffffu);
+    let p11 = (x >> 16u) * (y >> 16u);
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    var lo = (p00 & 0xffffu) | (mid << 16u);
+    var hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+    // + 2^(t - 1), less 1 for a negative x (its ties go up, towards zero)
+    var add_lo = select(0u, 1u << (t - 1u), t - 1u < 32u);
+    var add_hi = select(0u, 1u << (t - 33u), t - 1u >= 32u);
+    if (v[l] < 0) {
+      add_hi = select(add_hi, add_hi - 1u, add_lo == 0u);
+      add_lo = add_lo - 1u;
+    }
+    let sum_lo = lo + add_lo;
+    hi = hi + add_hi + select(0u, 1u, sum_lo < lo);
+    lo = sum_lo;
+    let r = select((hi << (32u - t)) | (lo >> t), hi >> (t - 32u), t >= 32u);
+    out[l] = select(i32(r), -i32(r), v[l] < 0);
+  }
+  return out;
+}
+"""
 # name -> definition; a definition may call those listed before it
-HELPERS = {"exp4(": EXP, "expm1_4(": EXPM1, "erf4(": ERF, "tanh4(": TANH, "pow4(": POW, "turns4(": TURNS}
+HELPERS = {"exp4(": EXP, "expm1_4(": EXPM1, "erf4(": ERF, "tanh4(": TANH, "pow4(": POW, "turns4(": TURNS,
+           "multiply_by_quantized_multiplier(": MULTIPLY_BY_QUANTIZED_MULTIPLIER,
+           "single_rounding_multiply(": SINGLE_ROUNDING_MULTIPLY}
 
 
 def helpers_for(*texts: str) -> list[str]:

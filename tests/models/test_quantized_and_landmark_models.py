@@ -15,8 +15,10 @@ from gpuengine.testing import assert_matches_litert, relative_error, run_gpuengi
 
 def test_zoo_mobilenet_v2_int8_matches_litert() -> None:
     """The zoo's int8 MobileNet v2, all on the GPU: its softmax and (as an extra output) its logits within the
-    int8 goal of LiteRT's integer kernels, same argmax. (Its random classifier picks one class for every input, so
-    argmax agreement is checked for real on the classifier below.)"""
+    int8 goal of LiteRT's default kernels (XNNPACK), same argmax; and equal to LiteRT's builtin integer kernels,
+    whose rounding every int8 op reproduces (CONV_2D, DEPTHWISE_CONV_2D with RELU6, ADD, FULLY_CONNECTED,
+    SOFTMAX; before, the logits were 2 steps from them). (Its random classifier picks one class for every input,
+    so argmax agreement is checked for real on the classifier below.)"""
     from gpuengine import zoo
 
     model = read_model(zoo.get("mobilenet_v2_int8"))
@@ -28,8 +30,11 @@ def test_zoo_mobilenet_v2_int8_matches_litert() -> None:
         feeds = random_inputs(data, seed)
         assert_matches_litert(data, feeds)
         ref = run_litert(data, feeds)[logits]
-        got = run_gpuengine(data, feeds)[0][logits]
+        outputs = run_gpuengine(data, feeds)[0]
+        got = outputs[logits]
         assert np.argmax(got) == np.argmax(ref) and len(np.unique(ref)) > 50
+        for t, exact in run_litert(data, feeds, builtin=True).items():
+            np.testing.assert_array_equal(outputs[t], exact)
 
 
 
