@@ -10,8 +10,8 @@ each, so a big GPU splits each row 64 or more ways, while a CPU adapter takes 4 
 Hybrid FULLY_CONNECTED (float input, symmetric int8 or int4 weights per channel): the weights stay packed 4 per
 u32 (kernels/packed_int8.py) and each input row is quantized as LiteRT's XNNPACK quantizes it, the products summed
 in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`). Internal options set by passes: `gated` (gate and up
-weights interleaved by slice, the store computes silu(gate) * up) and `norm` (an RMS_NORM of the input computed in
-the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
+weights interleaved by slice, the store computes act(gate) * up, act = SiLU or GELU) and `norm` (an RMS_NORM of the
+input computed in the hybrid kernel's prologue). Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
@@ -52,6 +52,7 @@ from .common import (
     quantize_multiplier,
 )
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
+from .elementwise import _GELU_EXACT, _GELU_TANH
 from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
 from .wgsl_math import helpers_for
 
@@ -121,8 +122,9 @@ class FullyConnectedKernel:
         if op.opt(NORM) and (not is_hybrid(op, graph) or i != ic):
             return "a normalization prologue needs int8 weights and rows of one pixel"
         if op.opt("gated"):
-            if op.opt("gated") != "SILU" or o % 8 or activation(op):
-                return "a gated projection takes SILU, 2 x 4k weight rows (gate and up interleaved), no activation"
+            if op.opt("gated") not in GATE_ACTIVATIONS or o % 8 or activation(op):
+                return (f"a gated projection takes {', '.join(GATE_ACTIVATIONS)}, 2 x 4k weight rows (gate and up "
+                        "interleaved), no activation")
             o //= 2
         if oc != o or rb * rh * rw != total // i:
             return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
@@ -183,8 +185,10 @@ class FullyConnectedKernel:
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
-                              functions=list(GATE_FNS) if gated else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
-                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)}{f': {INT8_EXACT}' if rq else ''} "
+                              functions=gate_fns(op.opt(GATED_OPTION)) if gated
+                              else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
+                              label=f"{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}"
+                                    f"{f': {INT8_EXACT}' if rq else ''} "
                                     f"[{d.describe()}]")
 
         tiles = _tiles(rows, so, gated)
@@ -195,10 +199,17 @@ class FullyConnectedKernel:
 
 # -- gated projections (passes/merge_gated_projections.py): gate and up weights interleaved by output slice ----
 
-# silu(gate) * up with the elementwise kernel's LOGISTIC; helpers apart, so codegen emits each one once
-GATE_FNS = [Code("fn silu_gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {\n"
-                 f"  let s = {ELEMENTWISE_LOGISTIC};\n  return a * s * up;\n}}\n"),
-            *(Code(h) for h in helpers_for(ELEMENTWISE_LOGISTIC))]
+# act(gate) * up with the elementwise kernel's own expressions (LOGISTIC, GELU exact / tanh); helpers apart, so codegen
+# emits each one once. The `gated` option names the activation: SiLU (LLaMA-style), GELU_TANH (Gemma), GELU.
+GATED_OPTION = "gated"
+GATE_ACTIVATIONS = {"SILU": f"a * {ELEMENTWISE_LOGISTIC}", "GELU_TANH": _GELU_TANH, "GELU": _GELU_EXACT}
+
+
+def gate_fns(kind: str) -> list[Code]:
+    """The WGSL function `gate(a, up)` = act(a) * up of a gated projection, and the helpers it calls."""
+    expr = GATE_ACTIVATIONS[kind]
+    return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
+            *(Code(h) for h in helpers_for(expr))]
 
 
 def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
@@ -212,15 +223,15 @@ def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[in
 
 def _stores(values: list[list[str]], gated: bool) -> list[str]:
     """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
-    silu(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL)."""
+    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL)."""
     if gated:
-        return [f"store(silu_gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
+        return [f"store(gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
                 for j in range(0, len(values), 2) for t in range(len(values[j]))]
     return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
 
 
-def _outputs(o: int, gated: bool) -> str:
-    return f"{o // 2} (silu(gate) * up of {o} interleaved rows)" if gated else str(o)
+def _outputs(o: int, gated: str | None) -> str:
+    return f"{o // 2} ({gated.lower()}(gate) * up of {o} interleaved rows)" if gated else str(o)
 
 
 # -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
@@ -350,8 +361,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
-                          functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: {HYBRID} "
+                          functions=gate_fns(op.opt(GATED_OPTION)) if gated else [],
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}: {HYBRID} "
                                 f"[{d.describe()}]")
 
     row_loads = 7 if norm else 2  # per input vec4: range and quantizing passes (a norm: its pass, 3 loads each)
