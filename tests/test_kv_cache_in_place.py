@@ -207,20 +207,11 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
 
 
 def planned_signature(path: Path, key: str) -> list:
-    """The dispatches of every GPU partition of a signature, planned without compiling (nothing touches a GPU)."""
-    from gpuengine.engine import plan_graph
-    from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
-    from gpuengine.tuning.target import named
+    """The dispatches of every GPU partition of a signature, planned without compiling (nothing touches a GPU);
+    planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)."""
+    from gpuengine.tools.decoder_parity import planned_dispatches
 
-    model = read_model(str(path))
-    sig = next(s for s in model.signatures if s.key == key)
-    from gpuengine.tuning.devices import for_target
-
-    # planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)
-    plan = plan_graph(model.subgraphs[sig.subgraph], EngineOptions(latency_device=for_target("cpu")), model)
-    return [spec for p in plan.partitions if p.device == "gpu"
-            for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named("cpu")))[0]]
+    return planned_dispatches(str(path), key)
 
 
 @pytest.mark.parametrize("name,key,layers,per_layer", [("smollm_4l_int8.tflite", "decode", 4, 7),

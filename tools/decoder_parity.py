@@ -95,6 +95,28 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
     return result
 
 
+def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> list:
+    """The dispatches (KernelSpecs) of every GPU partition of a signature, planned for an adapter class without
+    compiling (nothing touches a GPU), fusions included."""
+    from gpuengine.engine import plan_graph
+    from gpuengine.model.reader import read_model
+    from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
+    from gpuengine.tuning.devices import for_target
+    from gpuengine.tuning.target import named
+
+    parsed = read_model(model)
+    signature = next(s for s in parsed.signatures if s.key == key)
+    plan = plan_graph(parsed.subgraphs[signature.subgraph], EngineOptions(latency_device=for_target(target)), parsed)
+    return [spec for p in plan.partitions if p.device == "gpu"
+            for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named(target)))[0]]
+
+
+def dispatches_per_layer(specs: list) -> list[int]:
+    """Dispatches between consecutive layers' KV cache writes (one per layer), the write offsets' PACK aside."""
+    writes = [i for i, s in enumerate(s for s in specs if s.label != "PACK") if s.shader == "kv_cache"]
+    return [b - a for a, b in zip(writes, writes[1:])]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
