@@ -95,6 +95,29 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
     return result
 
 
+def decode_step_vs_float64(model: bytes, ours: Any, theirs: Any, position: int = 20,
+                           seed: int = 0) -> tuple[float, float]:
+    """(gpuengine's, LiteRT's) decode logits error relative to the float64 reference executor (gpuengine/reference.py:
+    int8 weights dequantized, activations unquantized) on one decode step at `position` over seeded random caches:
+    whether the engine is further from the exact answer than LiteRT is."""
+    from gpuengine.model.reader import read_model
+    from gpuengine.passes.inline_composites import inline_composites
+    from gpuengine.reference import run_reference
+
+    parsed = read_model(model)
+    signature = next(s for s in parsed.signatures if s.key == "decode")
+    graph = inline_composites(parsed.subgraphs[signature.subgraph], parsed)
+    runner = theirs.get_signature_runner("decode")
+    rng = np.random.default_rng(seed)
+    feeds = {"tokens": np.array([[5]], np.int32), "input_pos": np.array([position], np.int32)}
+    for name, detail in runner.get_input_details().items():
+        if name.startswith("kv_cache"):
+            feeds[name] = (rng.standard_normal(detail["shape"]) * 0.5).astype(np.float32)
+    exact = run_reference(graph, {signature.inputs[k]: v for k, v in feeds.items()})[signature.outputs["logits"]]
+    got = ours.get_signature_runner("decode")(**feeds)["logits"]
+    return relative_error(got, exact), relative_error(runner(**feeds)["logits"], exact)
+
+
 def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> list:
     """The dispatches (KernelSpecs) of every GPU partition of a signature, planned for an adapter class without
     compiling (nothing touches a GPU), fusions included."""

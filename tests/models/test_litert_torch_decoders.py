@@ -11,8 +11,12 @@ The oracle is LiteRT's builtin kernels: LiteRT 2.3's default XNNPACK delegate is
 these exports where head_dim * heads differs from the width (test_xnnpack_departs_on_gemma3 below; as on the zoo's
 decoders, tests/models/test_decoder_zoo.py). f32 models: logits within 1e-5 of their range. dynamic_int8 models:
 the builtin kernels quantize each activation row symmetrically and gpuengine as XNNPACK does (asymmetric), so
-their logits differ by ~1e-2 of the range (measured 0.4e-2-2.3e-2 over 32 steps, docs/notes/families.md); the
-tolerance 5e-2 holds that with margin, and greedy tokens must still agree at every step.
+their logits differ by ~1e-2 of the range (measured 0.7e-2-2.3e-2 over 32 steps, docs/notes/families.md): the
+tolerance 5e-2 holds that with margin; where the top two logits lie within that difference the argmax may differ
+(qwen2.5 int8: 29 of 32 steps agree), so at least 6 of 8 must. What settles int8 is the exact answer: gpuengine's
+decode logits are about as far from the float64 reference (int8 weights dequantized) as LiteRT's: over 6 decode
+steps (seeded caches) the mean of gpuengine's errors over the mean of LiteRT's is 0.84-1.19 on these fixtures (one
+step alone: 0.6-1.65, both are int8 rounding noise); asserted <= 1.5.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 import pytest
 from gpuengine.tools.decoder_parity import (
     compare,
+    decode_step_vs_float64,
     dispatches_per_layer,
     litert_interpreter,
     planned_dispatches,
@@ -76,11 +81,17 @@ def test_decode_dispatches_per_layer(name: str):
 
 def test_prefill_then_greedy_decoding_matches_litert(fixture):
     name, data, ours = fixture
-    result = compare(ours, litert_interpreter(data, "builtin"), steps=GREEDY_STEPS)
+    litert = litert_interpreter(data, "builtin")
+    result = compare(ours, litert, steps=GREEDY_STEPS)
     tolerance = TOLERANCE[kind(name)]
     assert result.prefill_cache_error <= tolerance, result.summary()
     assert result.max_error <= tolerance, result.summary()
-    assert result.greedy_equal == GREEDY_STEPS, result.summary()
+    if kind(name) == "f32":
+        assert result.greedy_equal == GREEDY_STEPS, result.summary()
+    else:
+        assert result.argmax_agree >= GREEDY_STEPS - 2, result.summary()
+        errors = np.array([decode_step_vs_float64(data, ours, litert, position=10 + 7 * s, seed=s) for s in range(6)])
+        assert errors[:, 0].mean() <= 1.5 * errors[:, 1].mean(), errors
 
 
 def test_xnnpack_departs_on_gemma3():
