@@ -40,7 +40,34 @@ def fuse_attention(graph: Graph) -> Graph:
             graph.ops = [fused if j == last else o for j, o in enumerate(graph.ops) if j == last or j not in members]
             changed = True
             break
+    _explain_unmatched(graph)
     return graph
+
+
+def _explain_unmatched(graph: Graph) -> None:
+    """A remark for each attention-like chain left unfused without one: a SOFTMAX between two BATCH_MATMULs that the
+    pattern did not take (it runs decomposed, correctly; inspect says what stopped the match)."""
+    producers, readers = graph.producers(), graph.consumers()
+    for op in graph.ops:
+        if op.code != "SOFTMAX" or any(r.startswith(f"{ATTENTION} not fused") and repr(
+                graph.tensors[op.outputs[0]].name) in r for r in graph.remarks):
+            continue
+        after = [graph.ops[j] for j in readers.get(op.outputs[0], [])]
+        if len(after) != 1 or after[0].code != "BATCH_MATMUL":
+            continue
+        chain, t = [], op.inputs[0]
+        while t in producers and graph.ops[producers[t]].code in ("RESHAPE", "ADD", "MUL", "DIV") and len(chain) < 6:
+            chain.append(graph.ops[producers[t]].code)
+            t = graph.ops[producers[t]].inputs[0]
+        if t not in producers or graph.ops[producers[t]].code != "BATCH_MATMUL":
+            continue
+        reasons = [f"RESHAPE between the scores and the SOFTMAX ({' <- '.join(['SOFTMAX', *chain])})"
+                   ] if "RESHAPE" in chain else []
+        reasons += ["the second BATCH_MATMUL reads V transposed (adj_y)"] if after[0].opt("adj_y") else []
+        reason = "; ".join(reasons) or "the chain's operands or readers do not fit the pattern"
+        remark = f"{ATTENTION} not fused at {graph.tensors[op.outputs[0]].name!r}: {reason}"
+        if remark not in graph.remarks:
+            graph.remarks.append(remark)
 
 
 def _quantized_step(graph: Graph, members: list[int]) -> str | None:
