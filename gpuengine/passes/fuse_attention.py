@@ -49,12 +49,14 @@ def _explain_unmatched(graph: Graph) -> None:
     pattern did not take (it runs decomposed, correctly; inspect says what stopped the match)."""
     producers, readers = graph.producers(), graph.consumers()
     for op in graph.ops:
-        if op.code != "SOFTMAX" or any(r.startswith(f"{ATTENTION} not fused") and repr(
-                graph.tensors[op.outputs[0]].name) in r for r in graph.remarks):
+        if op.code != "SOFTMAX":
             continue
         after = [graph.ops[j] for j in readers.get(op.outputs[0], [])]
         if len(after) != 1 or after[0].code != "BATCH_MATMUL":
             continue
+        named = {repr(graph.tensors[t].name) for t in (op.outputs[0], after[0].outputs[0])}
+        if any(r.startswith(f"{ATTENTION} not fused") and any(n in r for n in named) for r in graph.remarks):
+            continue  # the match found it and said why the kernel refused it
         chain, t = [], op.inputs[0]
         while t in producers and graph.ops[producers[t]].code in ("RESHAPE", "ADD", "MUL", "DIV") and len(chain) < 6:
             chain.append(graph.ops[producers[t]].code)
@@ -65,7 +67,7 @@ def _explain_unmatched(graph: Graph) -> None:
                    ] if "RESHAPE" in chain else []
         reasons += ["the second BATCH_MATMUL reads V transposed (adj_y)"] if after[0].opt("adj_y") else []
         reason = "; ".join(reasons) or "the chain's operands or readers do not fit the pattern"
-        remark = f"{ATTENTION} not fused at {graph.tensors[op.outputs[0]].name!r}: {reason}"
+        remark = f"{ATTENTION} not fused at {graph.tensors[after[0].outputs[0]].name!r}: {reason}"
         if remark not in graph.remarks:
             graph.remarks.append(remark)
 
