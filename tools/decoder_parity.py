@@ -135,8 +135,10 @@ def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> lis
 
 
 def dispatches_per_layer(specs: list) -> list[int]:
-    """Dispatches between consecutive layers' KV cache writes (one per layer), the write offsets' PACK aside."""
-    writes = [i for i, s in enumerate(s for s in specs if s.label != "PACK") if s.shader == "kv_cache"]
+    """Dispatches between consecutive layers' KV cache writes (a layer's first write; K and V written apart, as
+    with litert-torch's transposed caches, are two adjacent ones), the write offsets' PACK aside."""
+    shaders = [s.shader for s in specs if s.label != "PACK"]
+    writes = [i for i, s in enumerate(shaders) if s == "kv_cache" and (i == 0 or shaders[i - 1] != "kv_cache")]
     return [b - a for a, b in zip(writes, writes[1:])]
 
 

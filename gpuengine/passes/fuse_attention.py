@@ -16,6 +16,7 @@ import numpy as np
 from ..kernels import registry
 from ..kernels.attention import ATTENTION, K_ADJ, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
 from ..kernels.common import is_quantized
+from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op, Options
 
 
@@ -89,7 +90,12 @@ def _sole_reader(graph: Graph, t: int, readers: dict[int, list[int]]) -> int | N
 
 def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, list[int]] | None:
     first = graph.ops[i]
-    if first.code != "BATCH_MATMUL" or first.opt("adj_x") or first.opt(OUT_VIEW):
+    if first.code != "BATCH_MATMUL" or first.opt("adj_x"):
+        return None
+    # scores written through a view: only RESHAPEs keeping the last axis (a regrouping of rows, checked below)
+    regrouped = bool(first.opt(OUT_VIEW))
+    if regrouped and not all(step.kind == "RESHAPE" and step.in_shape[-1] == step.out_shape[-1]
+                             for step in first.opt(OUT_VIEW)):
         return None
     scale = 1.0
     members = [i]
@@ -111,7 +117,14 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         if j is None:
             return None
         op = graph.ops[j]
-    mask = -1
+    mask = -1  # RESHAPEs of the scores that keep their last axis (litert-torch's transposed-cache layout) next
+    while op.code == "RESHAPE" and _keeps_last(graph, op):
+        regrouped = True
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
     if op.code == "ADD" and int(op.opt("fused_activation_function", 0) or 0) == 0 and len(op.inputs) == 2:
         scores = graph.ops[members[-1]].outputs[0]
         others = [t for t in op.inputs if t != scores]
@@ -124,6 +137,15 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         if j is None:
             return None
         op = graph.ops[j]
+    while op.code == "RESHAPE" and _keeps_last(graph, op):
+        regrouped = True
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
+    if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
+        return None  # a mask varying per row: regrouping the rows would move it
     if op.code != "SOFTMAX" or op.inputs[0] != graph.ops[members[-1]].outputs[0]:
         return None
     beta = float(op.opt("beta", 1.0) or 1.0)
@@ -134,10 +156,17 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         return None
     second = graph.ops[j]
     if (second.code != "BATCH_MATMUL" or second.inputs[0] != op.outputs[0] or second.opt("adj_x")
-            or second.opt("adj_y") or not _unit_reshapes(second.opt("view_a") or ())):
+            or not _unit_reshapes(second.opt("view_a") or ())):
         return None
+    view_v = second.opt("view_b")
+    if second.opt("adj_y"):  # V stored [..., D, N] (litert-torch's BNHT cache): read it through a TRANSPOSE view
+        stored = tuple(view_v[-1].out_shape) if view_v else tuple(graph.tensors[second.inputs[1]].shape)
+        if len(stored) < 2:
+            return None
+        perm = (*range(len(stored) - 2), len(stored) - 1, len(stored) - 2)
+        view_v = (*(view_v or ()), Step("TRANSPOSE", stored, tuple(stored[p] for p in perm), perm))
     members.append(j)
-    fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": second.opt("view_b"),
+    fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": view_v,
               OUT_VIEW: second.opt(OUT_VIEW), K_ADJ: bool(first.opt("adj_y")), SCALE: scale,
               SOURCE_OPS: tuple(graph.ops[k].code for k in members)}
     if mask >= 0:
@@ -146,6 +175,12 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
                inputs=[first.inputs[0], first.inputs[1], second.inputs[1], *([mask] if mask >= 0 else [])],
                outputs=list(second.outputs), options=Options("AttentionOptions", fields))
     return fused, members
+
+
+def _keeps_last(graph: Graph, op: Op) -> bool:
+    """A RESHAPE that regroups rows only: its last axis (the keys) unchanged."""
+    a, b = graph.tensors[op.inputs[0]].shape, graph.tensors[op.outputs[0]].shape
+    return bool(a) and bool(b) and a[-1] == b[-1]
 
 
 def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
