@@ -9,7 +9,7 @@ view whose stored shape is [rows, C]: with C % 4 == 0 its PHWC4 storage is those
 offsets[, cos, sin]); output the cache after the write. The update may be read through a layout view (`view_update`:
 the slice of a fused QKV projection's output, read where it lies) and rotated on the way (`rope`, with the cos / sin
 tables of a decode step, the same for every row: kernels/rope.py), so the key rows need no dispatch of their own.
-Several writes with the same offsets (a layer's K and V) may share one dispatch: option `groups` gives, per write,
+Several writes (a layer's K and V, each with its own offsets) may share one dispatch: option `groups` gives, per write,
 how many of the op's inputs are its own (cache, update, offsets[, cos, sin]), its update view and whether it rotates;
 output g is write g's cache. A group may also be a rotation of the step's query (`ROPE` semantics: inputs x, cos,
 sin; its view of x; output a PHWC4 tensor, which the runtime then keeps in f32 as the caches are), so one dispatch

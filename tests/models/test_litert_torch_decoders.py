@@ -44,7 +44,8 @@ TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT|
 # gate/up are one FC; Gemma 3's post-attention and post-MLP norms (over a projection's whole output row) keep a
 # dispatch each (with the residual ADD). f32: the two pre-projection RMSNorms keep their dispatches too.
 DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 9, "gemma3_1b_2l_f32": 11, "qwen3_2l_int8": 7, "qwen3_2l_f32": 9,
-                    "qwen25_2l_int8": 7, "tiny_llama_2l_int8": 7, "llama32_2l_int8_bnth": 8}
+                    "qwen25_2l_int8": 7, "tiny_llama_2l_int8": 7, "llama32_2l_int8_bnth": 7,
+                    "llama32_2l_f32_bnth": 9}
 
 
 def kind(name: str) -> str:
