@@ -35,8 +35,10 @@ def fuse_rope(graph: Graph) -> Graph:
     while changed:  # indices move with each fusion: look again (two per layer)
         changed = False
         for cat in graph.ops:
+            tensors_before = len(graph.tensors)
             found = _match(graph, cat)
             if found is not None and registry.check(found[0], graph) is not None and len(found[0].inputs) == 6:
+                del graph.tensors[tensors_before:]  # the norm's epsilon constant
                 found = _match(graph, cat, with_norm=False)  # the ROPE with the norm refused: keep the norm apart
             if found is None or registry.check(found[0], graph) is not None:
                 continue
