@@ -146,6 +146,10 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         op = graph.ops[j]
     if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
         return None  # a mask varying per row: regrouping the rows would move it
+    out_view = first.opt(OUT_VIEW)
+    raw = tuple(out_view[0].in_shape) if out_view else tuple(graph.tensors[first.outputs[0]].shape)
+    if regrouped and _strip(graph.tensors[op.outputs[0]].shape) != _strip(raw):
+        return None  # the probabilities must be grouped as the scores were, for P.V to pair them with V's batches
     if op.code != "SOFTMAX" or op.inputs[0] != graph.ops[members[-1]].outputs[0]:
         return None
     beta = float(op.opt("beta", 1.0) or 1.0)
