@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import registry
-from ..kernels.attention import ATTENTION, K_ADJ, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..kernels.attention import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
 from ..kernels.common import is_quantized
 from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op, Options
@@ -132,6 +132,7 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
                 graph.tensors[scores].shape):
             return None
         mask = others[0]
+        masked_shape = tuple(graph.tensors[op.outputs[0]].shape)
         members.append(j)
         j = _sole_reader(graph, op.outputs[0], readers)
         if j is None:
@@ -144,10 +145,14 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         if j is None:
             return None
         op = graph.ops[j]
-    if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
-        return None  # a mask varying per row: regrouping the rows would move it
     out_view = first.opt(OUT_VIEW)
     raw = tuple(out_view[0].in_shape) if out_view else tuple(graph.tensors[first.outputs[0]].shape)
+    head_form = None  # (query heads per KV head, Q's shape before the regrouping)
+    if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
+        # a mask varying per row (prefill's causal mask) is added per query head and row: attend in that form
+        head_form = _head_form(first, masked_shape, raw)
+        if head_form is None:
+            return None
     if regrouped and _strip(graph.tensors[op.outputs[0]].shape) != _strip(raw):
         return None  # the probabilities must be grouped as the scores were, for P.V to pair them with V's batches
     if op.code != "SOFTMAX" or op.inputs[0] != graph.ops[members[-1]].outputs[0]:
@@ -173,12 +178,35 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
     fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": view_v,
               OUT_VIEW: second.opt(OUT_VIEW), K_ADJ: bool(first.opt("adj_y")), SCALE: scale,
               SOURCE_OPS: tuple(graph.ops[k].code for k in members)}
+    if head_form is not None:  # Q read before its regrouping; the output regrouped back as the model's P.V wrote it
+        group, q_shape = head_form
+        out_raw = tuple(graph.tensors[second.outputs[0]].shape) if not second.opt(OUT_VIEW) else tuple(
+            second.opt(OUT_VIEW)[0].in_shape)
+        heads_out = (*q_shape[:-1], out_raw[-1])
+        fields.update({"view_q": None, KV_GROUP: group,
+                       OUT_VIEW: (Step("RESHAPE", heads_out, out_raw), *(second.opt(OUT_VIEW) or ()))})
     if mask >= 0:
         fields[MASK_SCALE] = beta
     fused = Op(index=second.index, code=ATTENTION,
                inputs=[first.inputs[0], first.inputs[1], second.inputs[1], *([mask] if mask >= 0 else [])],
                outputs=list(second.outputs), options=Options("AttentionOptions", fields))
     return fused, members
+
+
+def _head_form(first: Op, masked_shape: tuple[int, ...], raw: tuple[int, ...]) -> tuple[int, tuple] | None:
+    """(group, Q's shape [B, Hq, T, D]) when the first matmul reads Q through one RESHAPE [B, Hq, T, D] ->
+    [B, Hkv, G*T, D] (litert-torch's transposed cache: a KV head's query heads as its rows), so the scores
+    [B, Hkv, G*T, N] regrouped as [B, Hq, T, N] are the masked shape: attention per query head with G per KV head."""
+    view = first.opt("view_a")
+    if not view or len(view) != 1 or view[0].kind != "RESHAPE":
+        return None
+    q0, q1 = tuple(view[0].in_shape), tuple(view[0].out_shape)
+    if len(q0) != 4 or len(q1) != 4 or q0[0] != q1[0] or q0[-1] != q1[-1] or q1[1] == 0 or q0[1] % q1[1]:
+        return None
+    group = q0[1] // q1[1]
+    if q1[2] != group * q0[2] or tuple(masked_shape) != (*q0[:-1], raw[-1]):
+        return None
+    return group, q0
 
 
 def _keeps_last(graph: Graph, op: Op) -> bool:

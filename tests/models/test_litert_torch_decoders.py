@@ -80,27 +80,26 @@ def test_decode_dispatches_per_layer(name: str):
     assert not any(s.shader == "normalization" and "RESHAPE" in s.label for s in specs)  # no q/k norm dispatch
 
 
-def test_transposed_cache_prefill_attention_unfused_is_explained():
+def test_transposed_cache_attention_is_fused_with_the_caches_in_place():
     """litert-torch's KV_LAYOUT_TRANSPOSED export (K [B, N, T, H], V [B, N, H, T], a KV head's query heads folded
-    into its rows, the mask ADD between RESHAPEs of the scores, P.V with adj_y): decode fuses it (the mask is the
-    same for every row; V read through a TRANSPOSE view) and writes both caches in place; prefill's causal mask
-    differs per row, which the row regrouping would move, so prefill keeps the decomposed ops, and `inspect` says
-    why."""
+    into its rows, the mask ADD between RESHAPEs of the scores, P.V with adj_y): decode attends the regrouped rows
+    (the mask is the same for every row), prefill per query head (its causal mask differs per row; kv_group G),
+    V read through a TRANSPOSE view; both caches written in place, K and V in one dispatch, nothing left unfused.
+    Values: test_prefill_then_greedy_decoding_matches_litert (f32 within 1e-5)."""
     from gpuengine.engine import plan_graph
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
 
-    path = str(FIXTURES / "llama32_2l_int8_bnth.tflite")
-    decode = planned_dispatches(path, "decode")
-    assert [s.shader for s in decode].count("attention_partials") == 2
-    assert not any(s.shader == "copy" and "DYNAMIC_UPDATE_SLICE" in s.label for s in decode)
-    assert not any(s.shader == "bhwc_to_phwc4" and "kv_cache" in s.label for s in decode)  # caches in place
-    parsed = read_model(path)
-    signature = next(s for s in parsed.signatures if s.key == "prefill_8")
-    plan = plan_graph(parsed.subgraphs[signature.subgraph], EngineOptions(), parsed)
-    remarks = [r for r in plan.graph.remarks if r.startswith("ATTENTION not fused")]
-    # one attention: the last layer's is dead code in prefill (litert-torch's prefill outputs only the caches)
-    assert len(remarks) == 1 and "RESHAPE between the scores and the SOFTMAX" in remarks[0], remarks
+    path = str(FIXTURES / "llama32_2l_f32_bnth.tflite")
+    for key, attentions in (("decode", 2), ("prefill_8", 1)):  # prefill: the last layer's attention is dead code
+        specs = planned_dispatches(path, key)
+        assert sum(s.shader.startswith("attention") and "merge" not in s.shader for s in specs) == attentions, key
+        assert not any("DYNAMIC_UPDATE_SLICE" in s.label or "BATCH_MATMUL (" in s.label for s in specs), key
+        assert not any(s.shader == "bhwc_to_phwc4" and "kv_cache" in s.label for s in specs), key
+        parsed = read_model(path)
+        signature = next(s for s in parsed.signatures if s.key == key)
+        plan = plan_graph(parsed.subgraphs[signature.subgraph], EngineOptions(), parsed)
+        assert not [r for r in plan.graph.remarks if r.startswith("ATTENTION not fused")], key
 
 
 def test_prefill_then_greedy_decoding_matches_litert(fixture):
