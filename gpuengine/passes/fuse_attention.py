@@ -150,7 +150,7 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
     head_form = None  # (query heads per KV head, Q's shape before the regrouping)
     if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
         # a mask varying per row (prefill's causal mask) is added per query head and row: attend in that form
-        head_form = _head_form(first, masked_shape, raw)
+        head_form = _head_form(first, masked_shape, tuple(graph.tensors[mask].shape), raw)
         if head_form is None:
             return None
     if regrouped and _strip(graph.tensors[op.outputs[0]].shape) != _strip(raw):
@@ -193,10 +193,12 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
     return fused, members
 
 
-def _head_form(first: Op, masked_shape: tuple[int, ...], raw: tuple[int, ...]) -> tuple[int, tuple] | None:
+def _head_form(first: Op, masked_shape: tuple[int, ...], mask_shape: tuple[int, ...],
+               raw: tuple[int, ...]) -> tuple[int, tuple] | None:
     """(group, Q's shape [B, Hq, T, D]) when the first matmul reads Q through one RESHAPE [B, Hq, T, D] ->
     [B, Hkv, G*T, D] (litert-torch's transposed cache: a KV head's query heads as its rows), so the scores
-    [B, Hkv, G*T, N] regrouped as [B, Hq, T, N] are the masked shape: attention per query head with G per KV head."""
+    [B, Hkv, G*T, N] regrouped as [B, Hq, T, N] are the masked shape: attention per query head with G per KV head.
+    The masked shape may split B*Hq otherwise ([Hkv, G, T, N]) when the mask is the same for all of them."""
     view = first.opt("view_a")
     if not view or len(view) != 1 or view[0].kind != "RESHAPE":
         return None
@@ -204,7 +206,10 @@ def _head_form(first: Op, masked_shape: tuple[int, ...], raw: tuple[int, ...]) -
     if len(q0) != 4 or len(q1) != 4 or q0[0] != q1[0] or q0[-1] != q1[-1] or q1[1] == 0 or q0[1] % q1[1]:
         return None
     group = q0[1] // q1[1]
-    if q1[2] != group * q0[2] or tuple(masked_shape) != (*q0[:-1], raw[-1]):
+    if q1[2] != group * q0[2] or len(masked_shape) < 2 or tuple(masked_shape[-2:]) != (q0[2], raw[-1]):
+        return None
+    if tuple(masked_shape) != (*q0[:-1], raw[-1]) and (
+            int(np.prod(masked_shape[:-2])) != q0[0] * q0[1] or any(d != 1 for d in mask_shape[:-2])):
         return None
     return group, q0
 
