@@ -119,6 +119,7 @@ RECIPES: dict[str, Recipe] = {
     "llama32_2l_int8_bnth": Recipe(_llama32_1b, llama.Llama, transposed_cache=True),
     "llama32_2l_f32_bnth": Recipe(_llama32_1b, llama.Llama, quantize="none", transposed_cache=True),
     "qwen3_2l_f32_bnth": Recipe(_qwen3_06b, qwen3.Qwen3, quantize="none", transposed_cache=True),
+    "qwen3_2l_int8_bnth": Recipe(_qwen3_06b, qwen3.Qwen3, transposed_cache=True),
     "tiny_llama_2l_int8": Recipe(_tiny_llama, tiny_llama.TinyLlama),
     "tiny_llama_2l_f32": Recipe(_tiny_llama, tiny_llama.TinyLlama, quantize="none"),
     "gqa16_1l_f32": Recipe(_gqa16, tiny_llama.TinyLlama, quantize="none"),

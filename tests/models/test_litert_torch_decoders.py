@@ -45,7 +45,7 @@ TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT|
 # dispatch each (with the residual ADD). f32: the two pre-projection RMSNorms keep their dispatches too.
 DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 9, "gemma3_1b_2l_f32": 11, "qwen3_2l_int8": 7, "qwen3_2l_f32": 9,
                     "qwen25_2l_int8": 7, "tiny_llama_2l_int8": 7, "llama32_2l_int8_bnth": 7,
-                    "llama32_2l_f32_bnth": 9}
+                    "llama32_2l_f32_bnth": 9, "qwen3_2l_int8_bnth": 7}
 
 
 def kind(name: str) -> str:
@@ -80,17 +80,19 @@ def test_decode_dispatches_per_layer(name: str):
     assert not any(s.shader == "normalization" and "RESHAPE" in s.label for s in specs)  # no q/k norm dispatch
 
 
-def test_transposed_cache_attention_is_fused_with_the_caches_in_place():
+@pytest.mark.parametrize("name", ["llama32_2l_f32_bnth", "qwen3_2l_int8_bnth"])
+def test_transposed_cache_attention_is_fused_with_the_caches_in_place(name: str):
     """litert-torch's KV_LAYOUT_TRANSPOSED export (K [B, N, T, H], V [B, N, H, T], a KV head's query heads folded
     into its rows, the mask ADD between RESHAPEs of the scores, P.V with adj_y): decode attends the regrouped rows
     (the mask is the same for every row), prefill per query head (its causal mask differs per row; kv_group G),
     V read through a TRANSPOSE view; both caches written in place, K and V in one dispatch, nothing left unfused.
-    Values: test_prefill_then_greedy_decoding_matches_litert (f32 within 1e-5)."""
+    Llama 3.2 (4 query heads on 1 KV head; prefill masks [B, Hq, T, N]) and Qwen 3 (4 on 2, q/k norms; prefill
+    masks [Hkv, G, T, N]). Values: test_prefill_then_greedy_decoding_matches_litert (f32 within 1e-5)."""
     from gpuengine.engine import plan_graph
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
 
-    path = str(FIXTURES / "llama32_2l_f32_bnth.tflite")
+    path = str(FIXTURES / f"{name}.tflite")
     for key, attentions in (("decode", 2), ("prefill_8", 1)):  # prefill: the last layer's attention is dead code
         specs = planned_dispatches(path, key)
         assert sum(s.shader.startswith("attention") and "merge" not in s.shader for s in specs) == attentions, key
