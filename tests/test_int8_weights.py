@@ -185,9 +185,10 @@ def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
     assert weight_bytes <= 1.05 * SMOLLM.stat().st_size
 
 
-def gated_mlp(hybrid: bool, bias: bool) -> tuple[bytes, int]:
+def gated_mlp(hybrid: bool, bias: bool, gate_kind: str = "SILU") -> tuple[bytes, int]:
     """A pre-norm gated MLP as litert-torch writes it: RMSNorm (MUL, MEAN, ADD, RSQRT, MUL, MUL), gate = FC(y),
-    up = FC(y), LOGISTIC(gate), MUL(gate, ·), MUL(·, up), then the down projection; 3 rows of 24 -> 16 -> 24."""
+    up = FC(y), LOGISTIC(gate), MUL(gate, ·), MUL(·, up) (gate_kind "GELU_TANH": GELU(gate, approximate), MUL(·, up),
+    as for Gemma), then the down projection; 3 rows of 24 -> 16 -> 24."""
     from gpuengine.zoo.vit import rms_norm
 
     rng = np.random.default_rng(7)
@@ -205,25 +206,29 @@ def gated_mlp(hybrid: bool, bias: bool) -> tuple[bytes, int]:
         return mb.op("FULLY_CONNECTED", [src, w, b], (3, o))
 
     gate, up = fc("gate", y, 16, 24), fc("up", y, 16, 24)
-    silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
-    mb.output(fc("down", mb.op("MUL", [silu, up], (3, 16)), 24, 16))
+    if gate_kind == "SILU":
+        activated = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
+    else:
+        activated = mb.op("GELU", [gate], (3, 16), {"approximate": True})
+    mb.output(fc("down", mb.op("MUL", [activated, up], (3, 16)), 24, 16))
     return mb.build(), x
 
 
-@pytest.mark.parametrize("hybrid,bias", [(True, False), (False, True)])
-def test_gate_and_up_projections_merge_with_their_norm_and_silu_into_one_dispatch(hybrid, bias):
-    """merge_gated_projections (int8 or float weights), then fuse_norm_into_projection (int8 weights): the MLP is
-    two dispatches, plus the RMSNorm's own with float weights."""
+@pytest.mark.parametrize("hybrid,bias,gate_kind", [(True, False, "SILU"), (False, True, "SILU"),
+                                                   (True, True, "GELU_TANH")])
+def test_gate_and_up_projections_merge_with_their_norm_and_silu_into_one_dispatch(hybrid, bias, gate_kind):
+    """merge_gated_projections (int8 or float weights; SiLU or Gemma's GELU-tanh gate), then
+    fuse_norm_into_projection (int8 weights): the MLP is two dispatches, plus the RMSNorm's own with float weights."""
     from gpuengine.passes.fuse_norm_into_projection import fuse_norm_into_projection
     from gpuengine.passes.fuse_normalization import fuse_normalization
     from gpuengine.passes.merge_gated_projections import merge_gated_projections
     from gpuengine.passes.pipeline import run_passes
 
-    data, x = gated_mlp(hybrid, bias)
+    data, x = gated_mlp(hybrid, bias, gate_kind)
     graph = fuse_normalization(run_passes(read_model(data).main, optimize=False))
     merged = merge_gated_projections(graph)
     assert [op.code for op in merged.ops] == ["RMS_NORM", "FULLY_CONNECTED", "FULLY_CONNECTED"]
-    assert merged.ops[1].opt("gated") == "SILU"
+    assert merged.ops[1].opt("gated") == gate_kind
     normed = fuse_norm_into_projection(merged)
     assert [op.code for op in normed.ops] == ["FULLY_CONNECTED"] * 2 if hybrid else ["RMS_NORM"] + [
         "FULLY_CONNECTED"] * 2

@@ -146,6 +146,36 @@ def test_fuse_rope_alone_matches_litert():
     assert [d.spec.shader for d in it.compiled.gpu_programs[0].dispatches].count("rope") == 1
 
 
+@pytest.mark.parametrize("norm_read_elsewhere", [False, True])
+def test_query_key_norm_joins_the_rope(norm_read_elsewhere: bool):
+    """Gemma 3 / Qwen 3: the head-wise RMSNorm between the QKV split and the rotation (SLICE, RESHAPE to heads,
+    RMSNorm over the head, rotation) becomes the ROPE's row-norm inputs, one dispatch reading the projection's
+    output in place; a norm whose result is also read elsewhere keeps its own op. Both equal LiteRT."""
+    from gpuengine.testing import assert_matches_litert
+    from gpuengine.zoo.vit import rms_norm
+
+    rng = np.random.default_rng(3)
+    mb = ModelBuilder()
+    qkv = mb.input("qkv", (1, 3, 4 * 32))
+    part = mb.op("SLICE", [qkv, mb.const("b", np.array([0, 0, 32], np.int32)),
+                           mb.const("s", np.array([1, 3, 64], np.int32))], (1, 3, 64))
+    heads = mb.op("RESHAPE", [part, mb.const("shape", np.array([1, 3, 2, 32], np.int32))], (1, 3, 2, 32))
+    normed = rms_norm(mb, heads, (1, 3, 2, 32), rng.uniform(0.5, 1.5, 32), eps=1e-6, name="qnorm")
+    cos, sin = mb.input("cos", (1, 3, 1, 16)), mb.input("sin", (1, 3, 1, 16))
+    mb.output(rotary(mb, normed, (1, 3, 2, 32), cos, sin))
+    if norm_read_elsewhere:
+        mb.output(normed)
+    model = mb.build()
+    ops = optimized(model).ops
+    if norm_read_elsewhere:
+        assert [op.code for op in ops][-2:] == ["RMS_NORM", "ROPE"] and len(ops[-1].inputs) == 3
+    else:
+        assert [op.code for op in ops] == ["ROPE"] and len(ops[0].inputs) == 6  # x, cos, sin, scale, offset, eps
+    it = assert_matches_litert(model, tol=1e-5)
+    assert [d.spec.shader for d in it.compiled.gpu_programs[0].dispatches].count("normalization") == \
+        int(norm_read_elsewhere)
+
+
 def test_cache_read_elsewhere_keeps_its_copy():
     ops = optimized(decode_step(kv_read_elsewhere=True)).ops
     assert [op.code for op in ops].count("DYNAMIC_UPDATE_SLICE") == 1
@@ -207,20 +237,11 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
 
 
 def planned_signature(path: Path, key: str) -> list:
-    """The dispatches of every GPU partition of a signature, planned without compiling (nothing touches a GPU)."""
-    from gpuengine.engine import plan_graph
-    from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
-    from gpuengine.tuning.target import named
+    """The dispatches of every GPU partition of a signature, planned without compiling (nothing touches a GPU);
+    planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)."""
+    from gpuengine.tools.decoder_parity import planned_dispatches
 
-    model = read_model(str(path))
-    sig = next(s for s in model.signatures if s.key == key)
-    from gpuengine.tuning.devices import for_target
-
-    # planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)
-    plan = plan_graph(model.subgraphs[sig.subgraph], EngineOptions(latency_device=for_target("cpu")), model)
-    return [spec for p in plan.partitions if p.device == "gpu"
-            for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named("cpu")))[0]]
+    return planned_dispatches(str(path), key)
 
 
 @pytest.mark.parametrize("name,key,layers,per_layer", [("smollm_4l_int8.tflite", "decode", 4, 7),

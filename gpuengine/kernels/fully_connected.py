@@ -13,8 +13,8 @@ products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`); or,
 (engine option hybrid_arithmetic, passes/hybrid_arithmetic.py), the same shader unpacks the weights in registers
 and multiplies the float rows as they are, f32 sums: the float64 answer up to f32 rounding instead of LiteRT's
 numbers. Internal options set by passes: `gated` (gate and up weights interleaved by slice, the store computes
-silu(gate) * up) and `norm` (an RMS_NORM of the input computed in the hybrid kernel's prologue). Weights larger than
-one storage binding are bound as row chunks.
+act(gate) * up, act = SiLU or GELU) and `norm` (an RMS_NORM of the input computed in the hybrid kernel's prologue).
+Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
 weights and bias, f32 sums that stay exact (checked at build), then LiteRT's integer output stage in the epilogue
@@ -56,6 +56,7 @@ from .common import (
     weights_requant,
 )
 from .conv2d import acc_init, accumulators, bias_vec4, lines, mat_taps
+from .elementwise import _GELU_EXACT, _GELU_TANH
 from .elementwise import _LOGISTIC as ELEMENTWISE_LOGISTIC
 from .wgsl_math import helpers_for
 
@@ -127,8 +128,9 @@ class FullyConnectedKernel:
         if op.opt(NORM) and (not is_hybrid(op, graph) or i != ic):
             return "a normalization prologue needs int8 weights and rows of one pixel"
         if op.opt("gated"):
-            if op.opt("gated") != "SILU" or o % 8 or activation(op):
-                return "a gated projection takes SILU, 2 x 4k weight rows (gate and up interleaved), no activation"
+            if op.opt("gated") not in GATE_ACTIVATIONS or o % 8 or activation(op):
+                return (f"a gated projection takes {', '.join(GATE_ACTIVATIONS)}, 2 x 4k weight rows (gate and up "
+                        "interleaved), no activation")
             o //= 2
         if oc != o or rb * rh * rw != total // i:
             return f"output shape {graph.tensors[op.outputs[0]].shape} does not match {total // i} rows x {o}"
@@ -189,8 +191,10 @@ class FullyConnectedKernel:
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
-                              functions=list(GATE_FNS) if gated else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
-                              label=f"{op.code} {rows}x{i}->{_outputs(o, gated)}{f': {INT8_EXACT}' if rq else ''} "
+                              functions=gate_fns(op.opt(GATED_OPTION)) if gated
+                              else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
+                              label=f"{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}"
+                                    f"{f': {INT8_EXACT}' if rq else ''} "
                                     f"[{d.describe()}]")
 
         tiles = _tiles(rows, so, gated)
@@ -201,10 +205,17 @@ class FullyConnectedKernel:
 
 # -- gated projections (passes/merge_gated_projections.py): gate and up weights interleaved by output slice ----
 
-# silu(gate) * up with the elementwise kernel's LOGISTIC; helpers apart, so codegen emits each one once
-GATE_FNS = [Code("fn silu_gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {\n"
-                 f"  let s = {ELEMENTWISE_LOGISTIC};\n  return a * s * up;\n}}\n"),
-            *(Code(h) for h in helpers_for(ELEMENTWISE_LOGISTIC))]
+# act(gate) * up with the elementwise kernel's own expressions (LOGISTIC, GELU exact / tanh); helpers apart, so codegen
+# emits each one once. The `gated` option names the activation: SiLU (LLaMA-style), GELU_TANH (Gemma), GELU.
+GATED_OPTION = "gated"
+GATE_ACTIVATIONS = {"SILU": f"a * {ELEMENTWISE_LOGISTIC}", "GELU_TANH": _GELU_TANH, "GELU": _GELU_EXACT}
+
+
+def gate_fns(kind: str) -> list[Code]:
+    """The WGSL function `gate(a, up)` = act(a) * up of a gated projection, and the helpers it calls."""
+    expr = GATE_ACTIVATIONS[kind]
+    return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
+            *(Code(h) for h in helpers_for(expr))]
 
 
 def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
@@ -218,15 +229,15 @@ def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[in
 
 def _stores(values: list[list[str]], gated: bool) -> list[str]:
     """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
-    silu(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL)."""
+    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL)."""
     if gated:
-        return [f"store(silu_gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
+        return [f"store(gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
                 for j in range(0, len(values), 2) for t in range(len(values[j]))]
     return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
 
 
-def _outputs(o: int, gated: bool) -> str:
-    return f"{o // 2} (silu(gate) * up of {o} interleaved rows)" if gated else str(o)
+def _outputs(o: int, gated: str | None) -> str:
+    return f"{o // 2} ({gated.lower()}(gate) * up of {o} interleaved rows)" if gated else str(o)
 
 
 # -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
@@ -377,8 +388,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
-                          functions=list(GATE_FNS) if gated else [],
-                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, gated)}: "
+                          functions=gate_fns(op.opt(GATED_OPTION)) if gated else [],
+                          label=f"{norm_label}{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}: "
                                 f"{_hybrid_label(packed, symmetric, in_float)} [{d.describe()}]")
 
     # per input vec4: the range and quantizing passes, or one float pass; a norm: its own pass, and each pass reads

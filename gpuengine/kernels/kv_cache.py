@@ -9,7 +9,7 @@ view whose stored shape is [rows, C]: with C % 4 == 0 its PHWC4 storage is those
 offsets[, cos, sin]); output the cache after the write. The update may be read through a layout view (`view_update`:
 the slice of a fused QKV projection's output, read where it lies) and rotated on the way (`rope`, with the cos / sin
 tables of a decode step, the same for every row: kernels/rope.py), so the key rows need no dispatch of their own.
-Several writes with the same offsets (a layer's K and V) may share one dispatch: option `groups` gives, per write,
+Several writes (a layer's K and V, each with its own offsets) may share one dispatch: option `groups` gives, per write,
 how many of the op's inputs are its own (cache, update, offsets[, cos, sin]), its update view and whether it rotates;
 output g is write g's cache. A group may also be a rotation of the step's query (`ROPE` semantics: inputs x, cos,
 sin; its view of x; output a PHWC4 tensor, which the runtime then keeps in f32 as the caches are), so one dispatch
@@ -30,7 +30,7 @@ from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
 from .rope import KERNEL as ROPE_KERNEL
-from .rope import ROPE, VIEW_X, rope_check, rope_lanes, view_read
+from .rope import ROPE, VIEW_X, RowNorm, epsilon_of, norm_check, rope_check, rope_lanes, view_read
 
 KV_CACHE_WRITE = "KV_CACHE_WRITE"
 VIEW_UPDATE = "view_update"
@@ -81,8 +81,8 @@ class KvCacheKernel:
                     return reason
             return None
         rope = bool(op.opt(ROPE_TABLES))
-        if len(op.inputs) != (5 if rope else 3) or len(op.outputs) != 1 or min(op.inputs) < 0:
-            return f"{KV_CACHE_WRITE} expects cache, update, offsets[, cos, sin] and 1 output"
+        if len(op.inputs) not in ((5, 8) if rope else (3,)) or len(op.outputs) != 1 or min(op.inputs) < 0:
+            return f"{KV_CACHE_WRITE} expects cache, update, offsets[, cos, sin[, scale, offset, epsilon]] and 1 output"
         reason = float_tensors(op, graph, integers=True)
         if reason:
             return reason
@@ -106,9 +106,11 @@ class KvCacheKernel:
         if rope:
             if u_shape[-1] != cache.shape[-1]:
                 return "a rotated update must hold whole rows of the cache"
-            tables = [tuple(graph.tensors[t].shape) for t in op.inputs[3:]]
+            tables = [tuple(graph.tensors[t].shape) for t in op.inputs[3:5]]
             if any(d != 1 for table in tables for d in table[:-1]):
                 return "rotation tables must be the same for every row (a decode step's)"
+            if len(op.inputs) == 8 and norm_check(graph, op.inputs[5:], u_shape[-1]):
+                return norm_check(graph, op.inputs[5:], u_shape[-1])
             return rope_check(u_shape, *tables)
         return None
 
@@ -145,7 +147,9 @@ class KvCacheKernel:
     @staticmethod
     def _rotate(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:
         """WGSL of a ROPE group for invocation i (one PHWC4 vec4 of its output), its invocations and its label."""
-        x_t, cos_t, sin_t = op.inputs
+        x_t, cos_t, sin_t = op.inputs[:3]
+        norm = (RowNorm(bind(op.inputs[3], "tab"), bind(op.inputs[4], "tab"), epsilon_of(graph, op.inputs[5]))
+                if len(op.inputs) == 6 else None)
         steps = op.opt(VIEW_X)
         shape = tuple(steps[-1].out_shape) if steps else tuple(graph.tensors[x_t].shape)
         b, h, w, c = to_bhwc(shape)
@@ -154,12 +158,13 @@ class KvCacheKernel:
         names = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
         rows = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], names)]
         lane = rope_lanes(x, steps, shape, rows, tuple(graph.tensors[cos_t].shape),
-                          tuple(graph.tensors[sin_t].shape), cos=cos, sin=sin)
+                          tuple(graph.tensors[sin_t].shape), cos=cos, sin=sin, norm=norm)
         lines = [f"let ox = i % {w}u;", f"let oy = (i / {w}u) % {h}u;", f"let os = (i / {w * h}u) % {s}u;",
                  f"let ob = i / {w * h * s}u;", "var value = vec4<f32>(0.0);",
                  f"for (var l = 0u; l < 4u; l++) {{\n      let c = os * 4u + l;\n      if (c >= {c}u) {{ break; }}"
                  f"\n      {lane}\n    }}", f"dst{g}[i] = D4(value);"]
-        return "\n    ".join(lines), b * h * w * s, f"{ROPE} {shape}{' (view x)' if steps else ''}"
+        return "\n    ".join(lines), b * h * w * s, \
+            f"{ROPE} {shape}{' (view x)' if steps else ''}{' (RMS_NORM of x)' if norm else ''}"
 
     @staticmethod
     def _write(op: Op, graph: Graph, g: int, bind) -> tuple[str, int, str]:
@@ -194,8 +199,11 @@ class KvCacheKernel:
             return "\n    ".join(lines), int(np.prod(u_shape, dtype=np.int64)), label
         if op.opt(ROPE_TABLES):
             cos, sin = bind(op.inputs[3], "tab"), bind(op.inputs[4], "tab")
-            lane = rope_lanes(upd, steps, u_shape, coords, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:]),
-                              cos=cos, sin=sin)
+            norm = (RowNorm(bind(op.inputs[5], "tab"), bind(op.inputs[6], "tab"), epsilon_of(graph, op.inputs[7]))
+                    if len(op.inputs) == 8 else None)
+            lane = rope_lanes(upd, steps, u_shape, coords, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:5]),
+                              cos=cos, sin=sin, norm=norm)
+            label += " (RMS_NORM of the update)" if norm else ""
         else:
             lane = f"value[l] = {view_read(upd, steps, u_shape, [*coords, Ix('c', np.int64(0))])};"
         lines += ["var value = vec4<f32>(0.0);",

@@ -3,13 +3,20 @@ halves of the head, four MULs by cos / sin, SUB, ADD, CONCATENATION: seven dispa
 
 Inputs x, cos, sin; x [..., 2H] may be read through a layout view (`view_x`: the RESHAPE / SLICE split of a fused
 QKV projection's output, read where it lies); cos and sin broadcast to [..., H] (per position, shared by the heads).
+Optional inputs scale, offset, epsilon (constants: [2H], [2H], a scalar): x is first RMS-normalized over its last
+axis, x * inverseSqrt(mean(x^2) + epsilon) * scale + offset (the query / key norm of Gemma 3 and Qwen 3, which
+litert-torch writes between the QKV split and the rotation; passes/fuse_rope.py). Each lane sums its row's squares
+itself: a row is one head (64-256 values), so this costs reads, not a dispatch and the copies of the split.
 `rope_lanes` is shared with kernels/kv_cache.py, whose cache write applies it to the key rows it stores.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from . import layout_view
@@ -60,16 +67,57 @@ def rope_check(x: tuple[int, ...], cos: tuple[int, ...], sin: tuple[int, ...]) -
     return None
 
 
+@dataclass(frozen=True)
+class RowNorm:
+    """An RMS normalization of x's rows before the rotation: bound names of its scale and offset, its epsilon."""
+
+    scale: str
+    offset: str
+    epsilon: float
+
+
+def norm_check(graph: Graph, inputs: list[int], width: int) -> str | None:
+    """Why constants scale, offset, epsilon cannot be a RowNorm of rows of `width` values (None: they can)."""
+    scale, offset, eps = (graph.tensors[t] for t in inputs)
+    if any(t.data is None or t.dtype != np.float32 or t.quantization for t in (scale, offset, eps)):
+        return "the row norm's scale, offset and epsilon must be float32 constants"
+    if scale.size != width or offset.size != width or eps.size != 1:
+        return f"the row norm's scale and offset must hold {width} values, epsilon one"
+    value = float(np.asarray(eps.data).reshape(-1)[0])
+    return None if np.isfinite(value) and value >= 0 else f"epsilon {value} must be finite and >= 0"
+
+
+def epsilon_of(graph: Graph, t: int) -> float:
+    return float(np.asarray(graph.tensors[t].data, np.float32).reshape(-1)[0])
+
+
 def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[Ix],
-               cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], cos: str = "cos_t", sin: str = "sin_t") -> str:
-    """WGSL setting `value[l]` to the rotated element at channel `c` (a u32 in scope) of row `rows` of x."""
+               cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], cos: str = "cos_t", sin: str = "sin_t",
+               norm: RowNorm | None = None) -> str:
+    """WGSL setting `value[l]` to the rotated element at channel `c` (a u32 in scope) of row `rows` of x (first
+    RMS-normalized over its row with `norm`)."""
     half = shape[-1] // 2
     cx = Ix("cx", np.int64(0))
     j = Ix("j", np.int64(0))
+    read_a = view_read(x, steps, shape, [*rows, Ix('c', np.int64(0))])
+    read_b = view_read(x, steps, shape, [*rows, cx])
+    prologue = []
+    if norm is not None:
+        width = shape[-1]
+        square = view_read(x, steps, shape, [*rows, Ix("q", np.int64(0))])
+        prologue = [f"var ss = 0.0; for (var q = 0u; q < {width}u; q++) {{ let v = {square}; ss += v * v; }}",
+                    f"let inv = inverseSqrt(ss / {literal(float(width))} + {literal(norm.epsilon)});"]
+        scale = (view_read(norm.scale, None, (width,), [Ix("c", np.int64(0))]),
+                 view_read(norm.scale, None, (width,), [cx]))
+        offset = (view_read(norm.offset, None, (width,), [Ix("c", np.int64(0))]),
+                  view_read(norm.offset, None, (width,), [cx]))
+        read_a = f"({read_a} * inv * {scale[0]} + {offset[0]})"
+        read_b = f"({read_b} * inv * {scale[1]} + {offset[1]})"
     return " ".join([
+        *prologue,
         f"let j = c % {half}u; let lo = c < {half}u;",
-        f"let xa = {view_read(x, steps, shape, [*rows, Ix('c', np.int64(0))])};",
-        f"let cx = select(c - {half}u, c + {half}u, lo); let xb = {view_read(x, steps, shape, [*rows, cx])};",
+        f"let xa = {read_a};",
+        f"let cx = select(c - {half}u, c + {half}u, lo); let xb = {read_b};",
         f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
         f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};",
         "value[l] = select(xa * cs + xb * sn, xa * cs - xb * sn, lo);"])
@@ -80,8 +128,8 @@ class RopeKernel:
     internal_ops = (ROPE,)
 
     def supports(self, op: Op, graph: Graph) -> str | None:
-        if len(op.inputs) != 3 or len(op.outputs) != 1 or min(op.inputs) < 0:
-            return f"{ROPE} expects x, cos, sin and 1 output"
+        if len(op.inputs) not in (3, 6) or len(op.outputs) != 1 or min(op.inputs) < 0:
+            return f"{ROPE} expects x, cos, sin[, scale, offset, epsilon] and 1 output"
         reason = float_tensors(op, graph)
         if reason:
             return reason
@@ -93,20 +141,25 @@ class RopeKernel:
             return "x must be a run-time tensor of rank 1..4"
         if tuple(graph.tensors[op.outputs[0]].shape) != x:
             return f"output {graph.tensors[op.outputs[0]].shape} is not x's shape {x}"
-        return rope_check(x, *(tuple(graph.tensors[t].shape) for t in op.inputs[1:]))
+        if len(op.inputs) == 6 and norm_check(graph, op.inputs[3:], x[-1]):
+            return norm_check(graph, op.inputs[3:], x[-1])
+        return rope_check(x, *(tuple(graph.tensors[t].shape) for t in op.inputs[1:3]))
 
     def build(self, op: Op, graph: Graph) -> Lowering:
-        x_t, cos_t, sin_t = op.inputs
+        x_t, cos_t, sin_t = op.inputs[:3]
         out = op.outputs[0]
         shape = logical_x(op, graph)
         b, h, w, c = to_bhwc(shape)
         rows = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
         row_ix = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], rows)]
+        norm = RowNorm("scale_t", "offset_t", epsilon_of(graph, op.inputs[5])) if len(op.inputs) == 6 else None
         lane = rope_lanes("xs", op.opt(VIEW_X), shape, row_ix, tuple(graph.tensors[cos_t].shape),
-                          tuple(graph.tensors[sin_t].shape))
+                          tuple(graph.tensors[sin_t].shape), norm=norm)
         bindings = [Binding("xs", tensor=x_t, element="S1"), _source(graph, cos_t, "cos_t"),
                     _source(graph, sin_t, "sin_t"), Binding("dst", tensor=out, writable=True)]
-        view = " (view x)" if op.opt(VIEW_X) else ""
+        if norm is not None:
+            bindings[3:3] = [_source(graph, op.inputs[3], "scale_t"), _source(graph, op.inputs[4], "offset_t")]
+        view = (" (view x)" if op.opt(VIEW_X) else "") + (" (RMS_NORM of x)" if norm else "")
         return [KernelSpec("rope", {"S": slices(c), "H": h, "W": w, "C": c, "LANE": Code(lane)}, bindings,
                            grid=(w, h, b * slices(c)), out_channels=c, label=f"{ROPE} {shape}{view}")]
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import registry
-from ..kernels.attention import ATTENTION, K_ADJ, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..kernels.attention import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
 from ..kernels.common import is_quantized
+from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op, Options
 
 
@@ -40,7 +41,36 @@ def fuse_attention(graph: Graph) -> Graph:
             graph.ops = [fused if j == last else o for j, o in enumerate(graph.ops) if j == last or j not in members]
             changed = True
             break
+    _explain_unmatched(graph)
     return graph
+
+
+def _explain_unmatched(graph: Graph) -> None:
+    """A remark for each attention-like chain left unfused without one: a SOFTMAX between two BATCH_MATMULs that the
+    pattern did not take (it runs decomposed, correctly; inspect says what stopped the match)."""
+    producers, readers = graph.producers(), graph.consumers()
+    for op in graph.ops:
+        if op.code != "SOFTMAX":
+            continue
+        after = [graph.ops[j] for j in readers.get(op.outputs[0], [])]
+        if len(after) != 1 or after[0].code != "BATCH_MATMUL":
+            continue
+        named = {repr(graph.tensors[t].name) for t in (op.outputs[0], after[0].outputs[0])}
+        if any(r.startswith(f"{ATTENTION} not fused") and any(n in r for n in named) for r in graph.remarks):
+            continue  # the match found it and said why the kernel refused it
+        chain, t = [], op.inputs[0]
+        while t in producers and graph.ops[producers[t]].code in ("RESHAPE", "ADD", "MUL", "DIV") and len(chain) < 6:
+            chain.append(graph.ops[producers[t]].code)
+            t = graph.ops[producers[t]].inputs[0]
+        if t not in producers or graph.ops[producers[t]].code != "BATCH_MATMUL":
+            continue
+        reasons = [f"RESHAPE between the scores and the SOFTMAX ({' <- '.join(['SOFTMAX', *chain])})"
+                   ] if "RESHAPE" in chain else []
+        reasons += ["the second BATCH_MATMUL reads V transposed (adj_y)"] if after[0].opt("adj_y") else []
+        reason = "; ".join(reasons) or "the chain's operands or readers do not fit the pattern"
+        remark = f"{ATTENTION} not fused at {graph.tensors[after[0].outputs[0]].name!r}: {reason}"
+        if remark not in graph.remarks:
+            graph.remarks.append(remark)
 
 
 def _quantized_step(graph: Graph, members: list[int]) -> str | None:
@@ -60,7 +90,12 @@ def _sole_reader(graph: Graph, t: int, readers: dict[int, list[int]]) -> int | N
 
 def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, list[int]] | None:
     first = graph.ops[i]
-    if first.code != "BATCH_MATMUL" or first.opt("adj_x") or first.opt(OUT_VIEW):
+    if first.code != "BATCH_MATMUL" or first.opt("adj_x"):
+        return None
+    # scores written through a view: only RESHAPEs keeping the last axis (a regrouping of rows, checked below)
+    regrouped = bool(first.opt(OUT_VIEW))
+    if regrouped and not all(step.kind == "RESHAPE" and step.in_shape[-1] == step.out_shape[-1]
+                             for step in first.opt(OUT_VIEW)):
         return None
     scale = 1.0
     members = [i]
@@ -82,7 +117,14 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         if j is None:
             return None
         op = graph.ops[j]
-    mask = -1
+    mask = -1  # RESHAPEs of the scores that keep their last axis (litert-torch's transposed-cache layout) next
+    while op.code == "RESHAPE" and _keeps_last(graph, op):
+        regrouped = True
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
     if op.code == "ADD" and int(op.opt("fused_activation_function", 0) or 0) == 0 and len(op.inputs) == 2:
         scores = graph.ops[members[-1]].outputs[0]
         others = [t for t in op.inputs if t != scores]
@@ -90,11 +132,29 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
                 graph.tensors[scores].shape):
             return None
         mask = others[0]
+        masked_shape = tuple(graph.tensors[op.outputs[0]].shape)
         members.append(j)
         j = _sole_reader(graph, op.outputs[0], readers)
         if j is None:
             return None
         op = graph.ops[j]
+    while op.code == "RESHAPE" and _keeps_last(graph, op):
+        regrouped = True
+        members.append(j)
+        j = _sole_reader(graph, op.outputs[0], readers)
+        if j is None:
+            return None
+        op = graph.ops[j]
+    out_view = first.opt(OUT_VIEW)
+    raw = tuple(out_view[0].in_shape) if out_view else tuple(graph.tensors[first.outputs[0]].shape)
+    head_form = None  # (query heads per KV head, Q's shape before the regrouping)
+    if regrouped and mask >= 0 and any(d != 1 for d in graph.tensors[mask].shape[:-1]):
+        # a mask varying per row (prefill's causal mask) is added per query head and row: attend in that form
+        head_form = _head_form(first, masked_shape, tuple(graph.tensors[mask].shape), raw)
+        if head_form is None:
+            return None
+    if regrouped and _strip(graph.tensors[op.outputs[0]].shape) != _strip(raw):
+        return None  # the probabilities must be grouped as the scores were, for P.V to pair them with V's batches
     if op.code != "SOFTMAX" or op.inputs[0] != graph.ops[members[-1]].outputs[0]:
         return None
     beta = float(op.opt("beta", 1.0) or 1.0)
@@ -105,18 +165,59 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         return None
     second = graph.ops[j]
     if (second.code != "BATCH_MATMUL" or second.inputs[0] != op.outputs[0] or second.opt("adj_x")
-            or second.opt("adj_y") or not _unit_reshapes(second.opt("view_a") or ())):
+            or not _unit_reshapes(second.opt("view_a") or ())):
         return None
+    view_v = second.opt("view_b")
+    if second.opt("adj_y"):  # V stored [..., D, N] (litert-torch's BNHT cache): read it through a TRANSPOSE view
+        stored = tuple(view_v[-1].out_shape) if view_v else tuple(graph.tensors[second.inputs[1]].shape)
+        if len(stored) < 2:
+            return None
+        perm = (*range(len(stored) - 2), len(stored) - 1, len(stored) - 2)
+        view_v = (*(view_v or ()), Step("TRANSPOSE", stored, tuple(stored[p] for p in perm), perm))
     members.append(j)
-    fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": second.opt("view_b"),
+    fields = {"view_q": first.opt("view_a"), "view_k": first.opt("view_b"), "view_v": view_v,
               OUT_VIEW: second.opt(OUT_VIEW), K_ADJ: bool(first.opt("adj_y")), SCALE: scale,
               SOURCE_OPS: tuple(graph.ops[k].code for k in members)}
+    if head_form is not None:  # Q read before its regrouping; the output regrouped back as the model's P.V wrote it
+        group, q_shape = head_form
+        out_raw = tuple(graph.tensors[second.outputs[0]].shape) if not second.opt(OUT_VIEW) else tuple(
+            second.opt(OUT_VIEW)[0].in_shape)
+        heads_out = (*q_shape[:-1], out_raw[-1])
+        fields.update({"view_q": None, KV_GROUP: group,
+                       OUT_VIEW: (Step("RESHAPE", heads_out, out_raw), *(second.opt(OUT_VIEW) or ()))})
     if mask >= 0:
         fields[MASK_SCALE] = beta
     fused = Op(index=second.index, code=ATTENTION,
                inputs=[first.inputs[0], first.inputs[1], second.inputs[1], *([mask] if mask >= 0 else [])],
                outputs=list(second.outputs), options=Options("AttentionOptions", fields))
     return fused, members
+
+
+def _head_form(first: Op, masked_shape: tuple[int, ...], mask_shape: tuple[int, ...],
+               raw: tuple[int, ...]) -> tuple[int, tuple] | None:
+    """(group, Q's shape [B, Hq, T, D]) when the first matmul reads Q through one RESHAPE [B, Hq, T, D] ->
+    [B, Hkv, G*T, D] (litert-torch's transposed cache: a KV head's query heads as its rows), so the scores
+    [B, Hkv, G*T, N] regrouped as [B, Hq, T, N] are the masked shape: attention per query head with G per KV head.
+    The masked shape may split B*Hq otherwise ([Hkv, G, T, N]) when the mask is the same for all of them."""
+    view = first.opt("view_a")
+    if not view or len(view) != 1 or view[0].kind != "RESHAPE":
+        return None
+    q0, q1 = tuple(view[0].in_shape), tuple(view[0].out_shape)
+    if len(q0) != 4 or len(q1) != 4 or q0[0] != q1[0] or q0[-1] != q1[-1] or q1[1] == 0 or q0[1] % q1[1]:
+        return None
+    group = q0[1] // q1[1]
+    if q1[2] != group * q0[2] or len(masked_shape) < 2 or tuple(masked_shape[-2:]) != (q0[2], raw[-1]):
+        return None
+    if tuple(masked_shape) != (*q0[:-1], raw[-1]) and (
+            int(np.prod(masked_shape[:-2])) != q0[0] * q0[1] or any(d != 1 for d in mask_shape[:-2])):
+        return None
+    return group, q0
+
+
+def _keeps_last(graph: Graph, op: Op) -> bool:
+    """A RESHAPE that regroups rows only: its last axis (the keys) unchanged."""
+    a, b = graph.tensors[op.inputs[0]].shape, graph.tensors[op.outputs[0]].shape
+    return bool(a) and bool(b) and a[-1] == b[-1]
 
 
 def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:

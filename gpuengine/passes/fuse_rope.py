@@ -7,6 +7,11 @@ read through a layout view: the RESHAPE / SLICE / TRANSPOSE ops in front of it (
 projection's output into heads and into q, k and v) become steps of `view_x`, so the ROPE reads the projection's
 output where it lies; those ops go when nothing else reads them. Runs before the elementwise fusions, which would
 otherwise merge the MULs into SUB and ADD one by one.
+
+An RMS_NORM over the last axis in that chain (Gemma 3's and Qwen 3's query / key norms: QKV split, RMS_NORM per
+head, RESHAPE, rotation) joins the ROPE as its row-norm inputs (scale, offset, epsilon), when the layout ops after
+it keep its rows whole and the ROPE chain is its only reader: the view then reaches through it to the projection's
+output, and the norm's dispatch and the split's copies go. Otherwise the norm stays a dispatch of its own.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.layout_view import Step
+from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM
 from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
 from .fold_matmul_layout import _step
+from .graph_utils import new_const
 
 MAX_STEPS = 6
 
@@ -28,8 +35,12 @@ def fuse_rope(graph: Graph) -> Graph:
     while changed:  # until a sweep fuses nothing (each sweep fuses every match it meets: two per layer)
         changed = False
         maps = _Maps(graph)
-        for cat in list(graph.ops):  # a fusion removes only SLICE / MUL / SUB / ADD ops, never a CONCATENATION
+        for cat in list(graph.ops):  # a fusion removes SLICE / MUL / SUB / ADD / RMS_NORM ops, never a CONCATENATION
+            tensors_before = len(graph.tensors)
             found = _match(graph, cat, maps)
+            if found is not None and registry.check(found[0], graph) is not None and len(found[0].inputs) == 6:
+                del graph.tensors[tensors_before:]  # the norm's epsilon constant
+                found = _match(graph, cat, maps, with_norm=False)  # the ROPE with the norm refused: keep the norm apart
             if found is None or registry.check(found[0], graph) is not None:
                 continue
             fused, members = found
@@ -60,7 +71,7 @@ class _Maps:
         self.position = {id(o): i for i, o in enumerate(graph.ops)}
 
 
-def _match(graph: Graph, cat: Op, maps: _Maps) -> tuple[Op, list[Op]] | None:
+def _match(graph: Graph, cat: Op, maps: _Maps, with_norm: bool = True) -> tuple[Op, list[Op]] | None:
     if cat.code != "CONCATENATION" or len(cat.inputs) != 2 or len(cat.outputs) != 1:
         return None
     out = graph.tensors[cat.outputs[0]]
@@ -93,9 +104,51 @@ def _match(graph: Graph, cat: Op, maps: _Maps) -> tuple[Op, list[Op]] | None:
         return None
     members = [*members, a, b, c, d, lo, hi]
     steps, src = _view_chain(graph, x, maps.producers)
-    fused = Op(index=cat.index, code=ROPE, inputs=[src, cos, sin], outputs=list(cat.outputs),
+    inputs = [src, cos, sin]
+    norm = _row_norm(graph, src, steps, x, members, maps) if with_norm else None
+    if norm is not None:
+        norm_op, before = norm
+        steps, src = (*before[0], *steps), before[1]
+        eps = new_const(graph, norm_op.inputs[1], np.array([float(norm_op.opt(EPSILON))], np.float32),
+                        f"{graph.tensors[norm_op.outputs[0]].name}/epsilon")
+        inputs = [src, cos, sin, norm_op.inputs[1], norm_op.inputs[2], eps]
+        members.append(norm_op)
+    fused = Op(index=cat.index, code=ROPE, inputs=inputs, outputs=list(cat.outputs),
                options=Options("RopeOptions", {VIEW_X: steps or None}))
     return fused, members
+
+
+def _row_norm(graph: Graph, t: int, after: tuple[Step, ...], x: int, members: list[Op],
+              maps: _Maps) -> tuple[Op, tuple] | None:
+    """The RMS_NORM producing t and the view chain in front of it, when it can join the ROPE: the steps `after` it
+    (from t to x) keep its rows (last axis) whole, and nothing but this chain and the rotation reads t, x or any
+    tensor between them."""
+    producers, readers = maps.producers, maps.readers
+    if t not in producers or t in graph.outputs:
+        return None
+    op = graph.ops[producers[t]]
+    if op.code != RMS_NORM or op.opt(EPS_OUTSIDE) or len(op.inputs) != 3 or not isinstance(op.opt(EPSILON), float):
+        return None
+    width = graph.tensors[t].shape[-1]
+    for step in after:
+        if step.in_shape[-1] != width or step.out_shape[-1] != width:
+            return None
+        if step.kind == "TRANSPOSE" and step.perm[-1] != len(step.perm) - 1:
+            return None
+        if step.kind == "SLICE" and step.perm[-1] != 0:
+            return None
+    current = t
+    while current != x:  # every tensor of the chain read only by the next op of the chain
+        own = readers.get(current, [])
+        if len(own) != 1 or current in graph.outputs:
+            return None
+        current = graph.ops[own[0]].outputs[0]
+    if x in graph.outputs or not set(readers.get(x, [])) <= {maps.position[id(o)] for o in members}:
+        return None
+    before = _view_chain(graph, op.inputs[0], producers)
+    if len(before[0]) + len(after) > MAX_STEPS:
+        return None
+    return op, before
 
 
 def _halves(graph: Graph, a: Op, b: Op, c: Op, d: Op, maps: _Maps) -> tuple[int, int, int, list[Op]] | None:

@@ -11,8 +11,9 @@ are. Anything else keeps its DYNAMIC_UPDATE_SLICE (a copy of the cache, as befor
 The update is read through a layout view too (the RESHAPE / SLICE / TRANSPOSE ops in front of it: V sliced from a
 fused QKV projection's output), and a ROPE op (passes/fuse_rope.py) producing it for this write alone joins the
 write when its tables are the same for every row (a decode step's): the key rows are rotated as they are stored.
-Two writes with the same offsets (a layer's K and V) then become one dispatch, and the ROPE of the query that the
-same layer's attention reads joins it too: from the QKV projection's output to the attention, one dispatch.
+Two writes (a layer's K and V, with the same offsets or each its own) then become one dispatch, and the ROPE of the
+query that the same layer's attention reads joins it too: from the QKV projection's output to the attention, one
+dispatch.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def _join_queries(graph: Graph) -> Graph:
 
 
 def _pair_writes(graph: Graph) -> Graph:
-    """Each write joined by the next one with the same offsets, when nothing between them reads its cache."""
+    """Each write joined by the next one (a layer's K and V: same offsets, or each its own as litert-torch's
+    transposed caches have, K written as a row and V as a column), when nothing between them reads its cache."""
     i = 0
     while i < len(graph.ops):
         a = graph.ops[i]
@@ -82,7 +84,7 @@ def _pair_writes(graph: Graph) -> Graph:
                 b = graph.ops[j]
                 if a.outputs[0] in b.inputs:
                     break
-                if b.code != KV_CACHE_WRITE or b.opt(GROUPS) or b.inputs[2] != a.inputs[2]:
+                if b.code != KV_CACHE_WRITE or b.opt(GROUPS):
                     continue
                 groups = tuple((len(w.inputs), w.opt(VIEW_UPDATE), bool(w.opt(ROPE_TABLES))) for w in (a, b))
                 merged = Op(index=b.index, code=KV_CACHE_WRITE, inputs=[*a.inputs, *b.inputs],

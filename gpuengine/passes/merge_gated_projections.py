@@ -1,4 +1,4 @@
-"""Merge a gated MLP's gate and up projections and their SiLU gating into one FULLY_CONNECTED (one dispatch).
+"""Merge a gated MLP's gate and up projections and their SiLU or GELU gating into one FULLY_CONNECTED (one dispatch).
 
 Language models write `silu(x @ Wg) * (x @ Wu)` as two FULLY_CONNECTED ops of one input, LOGISTIC(g), MUL(g, ·)
 and MUL(·, u): three dispatches after epilogue fusion (the two projections, then the gating tree reading both). The
@@ -11,6 +11,8 @@ Only when: both projections read the same run-time float tensor, have no activat
 [O, I] with O a multiple of 4 and the same weight kind (float32, or symmetric int8 per channel); g is read only by
 the LOGISTIC and the first MUL, the LOGISTIC only by that MUL, which only the second MUL reads, with u; no
 intermediate is a graph output; every shape equal (no broadcasting). And the kernel must accept the merged op.
+Gemma writes `gelu_tanh(x @ Wg) * (x @ Wu)`: GELU (its `approximate` option picks tanh or erf) then MUL, merged
+the same way with the store computing the elementwise kernel's GELU expression.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..model.ir import Graph, Op, Quantization
 from .fold_constants import pack_int4
 from .graph_utils import new_const, with_fields
 
-GATED = "gated"  # FULLY_CONNECTED option: "SILU" -> the op computes silu(gate) * up of its interleaved weights
+GATED = "gated"  # FULLY_CONNECTED option: "SILU" | "GELU_TANH" | "GELU" -> act(gate) * up of interleaved weights
 
 
 def merge_gated_projections(graph: Graph) -> Graph:
@@ -35,35 +37,31 @@ def merge_gated_projections(graph: Graph) -> Graph:
         changed = False
         readers = graph.consumers()
         for i, op in enumerate(graph.ops):
-            match = _match(graph, i, op, readers)
+            match = _match(graph, i, op, readers) or _match_gelu(graph, i, op, readers)
             if match is not None and _merge(graph, *match):
                 changed = True
                 break
     return graph
 
 
-def _plain(op: Op) -> bool:
-    return int(op.opt("fused_activation_function", 0) or 0) == 0
-
-
-def _match(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> tuple[int, int, int, int, int] | None:
-    """(gate FC, up FC, LOGISTIC, first MUL, second MUL) op indices when op i is the LOGISTIC of the pattern."""
-    if op.code != "LOGISTIC" or len(op.inputs) != 1 or len(op.outputs) != 1:
+def _match_gelu(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> tuple | None:
+    """(gate FC, up FC, GELU, None, MUL, kind) when op i is the GELU of `gelu(x @ Wg) * (x @ Wu)` (Gemma's MLP)."""
+    if op.code != "GELU" or len(op.inputs) != 1 or len(op.outputs) != 1:
         return None
-    g, s = op.inputs[0], op.outputs[0]
+    g, gated = op.inputs[0], op.outputs[0]
     outputs = set(graph.outputs)
-    if g in outputs or s in outputs or len(readers.get(s, [])) != 1:
-        return None
-    m1 = readers[s][0]
-    mul1 = graph.ops[m1]
-    if mul1.code != "MUL" or sorted(mul1.inputs) != sorted([g, s]) or not _plain(mul1):
-        return None
-    if sorted(readers.get(g, [])) != sorted([i, m1]) or mul1.outputs[0] in outputs:
-        return None
-    gated = mul1.outputs[0]
-    if len(readers.get(gated, [])) != 1:
+    if g in outputs or gated in outputs or readers.get(g, []) != [i] or len(readers.get(gated, [])) != 1:
         return None
     m2 = readers[gated][0]
+    kind = "GELU_TANH" if op.opt("approximate", False) else "GELU"
+    found = _projections(graph, g, gated, m2, readers)
+    return None if found is None else (found[0], found[1], i, None, m2, kind)
+
+
+def _projections(graph: Graph, g: int, gated: int, m2: int, readers: dict[int, list[int]]) -> tuple[int, int] | None:
+    """(gate FC, up FC) op indices when MUL m2 multiplies `gated` (made from g) by u and g, u are two plain
+    FULLY_CONNECTEDs of one run-time float input with equal weight shapes (rows a multiple of 4), f32 throughout."""
+    outputs = set(graph.outputs)
     mul2 = graph.ops[m2]
     if mul2.code != "MUL" or gated not in mul2.inputs or len(mul2.inputs) != 2 or not _plain(mul2):
         return None
@@ -82,14 +80,40 @@ def _match(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> tuple
         return None
     if bool(gate.opt("keep_num_dims", False)) != bool(up.opt("keep_num_dims", False)):
         return None
-    shapes = {tuple(graph.tensors[t].shape) for t in (g, s, gated, u, mul2.outputs[0])}
+    shapes = {tuple(graph.tensors[t].shape) for t in (g, gated, u, mul2.outputs[0])}
     wg, wu = graph.tensors[gate.inputs[1]], graph.tensors[up.inputs[1]]
     if len(shapes) != 1 or wg.shape != wu.shape or len(wg.shape) != 2 or wg.shape[0] % 4:
         return None
     if any(graph.tensors[t].dtype != np.float32 or graph.tensors[t].quantization is not None
-           for t in (g, s, gated, u, mul2.outputs[0])):
+           for t in (g, gated, u, mul2.outputs[0])):
         return None
-    return fg, fu, i, m1, m2
+    return fg, fu
+
+
+def _plain(op: Op) -> bool:
+    return int(op.opt("fused_activation_function", 0) or 0) == 0
+
+
+def _match(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> tuple | None:
+    """(gate FC, up FC, LOGISTIC, first MUL, second MUL, "SILU") when op i is the LOGISTIC of the pattern."""
+    if op.code != "LOGISTIC" or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return None
+    g, s = op.inputs[0], op.outputs[0]
+    outputs = set(graph.outputs)
+    if g in outputs or s in outputs or len(readers.get(s, [])) != 1:
+        return None
+    m1 = readers[s][0]
+    mul1 = graph.ops[m1]
+    if mul1.code != "MUL" or sorted(mul1.inputs) != sorted([g, s]) or not _plain(mul1):
+        return None
+    if sorted(readers.get(g, [])) != sorted([i, m1]) or mul1.outputs[0] in outputs:
+        return None
+    gated = mul1.outputs[0]
+    if len(readers.get(gated, [])) != 1 or graph.tensors[s].dtype != np.float32 or graph.tensors[s].quantization:
+        return None
+    m2 = readers[gated][0]
+    found = _projections(graph, g, gated, m2, readers)
+    return None if found is None else (found[0], found[1], i, m1, m2, "SILU")
 
 
 def _weights(graph: Graph, fc: Op) -> tuple[np.ndarray, np.ndarray | None, int] | None:
@@ -123,7 +147,7 @@ def _bias(graph: Graph, fc: Op, o: int) -> np.ndarray | None:
     return np.asarray(b.data, np.float32).reshape(o)
 
 
-def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int, m2: int) -> bool:
+def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int | None, m2: int, kind: str) -> bool:
     gate, up = graph.ops[fg], graph.ops[fu]
     wg, wu = _weights(graph, gate), _weights(graph, up)
     if wg is None or wu is None or (wg[1] is None) != (wu[1] is None) or wg[2] != wu[2]:
@@ -151,11 +175,11 @@ def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int, m2: int) -> b
         inputs.append(new_const(graph, gate.inputs[1], interleave(bg if bg is not None else zero,
                                                                   bu if bu is not None else zero),
                                 f"{name}/gated_bias"))
-    merged = with_fields(gate, inputs, **{GATED: "SILU"})
+    merged = with_fields(gate, inputs, **{GATED: kind})
     merged = dataclasses.replace(merged, outputs=[graph.ops[m2].outputs[0]])
     if registry.check(merged, graph) is not None:
         del graph.tensors[tensors_before:]
         return False
-    gone = {fg, fu, logistic, m1}
+    gone = {fg, fu, logistic} | ({m1} if m1 is not None else set())
     graph.ops = [merged if k == m2 else op for k, op in enumerate(graph.ops) if k not in gone]
     return True
