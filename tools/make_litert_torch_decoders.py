@@ -1,6 +1,6 @@
 """Converts litert-torch decoders of several families (random weights) into .tflite fixtures and measurement models.
 
-Needs a venv of its own with litert-torch==0.10.0 and tensorflow-cpu (e.g. /work/ltvenv); litert-torch is NOT a
+Needs a venv of its own with litert-torch==0.10.0 and tensorflow-cpu; litert-torch is NOT a
 dependency of gpuengine and this script is never imported by it.  Each model is a family's real configuration from
 ``litert_torch.generative.examples`` cut small (1-2 layers, narrow width / MLP / vocab) but keeping what the engine
 must handle: the real head dim, query-heads-per-KV-head ratio, norms, activations, RoPE, masks and cache layout.
