@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_int8_weights import decode_feeds  # same folder under pytest
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
@@ -190,18 +191,8 @@ def test_litert_torch_int4_block32_decode_equals_litert_with_weights_kept_int4()
     partition, its logits equal LiteRT's within 1e-5 of their range, and the GPU holds at most 1.05x the file."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
-    rng = np.random.default_rng(0)
     ref_runner = LiteRT(model_path=str(SMOLLM_INT4)).get_signature_runner("decode")
-    feeds = {}
-    for name, d in ref_runner.get_input_details().items():
-        if name == "tokens":
-            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
-        elif name == "input_pos":
-            feeds[name] = np.array([5], np.int32)
-        else:
-            cache = np.zeros(d["shape"], np.float32)
-            cache[:, :5] = rng.standard_normal(cache[:, :5].shape)
-            feeds[name] = cache
+    feeds = decode_feeds(ref_runner)
     ref = ref_runner(**feeds)
     runner = Interpreter(model_path=str(SMOLLM_INT4)).get_signature_runner("decode")
     got = runner(**feeds)

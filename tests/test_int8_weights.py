@@ -154,24 +154,30 @@ def test_constants_larger_than_one_binding_are_split(monkeypatch):
         assert relative_error(got[t], r) <= 1e-5, t
 
 
+def decode_feeds(runner, seed: int = 0, position: int = 5) -> dict[str, np.ndarray]:
+    """Inputs of a litert-torch SmolLM decode step: a random token at `position`, caches random before it."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, d in runner.get_input_details().items():
+        if name == "tokens":
+            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
+        elif name == "input_pos":
+            feeds[name] = np.array([position], np.int32)
+        else:
+            cache = np.zeros(d["shape"], np.float32)
+            cache[:, :position] = rng.standard_normal(cache[:, :position].shape)
+            feeds[name] = cache
+    return feeds
+
+
 @pytest.mark.skipif(not SMOLLM.exists(), reason=f"{SMOLLM} is absent")
 def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
     """litert-torch's SmolLM (4 layers, dynamic_int8): the decode signature is one GPU partition, its logits
     equal LiteRT's within 1e-3 of their range, and the GPU holds no more constant bytes than the file."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
-    rng = np.random.default_rng(0)
     ref_runner = LiteRT(model_path=str(SMOLLM)).get_signature_runner("decode")
-    feeds = {}
-    for name, d in ref_runner.get_input_details().items():
-        if name == "tokens":
-            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
-        elif name == "input_pos":
-            feeds[name] = np.array([5], np.int32)
-        else:
-            cache = np.zeros(d["shape"], np.float32)
-            cache[:, :5] = rng.standard_normal(cache[:, :5].shape)
-            feeds[name] = cache
+    feeds = decode_feeds(ref_runner)
     ref = ref_runner(**feeds)
     it = Interpreter(model_path=str(SMOLLM))
     runner = it.get_signature_runner("decode")

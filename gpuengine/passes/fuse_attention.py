@@ -88,6 +88,12 @@ def _sole_reader(graph: Graph, t: int, readers: dict[int, list[int]]) -> int | N
     return ops[0] if len(ops) == 1 and t not in graph.outputs else None
 
 
+def _advance(graph: Graph, op: Op, j: int, members: list[int], readers: dict[int, list[int]]) -> int | None:
+    """Take op (at j) into the chain and step to the sole reader of its output (None: none, or several)."""
+    members.append(j)
+    return _sole_reader(graph, op.outputs[0], readers)
+
+
 def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, list[int]] | None:
     first = graph.ops[i]
     if first.code != "BATCH_MATMUL" or first.opt("adj_x"):
@@ -112,16 +118,14 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
         if c == 0 or not np.isfinite(c):
             return None
         scale = c if op.code == "MUL" else 1.0 / c
-        members.append(j)
-        j = _sole_reader(graph, op.outputs[0], readers)
+        j = _advance(graph, op, j, members, readers)
         if j is None:
             return None
         op = graph.ops[j]
     mask = -1  # RESHAPEs of the scores that keep their last axis (litert-torch's transposed-cache layout) next
     while op.code == "RESHAPE" and _keeps_last(graph, op):
         regrouped = True
-        members.append(j)
-        j = _sole_reader(graph, op.outputs[0], readers)
+        j = _advance(graph, op, j, members, readers)
         if j is None:
             return None
         op = graph.ops[j]
@@ -133,15 +137,13 @@ def _match(graph: Graph, i: int, readers: dict[int, list[int]]) -> tuple[Op, lis
             return None
         mask = others[0]
         masked_shape = tuple(graph.tensors[op.outputs[0]].shape)
-        members.append(j)
-        j = _sole_reader(graph, op.outputs[0], readers)
+        j = _advance(graph, op, j, members, readers)
         if j is None:
             return None
         op = graph.ops[j]
     while op.code == "RESHAPE" and _keeps_last(graph, op):
         regrouped = True
-        members.append(j)
-        j = _sole_reader(graph, op.outputs[0], readers)
+        j = _advance(graph, op, j, members, readers)
         if j is None:
             return None
         op = graph.ops[j]
