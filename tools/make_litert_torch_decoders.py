@@ -123,6 +123,7 @@ RECIPES: dict[str, Recipe] = {
     "tiny_llama_2l_int8": Recipe(_tiny_llama, tiny_llama.TinyLlama),
     "tiny_llama_2l_f32": Recipe(_tiny_llama, tiny_llama.TinyLlama, quantize="none"),
     "gqa16_1l_f32": Recipe(_gqa16, tiny_llama.TinyLlama, quantize="none"),
+    "llama32_2l_int4_block32": Recipe(_llama32_1b, llama.Llama, quantize="dynamic_int4_block32"),
     "gemma3_270m_1l_realvocab_int8": Recipe(_gemma3_270m_real_vocab, gemma3_decoder.Decoder, prefill=32,
                                             kv_cache=256),
 }

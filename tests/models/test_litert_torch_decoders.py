@@ -45,10 +45,12 @@ TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT|
 # dispatch each (with the residual ADD). f32: the two pre-projection RMSNorms keep their dispatches too.
 DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 9, "gemma3_1b_2l_f32": 11, "qwen3_2l_int8": 7, "qwen3_2l_f32": 9,
                     "qwen25_2l_int8": 7, "tiny_llama_2l_int8": 7, "llama32_2l_int8_bnth": 7,
-                    "llama32_2l_f32_bnth": 9, "qwen3_2l_int8_bnth": 7}
+                    "llama32_2l_f32_bnth": 9, "qwen3_2l_int8_bnth": 7, "llama32_2l_int4_block32": 7}
 
 
 def kind(name: str) -> str:
+    """f32 weights, or hybrid ones (dynamic_int8, and dynamic_int4_block32: int4 in blocks of 32, rows quantized
+    to int8 as for int8 weights) with the int8 tolerance."""
     return "f32" if "_f32" in name else "int8"
 
 
@@ -142,3 +144,12 @@ def test_xnnpack_departs_on_gemma3():
     assert relative_error(builtin(**feeds)["logits"], reference) < 1e-5
     xnnpack = litert_interpreter(data).get_signature_runner("decode")
     assert relative_error(xnnpack(**feeds)["logits"], reference) > 0.05
+
+
+def test_int4_blockwise_export_keeps_its_weights_packed():
+    """litert-torch's dynamic_int4_block32 export: every projection and the LM head read int4 words with their
+    blocks' f16 scales, the embedding reads its int4 table packed; nothing is dequantized at load."""
+    specs = planned_dispatches(str(FIXTURES / "llama32_2l_int4_block32.tflite"), "decode")
+    fcs = [s.label for s in specs if "FULLY_CONNECTED" in s.label]
+    assert len(fcs) == 9 and all("int4 weights (8 a u32) in blocks of 32 (f16 scales)" in label for label in fcs), fcs
+    assert sum("int4 table" in s.label for s in specs) == 1
