@@ -145,8 +145,9 @@ def test_constants_larger_than_one_binding_are_split(monkeypatch):
     it.allocate_tensors()
     chunks = [(d.spec.shader, sum(b.name.startswith(("weights_", "table_")) and not b.name.endswith("scale")
                                   for b in d.spec.bindings)) for d in it.compiled.gpu_programs[0].dispatches]
-    # int8 FC: 37 rows of 40 bytes in chunks of 16; f32 FC: 3 slices of 10 blocks (640 bytes each), in chunks of
-    # whole tiles (1 or 2 slices); int8 table as the FC's; f32 table: 37 rows of 3 slices (48 bytes) in chunks of 12
+    # int8 FC: 37 rows of 40 bytes in chunks of 16; f32 FC: 3 slices of 10 blocks (640 bytes each), a slice a
+    # chunk (chunks independent of the tile, so signatures share them); int8 table as the FC's; f32 table: 37 rows
+    # of 3 slices (48 bytes) in chunks of 12
     assert ("fully_connected_int8", 3) in chunks and dict(chunks)["fully_connected"] >= 2
     assert ("copy", 3) in chunks and ("copy", 4) in chunks
     got = run(it, feeds)

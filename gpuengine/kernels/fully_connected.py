@@ -183,13 +183,16 @@ class FullyConnectedKernel:
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             if norm:  # the prologue's reduction used the lanes first
                 shared["REDUCE"] = codegen.lane_reduce(accumulators(d.tile), d, first=False)
-            blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
-            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, st)
+            # the same constants whatever the tile, so signatures choosing other tiles share them: weights unpadded
+            # (the reader clamps the last tile's rows; their results are not stored), bias padded to the widest tile
+            blocks = fc_blocks(w, ic, so).reshape(so, depth * 16)
+            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, 1)
             bindings = [
                 Binding("src", tensor=x),
                 *weight_bindings,
                 *norm_bindings,
-                Binding("bias", data=bias_vec4(bias, o, sg * st), element="S4" if rq is None else "vec4<f32>"),
+                Binding("bias", data=bias_vec4(bias, o, -(-so // WIDEST_TILE) * WIDEST_TILE),
+                        element="S4" if rq is None else "vec4<f32>"),
                 *([requant_binding(rq, o, sg * st)] if rq is not None and rq.multipliers.size > 1 else []),
                 Binding("dst", tensor=out, writable=True),
             ]
@@ -229,6 +232,9 @@ def gate_fns(kind: str) -> list[Code]:
     expr = GATE_ACTIVATIONS[kind]
     return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
             *(Code(h) for h in helpers_for(expr))]
+
+
+WIDEST_TILE = 8  # output slices of the widest tile _tiles offers
 
 
 def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
