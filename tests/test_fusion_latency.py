@@ -5,7 +5,8 @@ tile recomputes its row's normalizer, where one RMS_NORM dispatch writes the row
 latency model predicts the fused FC faster than the two dispatches on the description of the device the plan is
 for. On an H100 (a dependent dispatch and its recording cost ~9 us) it fuses every one of SmolLM's; on a GPU whose
 dispatches cost nothing (the H100's figures without its fixed costs) only the recomputation is left to weigh, and
-the wide gated MLP projections keep their RMS_NORM. Both forms compute what LiteRT computes.
+the wide gated MLP projections keep their RMS_NORM. Both forms compute what LiteRT computes. Float FCs (f32 decoders)
+take the prologue by the same rule: fused, the norm's sums stay f32 in fp16 mode.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 from gpuengine.runtime.program import EngineOptions
+from gpuengine.testing import FP16_TOLERANCE
 from gpuengine.tuning import devices
 
 SMOLLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm_4l_int8.tflite"
@@ -82,3 +84,40 @@ def test_fused_and_separate_norm_equal_litert():
         got = compiled.run(feeds)
         for t, r in ref.items():
             assert relative_error(got[t], r) <= 1e-5, (device.name, t)
+
+
+def float_norm_projection(rows: int) -> tuple[bytes, int]:
+    """RMSNorm (as ops) of `rows` rows of 576, then a float FULLY_CONNECTED 576 -> 3072 with a bias."""
+    from gpuengine.zoo.vit import rms_norm
+
+    rng = np.random.default_rng(5)
+    mb = ModelBuilder()
+    x = mb.input("x", (rows, 576))
+    y = rms_norm(mb, x, (rows, 576), rng.uniform(0.5, 1.5, 576))
+    w = mb.const("w", (rng.standard_normal((3072, 576)) / 8).astype(np.float32))
+    b = mb.const("b", rng.standard_normal(3072).astype(np.float32))
+    mb.output(mb.op("FULLY_CONNECTED", [y, w, b], (rows, 3072)))
+    return mb.build(), x
+
+
+def test_float_projection_takes_the_norm_where_predicted_faster_and_equals_litert():
+    """8 rows (a short prefill): on an H100 the fixed cost of the second dispatch outweighs the recomputation, the
+    float FC takes the RMSNorm as its prologue; without fixed costs each of its tiles recomputing the 8 rows'
+    normalizers costs more, and the norm keeps its dispatch. Both within the float tolerance of LiteRT; fused in fp16
+    (rows and weights f16, the norm's sums f32) within the fp16 tolerance."""
+    data, x = float_norm_projection(8)
+    feeds = {x: (np.random.default_rng(6).standard_normal((8, 576)) * 2).astype(np.float32)}
+    ref = run_litert(data, feeds)
+    graph = read_model(data).main
+    for device, fused, precision in ((H100, True, "fp32"), (FREE_DISPATCHES, False, "fp32"), (H100, True, "fp16")):
+        compiled = CompiledGraph(graph, EngineOptions(latency_device=device, precision=precision))
+        assert norm_users(compiled.graph) == ((0, 1) if fused else (1, 0)), device.name
+        how = "fused into" if fused else "kept apart from"
+        assert any(r.startswith(f"RMS_NORM {how}") and f"on {device.name}" in r for r in compiled.graph.remarks)
+        specs = [d.spec for d in compiled.gpu_programs[0].dispatches]
+        assert [s.shader for s in specs].count("normalization") == (0 if fused else 1)
+        assert any(s.shader == "fully_connected" and s.label.startswith("RMS_NORM(") == fused for s in specs)
+        tolerance = 1e-5 if precision == "fp32" or compiled.precision != "fp16" else FP16_TOLERANCE
+        got = compiled.run(feeds)
+        for t, r in ref.items():
+            assert relative_error(got[t], r) <= tolerance, (device.name, precision, t, relative_error(got[t], r))

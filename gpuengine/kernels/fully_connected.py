@@ -13,7 +13,8 @@ products summed in i32 (shaders/fully_connected_int8.wgsl, `_hybrid_build`); or,
 (engine option hybrid_arithmetic, passes/hybrid_arithmetic.py), the same shader unpacks the weights in registers
 and multiplies the float rows as they are, f32 sums: the float64 answer up to f32 rounding instead of LiteRT's
 numbers. Internal options set by passes: `gated` (gate and up weights interleaved by slice, the store computes
-act(gate) * up, act = SiLU or GELU) and `norm` (an RMS_NORM of the input computed in the hybrid kernel's prologue).
+act(gate) * up, act = SiLU or GELU) and `norm` (an RMS_NORM of the input computed in the kernel's prologue:
+float and hybrid FCs alike, its sums in f32 in fp16 mode too).
 Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
@@ -125,8 +126,8 @@ class FullyConnectedKernel:
         if i % ic:
             return f"rows of {i} do not hold whole pixels of the input's {ic} channels"
         rb, rh, rw, oc = bhwc(graph, op.outputs[0])
-        if op.opt(NORM) and (not is_hybrid(op, graph) or i != ic):
-            return "a normalization prologue needs int8 weights and rows of one pixel"
+        if op.opt(NORM) and (i != ic or not _float_rows(op, graph)):
+            return "a normalization prologue needs float input and output and rows of one pixel"
         if op.opt("gated"):
             if op.opt("gated") not in GATE_ACTIVATIONS or o % 8 or activation(op):
                 return (f"a gated projection takes {', '.join(GATE_ACTIVATIONS)}, 2 x 4k weight rows (gate and up "
@@ -157,6 +158,7 @@ class FullyConnectedKernel:
         bias = rq.bias if rq is not None else const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
         depth = si * p  # weight blocks per output slice: the reduction the split divides
         gated = bool(op.opt("gated"))
+        norm = op.opt(NORM)
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
                  "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
 
@@ -167,6 +169,9 @@ class FullyConnectedKernel:
             rt, st = d.tile
             sg = -(-so // st)
             src = [f"src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)]" for t in range(rt)]
+            # a norm prologue: its sums and the normalized values in f32 (fp16 mode too), stored precision after
+            src, norm_code, norm_bindings = _norm_prologue(op, graph, [f"vec4<f32>({v})" for v in src], d, ic) \
+                if norm else (src, Code(""), [])
             taps = [f"let w_{j} = weights_block(os0 + {j}u, q);" for j in range(st)]
             if rq is None:
                 taps = [f"let s_{t} = S4({v});" for t, v in enumerate(src)] + taps + mat_taps(d.tile)
@@ -176,31 +181,42 @@ class FullyConnectedKernel:
                 taps += [f"acc_{j}_{t} += mat4x4<f32>(w_{j}) * s_{t};" for j in range(st) for t in range(rt)]
             store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
-            blocks = fc_blocks(w, ic, sg * st).reshape(sg * st, depth * 16)
-            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, st)
+            if norm:  # the prologue's reduction used the lanes first
+                shared["REDUCE"] = codegen.lane_reduce(accumulators(d.tile), d, first=False)
+            # the same constants whatever the tile, so signatures choosing other tiles share them: weights unpadded
+            # (the reader clamps the last tile's rows; their results are not stored), bias padded to the widest tile
+            blocks = fc_blocks(w, ic, so).reshape(so, depth * 16)
+            reader, weight_bindings = packed_int8.chunked_rows("weights_block", "weights", blocks, "SM", 16, 1)
             bindings = [
                 Binding("src", tensor=x),
                 *weight_bindings,
-                Binding("bias", data=bias_vec4(bias, o, sg * st), element="S4" if rq is None else "vec4<f32>"),
+                *norm_bindings,
+                Binding("bias", data=bias_vec4(bias, o, -(-so // WIDEST_TILE) * WIDEST_TILE),
+                        element="S4" if rq is None else "vec4<f32>"),
                 *([requant_binding(rq, o, sg * st)] if rq is not None and rq.multipliers.size > 1 else []),
                 Binding("dst", tensor=out, writable=True),
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
-                      "WEIGHTS_FN": reader, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
+                      "WEIGHTS_FN": reader, "NORM": norm_code, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
                       "STORE_ALL": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
                               functions=gate_fns(op.opt(GATED_OPTION)) if gated
                               else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
-                              label=f"{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}"
+                              label=f"{f'{norm[4]} + ' if norm else ''}"
+                                    f"{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}"
                                     f"{f': {INT8_EXACT}' if rq else ''} "
                                     f"[{d.describe()}]")
 
-        tiles = _tiles(rows, so, gated)
-        numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {})}
-        return [tiling.variants("fully_connected", numbers,
-                                tiles, depth, count, tiling.mat_step, make, rows * i * o)]
+        def step(tile: tuple[int, int]) -> float:
+            """A mat4x4 step; a norm prologue adds its pass's load and each value's scale and offset per row."""
+            return tiling.mat_step(tile) + (3 * tile[0] * tiling.LOAD if norm else 0.0)
+
+        tiles = _tiles(rows, so, gated, wide=bool(norm))
+        numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {}),
+                   **({"norm": 1} if norm else {})}
+        return [tiling.variants("fully_connected", numbers, tiles, depth, count, step, make, rows * i * o)]
 
 
 # -- gated projections (passes/merge_gated_projections.py): gate and up weights interleaved by output slice ----
@@ -216,6 +232,9 @@ def gate_fns(kind: str) -> list[Code]:
     expr = GATE_ACTIVATIONS[kind]
     return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
             *(Code(h) for h in helpers_for(expr))]
+
+
+WIDEST_TILE = 8  # output slices of the widest tile _tiles offers
 
 
 def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[int, int]]:
@@ -234,6 +253,12 @@ def _stores(values: list[list[str]], gated: bool) -> list[str]:
         return [f"store(gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
                 for j in range(0, len(values), 2) for t in range(len(values[j]))]
     return [f"store({v}, r0 + {t}u, os0 + {j}u);" for j, row in enumerate(values) for t, v in enumerate(row)]
+
+
+def _float_rows(op: Op, graph: Graph) -> bool:
+    """The FC reads and writes plain f32 tensors (a norm prologue computes on the real values)."""
+    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    return all(t.dtype == np.float32 and t.quantization is None for t in (x, out))
 
 
 def _outputs(o: int, gated: str | None) -> str:

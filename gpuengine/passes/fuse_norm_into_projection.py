@@ -1,13 +1,14 @@
 """An RMSNorm read only by one projection becomes that projection's prologue (one dispatch instead of two).
 
 A pre-norm transformer normalizes the residual stream, then projects it (Q/K/V, or the gate and up of the MLP): the
-RMS_NORM op (passes/fuse_normalization.py) writes a row only one FULLY_CONNECTED reads. A hybrid FC
-(int8 weights) reads its whole input row anyway, to find the row's range before quantizing it, so it computes the
+RMS_NORM op (passes/fuse_normalization.py) writes a row only one FULLY_CONNECTED reads. The FC (int8 weights,
+which reads its whole input row anyway to find the row's range before quantizing it, or float weights) computes the
 row's normalizer in one more pass over the row and normalizes each value as it reads it, with RMS_NORM's own
-expression (kernels/fully_connected.py, option `norm`); the normalized row is never written.
+expression (kernels/fully_connected.py, option `norm`; f32 sums in fp16 mode too); the normalized row is never
+written. Merged projections (Q/K/V, gated gate/up) take it alike.
 
 Only when the RMS_NORM's output is read by that one FC alone (not a graph output), the FC's rows are single
-pixels of the normalized axis, and the kernel accepts the rewritten op (today: int8 weights).
+pixels of the normalized axis, and the kernel accepts the rewritten op (float input and output rows).
 
 The fusion trades a dispatch for recomputation: every invocation of the FC recomputes its row's normalizer (one
 more pass over the row) where one RMS_NORM dispatch would write the row once. A GPU saves a dependent dispatch
