@@ -6,6 +6,8 @@ max |got - ref| / max(1, max |ref|), per output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .model.ir import Graph
@@ -47,20 +49,32 @@ def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 
     return feeds
 
 
-def run_litert(model: bytes, feeds: dict[int, np.ndarray], builtin: bool = False) -> dict[int, np.ndarray]:
-    """Every output of one LiteRT (CPU) invoke; ImportError without ai-edge-litert. builtin: LiteRT's builtin
-    kernels without its default XNNPACK delegate (the integer kernels whose rounding the int8 path reproduces;
-    XNNPACK requantizes some int8 ops, CONV_2D among them, differently)."""
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
-    from ai_edge_litert.interpreter import OpResolverType
+def litert_interpreter(model: bytes, builtin: bool = False, **options: Any) -> Any:
+    """LiteRT's (CPU) Interpreter over `model`; ImportError without ai-edge-litert. builtin: its builtin kernels
+    without the default XNNPACK delegate (the integer kernels whose rounding the int8 path reproduces; XNNPACK
+    requantizes some int8 ops, CONV_2D among them, differently, and LiteRT 2.3's XNNPACK departs on decoders whose
+    heads x head dim differs from the width). `options`: further Interpreter arguments."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = LiteRT(model_content=model, **({"experimental_op_resolver_type":
-                                         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if builtin else {}))
+    if builtin:
+        options["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    return Interpreter(model_content=model, **options)
+
+
+def run_litert(model: bytes, feeds: dict[int, np.ndarray], builtin: bool = False) -> dict[int, np.ndarray]:
+    """Every output of one LiteRT (CPU) invoke (builtin: see litert_interpreter)."""
+    it = litert_interpreter(model, builtin)
     it.allocate_tensors()
     for t, v in feeds.items():
         it.set_tensor(t, v)
     it.invoke()
     return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+
+
+def range_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| relative to ref's range (max - min), for logits: their spread is what decides, so a constant
+    offset counts as an error."""
+    return float(np.abs(np.asarray(got, np.float64) - ref).max() / max(float(np.ptp(ref)), 1e-30))
 
 
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:

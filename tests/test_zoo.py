@@ -14,6 +14,7 @@ import pytest
 from gpuengine import zoo
 from gpuengine.kernels.elementwise import TREE
 from gpuengine.model.reader import read_model
+from gpuengine.oracle import litert_interpreter
 from gpuengine.testing import assert_matches_litert, random_inputs
 from gpuengine.zoo import bert
 
@@ -96,8 +97,7 @@ def feeds_for(name: str, data: bytes) -> dict[int, np.ndarray]:
 
 def _litert(data: bytes) -> object:
     """LiteRT, builtin kernels only: a delegate would skip the Prepare that recomputes intermediate shapes."""
-    it = litert.Interpreter(model_content=data, num_threads=2,
-                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = litert_interpreter(data, builtin=True, num_threads=2)
     it.allocate_tensors()
     return it
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gpuengine.oracle import litert_interpreter, range_error
+
 
 @dataclass
 class Parity:
@@ -43,21 +45,6 @@ class Parity:
         return {**asdict(self), "median_error": self.median_error, "max_error": self.max_error}
 
 
-def relative_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| relative to want's range (its spread, so constant offsets in logits count as errors)."""
-    return float(np.abs(got.astype(np.float64) - want).max() / max(float(np.ptp(want)), 1e-30))
-
-
-def litert_interpreter(model: bytes, oracle: str = "xnnpack") -> Any:
-    """LiteRT's Interpreter: its default (XNNPACK delegate) or its builtin kernels alone."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    if oracle == "builtin":
-        return Interpreter(model_content=model,
-                           experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    return Interpreter(model_content=model)
-
-
 def prefill_key(interpreter: Any) -> str:
     return next(k for k in interpreter.get_signature_list() if k.startswith("prefill"))
 
@@ -75,7 +62,7 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
     names = sorted(zeros)
     caches = [{n: c[n] for n in names} for c in caches]
     result = Parity(steps=steps, prefill_signature=key,
-                    prefill_cache_error=max(relative_error(caches[0][n], caches[1][n]) for n in names))
+                    prefill_cache_error=max(range_error(caches[0][n], caches[1][n]) for n in names))
     decoders = [ours.get_signature_runner("decode"), theirs.get_signature_runner("decode")]
     token = int(prompt[0, -1])
     greedy = True
@@ -86,7 +73,7 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
             out = runner(**step_feeds, **caches[i])
             logits.append(out["logits"].reshape(-1))
             caches[i] = {n: out[n] for n in names}
-        result.step_errors.append(relative_error(logits[0], logits[1]))
+        result.step_errors.append(range_error(logits[0], logits[1]))
         agree = int(np.argmax(logits[0])) == int(np.argmax(logits[1]))
         result.argmax_agree += agree
         greedy = greedy and agree
@@ -95,27 +82,21 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
     return result
 
 
-def decode_step_vs_float64(model: bytes, ours: Any, theirs: Any, position: int = 20,
-                           seed: int = 0) -> tuple[float, float]:
-    """(gpuengine's, LiteRT's) decode logits error relative to the float64 reference executor (gpuengine/reference.py:
-    int8 weights dequantized, activations unquantized) on one decode step at `position` over seeded random caches:
-    whether the engine is further from the exact answer than LiteRT is."""
-    from gpuengine.model.reader import read_model
-    from gpuengine.passes.inline_composites import inline_composites
-    from gpuengine.reference import run_reference
+def decode_step_vs_float64(model: bytes, interpreters: list[Any], position: int = 20, seed: int = 0) -> list[float]:
+    """Each interpreter's decode logits error relative to the float64 reference executor (reference.SignatureRunner:
+    int8 weights dequantized, activations unquantized) on one decode step at `position` over seeded random caches
+    (drawn in the order of the last interpreter's decode inputs): e.g. whether the engine is further from the exact
+    answer than LiteRT is."""
+    from gpuengine.reference import SignatureRunner
 
-    parsed = read_model(model)
-    signature = next(s for s in parsed.signatures if s.key == "decode")
-    graph = inline_composites(parsed.subgraphs[signature.subgraph], parsed)
-    runner = theirs.get_signature_runner("decode")
+    runners = [it.get_signature_runner("decode") for it in interpreters]
     rng = np.random.default_rng(seed)
     feeds = {"tokens": np.array([[5]], np.int32), "input_pos": np.array([position], np.int32)}
-    for name, detail in runner.get_input_details().items():
+    for name, detail in runners[-1].get_input_details().items():
         if name.startswith("kv_cache"):
             feeds[name] = (rng.standard_normal(detail["shape"]) * 0.5).astype(np.float32)
-    exact = run_reference(graph, {signature.inputs[k]: v for k, v in feeds.items()})[signature.outputs["logits"]]
-    got = ours.get_signature_runner("decode")(**feeds)["logits"]
-    return relative_error(got, exact), relative_error(runner(**feeds)["logits"], exact)
+    exact = SignatureRunner(model, "decode")(**feeds)["logits"]
+    return [range_error(runner(**feeds)["logits"], exact) for runner in runners]
 
 
 def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> list:
@@ -154,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     from gpuengine import Interpreter
 
     data = open(args.model, "rb").read()
-    result = compare(Interpreter(model_content=data, precision=args.precision), litert_interpreter(data, args.oracle),
-                     args.steps, args.seed)
+    oracle = litert_interpreter(data, builtin=args.oracle == "builtin")
+    result = compare(Interpreter(model_content=data, precision=args.precision), oracle, args.steps, args.seed)
     summary = {"model": args.model, "precision": args.precision, "oracle": args.oracle, **result.summary()}
     if args.json:
         print(json.dumps(summary))

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from gpuengine.mixed_precision import SEARCH_TARGET
+from gpuengine.oracle import litert_interpreter, range_error
 
 from .common import add_engine_options, models
 
@@ -247,7 +248,7 @@ def _decode_logits(runners: tuple[Any, Any], model: Any, prefill: Any, decode: A
 
 def _distance(got: list[np.ndarray], ref: list[np.ndarray]) -> list[float]:
     """Per step: max |got - ref| / (max ref - min ref)."""
-    return [float(np.max(np.abs(g - r)) / max(float(np.ptp(r)), 1e-30)) for g, r in zip(got, ref)]
+    return [range_error(g, r) for g, r in zip(got, ref)]
 
 
 def measure_steps(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
@@ -277,12 +278,8 @@ def measure_steps(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     engines: dict[str, list[np.ndarray]] = {}
     notes: list[str] = []
     try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-        from ai_edge_litert.interpreter import OpResolverType
-
-        for name, resolver in (("LiteRT (XNNPACK)", OpResolverType.AUTO),
-                               ("LiteRT (builtin kernels)", OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)):
-            it = LiteRT(model_content=data, experimental_op_resolver_type=resolver)
+        for name, builtin in (("LiteRT (XNNPACK)", False), ("LiteRT (builtin kernels)", True)):
+            it = litert_interpreter(data, builtin)
             runners = (it.get_signature_runner(prefill.key) if prefill else None, it.get_signature_runner(decode.key))
             engines[name] = _decode_logits(runners, model, prefill, decode, logits, prompt, forced, steps)
     except ImportError as e:

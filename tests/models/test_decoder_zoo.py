@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuengine.oracle import litert_interpreter, range_error
 from gpuengine.zoo.decoder import DecoderConfig, decoder
 
 TOLERANCE = 1e-3  # max |ours - LiteRT| / (range of LiteRT's output), the issue's goal for language models
@@ -52,16 +53,6 @@ _MODELS: dict[str, bytes] = {}
 _INTERPRETERS: dict[str, tuple] = {}
 
 
-def litert(data: bytes, xnnpack: bool = False):
-    """LiteRT with its builtin kernels only (see the module docstring), or with its default XNNPACK delegate."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    if xnnpack:
-        return Interpreter(model_content=data)
-    return Interpreter(model_content=data,
-                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-
-
 def model(name: str) -> bytes:
     if name not in _MODELS:
         _MODELS[name] = decoder({**CASES, **LITERT_ONLY}[name], seed=7)
@@ -74,7 +65,9 @@ def interpreters(name: str) -> tuple:
     if name not in _INTERPRETERS:
         from gpuengine import Interpreter
 
-        oracles = [litert(model(name))] + ([litert(model(name), xnnpack=True)] if CASES[name].weights == "int8" else [])
+        oracles = [litert_interpreter(model(name), builtin=True)]
+        if CASES[name].weights == "int8":
+            oracles.append(litert_interpreter(model(name)))
         _INTERPRETERS[name] = Interpreter(model_content=model(name)), oracles
     return _INTERPRETERS[name]
 
@@ -93,20 +86,14 @@ def feeds_for(runner, config: DecoderConfig, rng: np.random.Generator, position:
     return feeds
 
 
-def relative_error(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - want).max() / max(float(np.ptp(want)), 1e-30))
-
-
 @pytest.mark.parametrize("name", [*CASES, *LITERT_ONLY])
 def test_litert_runs_both_signatures_with_sane_activations(name: str):
     """The builder's own test: LiteRT runs both signatures; logits spread over several units; attention rows
     (the SOFTMAX of each composite's decomposition, evaluated in float64) are neither uniform nor one-hot."""
-    from gpuengine.model.reader import read_model
-    from gpuengine.passes.inline_composites import inline_composites
-    from gpuengine.reference import run_reference
+    from gpuengine.reference import SignatureRunner, run_reference
 
     config, data = {**CASES, **LITERT_ONLY}[name], model(name)
-    interpreter = litert(data)
+    interpreter = litert_interpreter(data, builtin=True)
     assert set(interpreter.get_signature_list()) == {config.prefill_signature, "decode"}
     rng = np.random.default_rng(0)
     prefill = interpreter.get_signature_runner(config.prefill_signature)
@@ -118,13 +105,12 @@ def test_litert_runs_both_signatures_with_sane_activations(name: str):
     assert logits.shape == (1, 1, config.vocab) and np.all(np.isfinite(logits))
     assert 1.0 < float(logits.std()) < 10.0, float(logits.std())
 
-    parsed = read_model(data)
-    signature = next(s for s in parsed.signatures if s.key == "decode")
-    graph = inline_composites(parsed.subgraphs[signature.subgraph], parsed)
+    exact = SignatureRunner(data, "decode")  # its graph, to read every tensor
+    graph, signature = exact.graph, exact.signature
     values = run_reference(graph, {signature.inputs[k]: v for k, v in feeds.items()}, all_tensors=True)
     reference_logits = values[signature.outputs["logits"]]
     # The float64 reference read the same model: f32 weights agree to rounding, int8 to the activation quantization.
-    assert relative_error(logits, reference_logits) < (1e-5 if config.weights == "f32" else 0.03)
+    assert range_error(logits, reference_logits) < (1e-5 if config.weights == "f32" else 0.03)
     softmaxes = [values[op.outputs[0]] for op in graph.ops if op.code == "SOFTMAX"]
     assert len(softmaxes) == config.layers
     keys = config.prefill + 1  # the unmasked keys of the decode step
@@ -148,7 +134,7 @@ def test_signatures_match_litert(name: str):
         for oracle in oracles:
             want = oracle.get_signature_runner(key)(**feeds)
             assert set(got) == set(want) and all(got[o].shape == want[o].shape for o in want), key
-            errors.append(max(relative_error(got[o], want[o]) for o in want))
+            errors.append(max(range_error(got[o], want[o]) for o in want))
         assert min(errors) <= TOLERANCE, (key, errors)
         plan = runner.compiled.plan
         assert [p.device for p in plan.partitions] == ["gpu"], (key, [p.device for p in plan.partitions])
@@ -178,7 +164,7 @@ def test_greedy_decoding_matches_litert(name: str):
                 input_pos=np.array([config.prefill + step], np.int32), **states[i])
             logits.append(out.pop("logits"))
             states[i] = out
-        assert relative_error(logits[0], logits[1]) <= TOLERANCE, step
+        assert range_error(logits[0], logits[1]) <= TOLERANCE, step
         tokens = [int(np.argmax(x)) for x in logits]
         assert tokens[0] == tokens[1], step
 
@@ -221,21 +207,14 @@ def test_xnnpack_departs_where_head_dim_is_not_width():
     an f32 decoder whose head_dim (128) differs from its width (64) are far from the float64 reference, while the
     builtin kernels agree with it to float rounding. (If a LiteRT upgrade fixes XNNPACK this test fails: then the
     default interpreter may become the oracle again.)"""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from gpuengine.model.reader import read_model
-    from gpuengine.passes.inline_composites import inline_composites
-    from gpuengine.reference import run_reference
+    from gpuengine.reference import SignatureRunner
 
     config = DecoderConfig(layers=1, heads=1, kv_heads=1, head_dim=128, weights="f32", cache=16, prefill=4)
     data = decoder(config, seed=7)
     rng = np.random.default_rng(0)
-    builtin = litert(data).get_signature_runner("decode")
+    builtin = litert_interpreter(data, builtin=True).get_signature_runner("decode")
     feeds = feeds_for(builtin, config, rng, config.prefill)
-    parsed = read_model(data)
-    signature = next(s for s in parsed.signatures if s.key == "decode")
-    graph = inline_composites(parsed.subgraphs[signature.subgraph], parsed)
-    reference = run_reference(graph, {signature.inputs[k]: v for k, v in feeds.items()})[signature.outputs["logits"]]
-    default = Interpreter(model_content=data).get_signature_runner("decode")
-    assert relative_error(builtin(**feeds)["logits"], reference) < 1e-5
-    assert relative_error(default(**feeds)["logits"], reference) > 0.05
+    reference = SignatureRunner(data, "decode")(**feeds)["logits"]
+    default = litert_interpreter(data).get_signature_runner("decode")
+    assert range_error(builtin(**feeds)["logits"], reference) < 1e-5
+    assert range_error(default(**feeds)["logits"], reference) > 0.05

@@ -11,6 +11,7 @@ import pytest
 from gpuengine.model.builder import write_model
 from gpuengine.model.ir import Graph, Model
 from gpuengine.model.reader import read_model
+from gpuengine.oracle import litert_interpreter
 from gpuengine.testing import QUANTIZED_SHARE, QUANTIZED_STEPS, quantized_agreement
 from gpuengine.zoo.quantize import vit_tiny_int8
 
@@ -24,8 +25,7 @@ def model() -> bytes:
 
 def builtin(data: bytes, **kwargs):
     """LiteRT's reference integer kernels (no XNNPACK), tensors allocated."""
-    it = litert.Interpreter(model_content=data, **kwargs,
-                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = litert_interpreter(data, builtin=True, **kwargs)
     it.allocate_tensors()
     return it
 
