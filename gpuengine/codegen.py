@@ -151,6 +151,18 @@ def epilogue(spec: KernelSpec) -> str:
     return "\n    ".join(parts)
 
 
+# The head of main in kernels that compute one PHWC4 output vec4 per invocation (the elementwise and layout
+# family): gid = (x, y, batch * S + slice) over the output's S slices x H x W, out of range returns, and `oi`, the
+# vec4's index in `dst`. Templates open main with ${ELEMENT_MAIN} and go on from there.
+ELEMENT_MAIN = """@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+  let ox = gid.x;
+  let oy = gid.y;
+  let os = gid.z % ${S}u;
+  let ob = gid.z / ${S}u;
+  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;"""
+
 # The shared store of kernels that write several output vec4s per invocation (the conv family): bounds
 # check against the output's SO slices x OH x OW, then the epilogue, then the write to `dst`.
 STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
@@ -172,6 +184,8 @@ def render(spec: KernelSpec, precision: str = "fp32") -> str:
         WG_X=str(spec.workgroup[0]), WG_Y=str(spec.workgroup[1]), WG_Z=str(spec.workgroup[2]),
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
+    if "S" in params and "H" in params and "W" in params:
+        params["ELEMENT_MAIN"] = string.Template(ELEMENT_MAIN).substitute(params)
     try:
         text = (preamble(dispatch_precision(spec, precision), precision == "fp16", store_precision(spec, precision))
                 + load_template(spec.shader).substitute(params))

@@ -2,14 +2,7 @@
 // dy = Y % BH, dx = X % BW (crops skip the first TOP rows / LEFT columns). One PHWC4 vec4 per invocation.
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   let y = oy + ${TOP}u;
   let x = ox + ${LEFT}u;
   let ib = ((y % ${BH}u) * ${BW}u + x % ${BW}u) * ${B}u + ob;

@@ -3,14 +3,7 @@
 // either one aligned vec4 at a time or lane by lane (`c` is the output channel of the lane).
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   ${BODY}
   ${EPILOGUE}
   dst[oi] = D4(value);

@@ -4,14 +4,7 @@
 // window start lies within MAX_DY / MAX_DX before the output pixel can hit it; they are scanned in raster order.
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   let ty = i32(oy) + ${PAD_T};
   let tx = i32(ox) + ${PAD_L};
   let iy0 = (max(ty - ${MAX_DY}, 0) + ${STRIDE_H} - 1) / ${STRIDE_H};

@@ -4,14 +4,7 @@
 // the accumulator, fold each input `v` (window offset fy, fx) into it, and set `value` from it.
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   let y0 = i32(oy) * ${STRIDE_H} - ${PAD_T};
   let x0 = i32(ox) * ${STRIDE_W} - ${PAD_L};
   let fy0 = max(0, -y0);

@@ -2,14 +2,7 @@
 // where that falls in the padding. One PHWC4 vec4 per invocation (channels do not move).
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   let b = ob % ${B}u;
   let blk = ob / ${B}u;
   let iy = i32(oy * ${BH}u + blk / ${BW}u) - ${TOP};

@@ -6,14 +6,7 @@ fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
   return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;
+${ELEMENT_MAIN}
   var value = vec4<f32>(0.0);
   if (${WHOLE}) {
     let blk = (os * 4u) / ${C}u;
