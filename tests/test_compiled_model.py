@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_pipelines import conv_model, count_maps  # noqa: F401 - count_maps is a fixture; same folder under pytest
+from test_pipelines import conv_model, count_maps, cpu_partition_model  # noqa: F401 - count_maps is a fixture; same folder under pytest
 
 import gpuengine
 from gpuengine import CompiledModel, HardwareAccelerator, Interpreter, TensorBuffer
@@ -147,19 +147,8 @@ def test_dynamic_input_takes_its_buffers_shape():
     assert dynamic_chain(OURS) == dynamic_chain(LITERT)
 
 
-def _cpu_partition_model() -> bytes:
-    """CONV_2D on the GPU, then CUMSUM, which LiteRT runs on the CPU."""
-    rng = np.random.default_rng(5)
-    mb = ModelBuilder()
-    x = mb.input("x", (1, 4, 4, 3))
-    w = rng.standard_normal((2, 1, 1, 3)).astype(np.float32)
-    y = mb.op("CONV_2D", [x, mb.const("w", w), mb.const("b", np.zeros(2, np.float32))], (1, 4, 4, 2),
-              {"padding": "VALID", "stride_w": 1, "stride_h": 1})
-    mb.output(mb.op("CUMSUM", [y, mb.const("axis", np.array(3, np.int32))], (1, 4, 4, 2)))
-    return mb.build()
-
-
-@pytest.mark.parametrize("build", [lambda: quantized_zoo_model(tiny(1), 1, "tiny int8"), _cpu_partition_model],
+@pytest.mark.parametrize("build", [lambda: quantized_zoo_model(tiny(1), 1, "tiny int8"),
+                                   lambda: cpu_partition_model(np.random.default_rng(5))[0]],
                          ids=["int8 inputs and outputs", "a CPU partition"])
 def test_host_paths_give_the_interpreters_outputs(build):
     """int8 inputs and outputs cross through the host (the GPU holds real values), and a model with a CPU partition

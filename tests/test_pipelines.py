@@ -155,17 +155,24 @@ def test_buffers_are_checked():
         b.set_input_buffer(0, np.zeros(320, np.float32))
 
 
-def test_models_with_cpu_partitions():
-    """A CPU partition runs on the host in between, so invoke_async runs to the end at once; its outputs have no
-    GPU buffer."""
-    rng = np.random.default_rng(5)
+def cpu_partition_model(rng: np.random.Generator) -> tuple[bytes, np.ndarray]:
+    """CONV_2D (1x1, 3 -> 2 channels, weights drawn from rng) on the GPU, then CUMSUM, which LiteRT runs on the
+    CPU; and the conv's weights."""
     mb = ModelBuilder()
     x = mb.input("x", (1, 4, 4, 3))
     w = rng.standard_normal((2, 1, 1, 3)).astype(np.float32)
     y = mb.op("CONV_2D", [x, mb.const("w", w), mb.const("b", np.zeros(2, np.float32))], (1, 4, 4, 2),
               {"padding": "VALID", "stride_w": 1, "stride_h": 1})
-    mb.output(mb.op("CUMSUM", [y, mb.const("axis", np.array(3, np.int32))], (1, 4, 4, 2)))  # LiteRT runs it
-    it = Interpreter(model_content=mb.build())
+    mb.output(mb.op("CUMSUM", [y, mb.const("axis", np.array(3, np.int32))], (1, 4, 4, 2)))
+    return mb.build(), w
+
+
+def test_models_with_cpu_partitions():
+    """A CPU partition runs on the host in between, so invoke_async runs to the end at once; its outputs have no
+    GPU buffer."""
+    rng = np.random.default_rng(5)
+    data, w = cpu_partition_model(rng)
+    it = Interpreter(model_content=data)
     it.allocate_tensors()
     assert any(p.device == "cpu" for p in it.compiled.plan.partitions)
     value = rng.uniform(-1, 1, (1, 4, 4, 3)).astype(np.float32)
