@@ -102,17 +102,16 @@ def decode_step_vs_float64(model: bytes, interpreters: list[Any], position: int 
 def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> list:
     """The dispatches (KernelSpecs) of every GPU partition of a signature, planned for an adapter class without
     compiling (nothing touches a GPU), fusions included."""
-    from gpuengine.engine import plan_graph
+    from gpuengine import engine
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
-    from gpuengine.tuning.devices import for_target
+    from gpuengine.runtime.program import EngineOptions
     from gpuengine.tuning.target import named
 
     parsed = read_model(model)
     signature = next(s for s in parsed.signatures if s.key == key)
-    plan = plan_graph(parsed.subgraphs[signature.subgraph], EngineOptions(latency_device=for_target(target)), parsed)
-    return [spec for p in plan.partitions if p.device == "gpu"
-            for spec in partition_specs(plan.graph, p.ops, p.inputs, p.outputs, True, Choices(named(target)))[0]]
+    graph = parsed.subgraphs[signature.subgraph]
+    _, programs = engine.planned_dispatches(graph, EngineOptions(), named(target), parsed)
+    return [spec for specs in programs for spec in specs]
 
 
 def dispatches_per_layer(specs: list) -> list[int]:
