@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,13 +50,20 @@ def prefill_key(interpreter: Any) -> str:
     return next(k for k in interpreter.get_signature_list() if k.startswith("prefill"))
 
 
-def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
-    """Prefill a seeded random prompt filling the prefill signature, then `steps` teacher-forced decode steps."""
+def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0, prompt_tokens: int | None = None) -> Parity:
+    """Prefill a seeded random prompt, then `steps` teacher-forced decode steps. The prompt fills the prefill
+    signature, or its first `prompt_tokens` positions (the rest padded with token 0 at later positions, which the
+    decode steps overwrite before their causal mask reaches them): room for the steps in a cache no longer than
+    the prefill."""
     key = prefill_key(theirs)
     details = theirs.get_signature_runner(key).get_input_details()
     length = int(details["tokens"]["shape"][-1])
+    used = length if prompt_tokens is None else prompt_tokens
+    if not 1 <= used <= length:
+        raise ValueError(f"prompt_tokens must be 1..{length} (the {key} signature's tokens), got {prompt_tokens}")
     vocab = int(theirs.get_signature_runner("decode").get_output_details()["logits"]["shape"][-1])
     prompt = np.random.default_rng(seed).integers(1, vocab, (1, length)).astype(np.int32)
+    prompt[0, used:] = 0
     zeros = {n: np.zeros(d["shape"], d["dtype"]) for n, d in details.items() if n.startswith("kv_cache")}
     feeds = {"tokens": prompt, "input_pos": np.arange(length, dtype=np.int32), **zeros}
     caches = [ours.get_signature_runner(key)(**feeds), theirs.get_signature_runner(key)(**feeds)]
@@ -64,10 +72,10 @@ def compare(ours: Any, theirs: Any, steps: int = 32, seed: int = 0) -> Parity:
     result = Parity(steps=steps, prefill_signature=key,
                     prefill_cache_error=max(range_error(caches[0][n], caches[1][n]) for n in names))
     decoders = [ours.get_signature_runner("decode"), theirs.get_signature_runner("decode")]
-    token = int(prompt[0, -1])
+    token = int(prompt[0, used - 1])
     greedy = True
     for step in range(steps):
-        step_feeds = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([length + step], np.int32)}
+        step_feeds = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([used + step], np.int32)}
         logits = []
         for i, runner in enumerate(decoders):
             out = runner(**step_feeds, **caches[i])
@@ -129,13 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--oracle", choices=("xnnpack", "builtin"), default="xnnpack")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-tokens", type=int, default=None,
+                        help="prompt length (default: the whole prefill signature); leave room for the steps in the "
+                             "KV cache")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from gpuengine import Interpreter
 
     data = open(args.model, "rb").read()
     oracle = litert_interpreter(data, builtin=args.oracle == "builtin")
-    result = compare(Interpreter(model_content=data, precision=args.precision), oracle, args.steps, args.seed)
+    try:
+        result = compare(Interpreter(model_content=data, precision=args.precision), oracle, args.steps, args.seed,
+                         args.prompt_tokens)
+    except (ValueError, RuntimeError) as e:
+        print(f"decoder_parity: {e}\n(positions past the KV cache? a smaller --prompt-tokens or fewer --steps)",
+              file=sys.stderr)
+        return 2
     summary = {"model": args.model, "precision": args.precision, "oracle": args.oracle, **result.summary()}
     if args.json:
         print(json.dumps(summary))

@@ -135,3 +135,16 @@ def test_int4_blockwise_export_keeps_its_weights_packed():
     fcs = [s.label for s in specs if "FULLY_CONNECTED" in s.label]
     assert len(fcs) == 9 and all("int4 weights (8 a u32) in blocks of 32 (f16 scales)" in label for label in fcs), fcs
     assert sum("int4 table" in s.label for s in specs) == 1
+
+
+def test_a_shorter_prompt_leaves_room_in_the_cache():
+    """compare(prompt_tokens=n): the prompt takes the prefill's first n positions (the rest padded) and decoding
+    goes on from position n, as for a cache no longer than the prefill (the toy decoder's: 100 and 100)."""
+    from gpuengine import Interpreter
+
+    data = (FIXTURES / "qwen3_2l_f32.tflite").read_bytes()
+    result = compare(Interpreter(model_content=data), litert_interpreter(data, builtin=True), steps=3,
+                     prompt_tokens=3)
+    assert result.max_error <= TOLERANCE["f32"] and result.greedy_equal == 3, result.summary()
+    with pytest.raises(ValueError, match="prompt_tokens must be 1..8"):
+        compare(Interpreter(model_content=data), litert_interpreter(data, builtin=True), steps=1, prompt_tokens=9)
