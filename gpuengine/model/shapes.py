@@ -29,11 +29,12 @@ import numpy as np
 
 from ..errors import ModelError
 from .builder import options_kind
+from .folding import FOLDERS, NEVER_FOLDED
 from .ir import Graph, Model, Op, Tensor
-from .validate import RULES, Invalid, OpView, out_size
+from .ops import SAME, VALID
+from .validate import RULES, Invalid, OpView, window_out_size
 
 MAX_VALUE_ELEMENTS = 4096  # values are tracked for shape-chain tensors, never for activations
-SAME, VALID = 0, 1
 _CALLS = {"WHILE": "body_subgraph_index", "STABLEHLO_COMPOSITE": "decomposition_subgraph_index"}
 
 
@@ -149,9 +150,7 @@ def _small(t: Tensor) -> bool:
 
 def _evaluate(op: Op, g: Graph, view_graph: _ValueGraph, values: dict[int, np.ndarray]) -> None:
     """The values of a shape-chain op whose inputs are known (constants or values computed here)."""
-    from ..passes.fold_constants import _NEVER, FOLDERS
-
-    if op.is_custom or op.code in _NEVER or not op.outputs or op.intermediates:
+    if op.is_custom or op.code in NEVER_FOLDED or not op.outputs or op.intermediates:
         return
     outs = [g.tensors[t] for t in op.outputs]
     if not all(_small(t) for t in outs):
@@ -210,8 +209,6 @@ def _output_shapes(op: Op, g: Graph, view_graph: _ValueGraph, model: Model | Non
 def _value_shapes_known(op: Op, view_graph: _ValueGraph) -> bool:
     """FILL, RANGE and other shape-chain ops without a shape rule: their values (evaluated next) give the shapes;
     here only whether they can be evaluated."""
-    from ..passes.fold_constants import FOLDERS
-
     if op.code not in FOLDERS:
         return False
     outs = {t: view_graph.tensors[t] for t in op.outputs}
@@ -314,7 +311,7 @@ def _pool_with_argmax(v: OpView, g: Graph) -> list[tuple[int, ...]]:
     padding, sw, sh, fw, fh, _ = _custom_ints(v, 6)
     b, h, w, c = v.shape(0)
     p = SAME if padding == 1 else VALID
-    shape = (b, out_size(p, h, fh, sh, 1, "filter height"), out_size(p, w, fw, sw, 1, "filter width"), c)
+    shape = (b, window_out_size(p, h, fh, sh, 1, "filter height"), window_out_size(p, w, fw, sw, 1, "filter width"), c)
     return [shape] * len(v.op.outputs)
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.elementwise import TREE
-from ..kernels.prologue import TREE_OPTION, Step, expression_of, leaf_kind
 from ..model.ir import Graph, Op, Options
+from ..model.ops import ELEMENTWISE_TREE as TREE
+from ..model.ops import TREE_OPTION, leaf_kind
+from ..model.ops import ExpressionStep as Step
+from . import kernel_support
 
 
 def fuse_elementwise_tree(graph: Graph) -> Graph:
@@ -36,7 +37,7 @@ def fuse_elementwise_tree(graph: Graph) -> Graph:
             if tree is None:
                 continue
             op = _merge(graph, x, tree)
-            if registry.check(op, graph) is not None:
+            if kernel_support.check(op, graph) is not None:
                 continue
             root_op = tree[-1]
             members = {id(o) for o in tree}
@@ -48,8 +49,8 @@ def fuse_elementwise_tree(graph: Graph) -> Graph:
 
 def _inline(graph: Graph, op: Op) -> bool:
     """op can be a step of a tree: one output, evaluated inline, supported on the GPU."""
-    return (len(op.outputs) == 1 and min(op.inputs, default=-1) >= 0 and expression_of(op) is not None
-            and registry.check(op, graph) is None)
+    return (len(op.outputs) == 1 and min(op.inputs, default=-1) >= 0 and kernel_support.expression_of(op) is not None
+            and kernel_support.check(op, graph) is None)
 
 
 def _candidates(graph: Graph, readers: dict[int, list[int]], inline: set[int]) -> list[int]:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.fully_connected import NORM
-from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM, SOURCE_OPS
 from ..model.ir import Graph, Op
+from ..model.ops import EPS_OUTSIDE, EPSILON, NORM, RMS_NORM, SOURCE_OPS
 from ..tuning.latency import Device, op_ns
+from . import kernel_support
 from .graph_utils import with_fields
 
 
@@ -52,7 +51,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
         label = f"{RMS_NORM}({'+'.join(norm.opt(SOURCE_OPS) or ())})"
         fused = with_fields(op, [x, *op.inputs[1:]], **{NORM: (scale, offset, float(norm.opt(EPSILON)),
                                                                 bool(norm.opt(EPS_OUTSIDE)), label)})
-        if registry.check(fused, graph) is not None:
+        if kernel_support.check(fused, graph) is not None:
             continue
         if device is not None:
             # identical layers ask the same question: build and predict each shape once (building packs weights)

@@ -25,11 +25,13 @@ from ..errors import UnsupportedOpError
 from ..fusion import lower, redecompose
 from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
-from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
-from ..kernels.kv_cache import KV_CACHE_WRITE, writes
+from ..kernels.common import EXACT_LIMIT, holds_integers
+from ..kernels.kv_cache import writes
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
+from ..model.ops import KV_CACHE_WRITE
+from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..tuning import policy
 from ..tuning.cache import Tuned
 from ..tuning.defaults import default_workgroup
@@ -189,12 +191,6 @@ def typed(value: np.ndarray, tensor: Any) -> np.ndarray:
     if tensor.dtype == np.bool_:
         return value != 0
     return np.rint(value).astype(tensor.dtype)
-
-
-def dequantized(q: np.ndarray, tensor: Any) -> np.ndarray:
-    """Integers of a quantized tensor -> their real values."""
-    scale, zero = float(tensor.quantization.scale[0]), float(tensor.quantization.zero_point[0])
-    return (np.asarray(q, np.float32) - np.float32(zero)) * np.float32(scale)
 
 
 def quantized(real: np.ndarray, tensor: Any) -> np.ndarray:
@@ -693,7 +689,7 @@ class GpuProgram:
         uploaded = {}
         for t, buf in self.raw_in.items():
             if t not in self._resident:
-                value = dequantized(feeds[t], self._quantized[t]) if t in self._quantized else feeds[t]
+                value = dequantize(self._quantized[t], feeds[t]) if t in self._quantized else feeds[t]
                 if t in self._integers:
                     value = host_value(value, self._integers[t])
                 value = np.ascontiguousarray(value, dtype=np.float32)
