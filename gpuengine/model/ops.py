@@ -2,7 +2,8 @@
 data those options hold. Passes build these ops, kernels lower them, so both import them from here.
 
 Builtin TFLite op codes are the strings the reader decodes (`Op.code`, e.g. "FULLY_CONNECTED"); what each means
-(shape, validation, folding, float64 reference) is registered in `gpuengine/model/op_table.py`.
+(shape, validation, folding, float64 reference) is found from one row per op code in
+`gpuengine/op_table.py`.
 """
 
 from __future__ import annotations

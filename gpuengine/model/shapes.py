@@ -35,6 +35,7 @@ from .ops import SAME, VALID
 from .validate import RULES, Invalid, OpView, window_out_size
 
 MAX_VALUE_ELEMENTS = 4096  # values are tracked for shape-chain tensors, never for activations
+SUBGRAPH_OPS = ("WHILE", "IF", "STABLEHLO_COMPOSITE")  # shapes propagated into the subgraphs they call
 _CALLS = {"WHILE": "body_subgraph_index", "STABLEHLO_COMPOSITE": "decomposition_subgraph_index"}
 
 
@@ -182,11 +183,11 @@ def _evaluate(op: Op, g: Graph, view_graph: _ValueGraph, values: dict[int, np.nd
 
 def _output_shapes(op: Op, g: Graph, view_graph: _ValueGraph, model: Model | None) -> list[tuple[int, ...]] | str:
     """The op's output shapes from its class's rule, or why they cannot be known before a run."""
-    own = _OWN_RULES.get(op.code)
+    own = OWN_SHAPE_RULES.get(op.code)
     if own is not None:
         return own(OpView(op, view_graph, options_kind(op.code)), g)  # type: ignore[arg-type]
-    if op.code in ("WHILE", "IF", "STABLEHLO_COMPOSITE"):
-        return _called_shapes(op, g, model)
+    if op.code in SUBGRAPH_OPS:
+        return called_shapes(op, g, model)
     rule = RULES.get(op.code)
     if rule is None or rule.custom != op.is_custom or rule.shape is None:
         if _value_shapes_known(op, view_graph):
@@ -223,7 +224,7 @@ def _value_shapes_known(op: Op, view_graph: _ValueGraph) -> bool:
     return True
 
 
-def _called_shapes(op: Op, g: Graph, model: Model | None) -> list[tuple[int, ...]] | str:
+def called_shapes(op: Op, g: Graph, model: Model | None) -> list[tuple[int, ...]] | str:
     """WHILE (the body must keep its loop variables' shapes), IF (both branches must agree) and composites: the
     shapes their subgraphs give for the op's input shapes."""
     if model is None:
@@ -323,7 +324,8 @@ def _unpooling(v: OpView, g: Graph) -> list[tuple[int, ...]]:
     return [(b, (h - 1) * sh + fh, (w - 1) * sw + fw, c)]
 
 
-_OWN_RULES = {"RESHAPE": _reshape, "FULLY_CONNECTED": _fully_connected,
+# Ops whose shape rule is here rather than in the validator's table (model/validate.py RULES).
+OWN_SHAPE_RULES = {"RESHAPE": _reshape, "FULLY_CONNECTED": _fully_connected,
               "Convolution2DTransposeBias": _transpose_conv_bias, "MaxPoolingWithArgmax2D": _pool_with_argmax,
               "MaxUnpooling2D": _unpooling}
 
