@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.mediapipe_landmarks import landmarks_options, matrix_options
 from .model import quantization
 from .model.densify import densify
 from .model.ir import Graph, Model, Op, Tensor
+from .model.mediapipe_options import landmarks_options, matrix_options
 from .model.ops import SAME, VALID, out_size
 from .model.quantization import unpack_int4
 from .model.reader import read_model
