@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 
 from ..model.ir import Graph, Op
 from ..passes import kernel_support
@@ -92,4 +93,4 @@ def check(op: Op, graph: Graph) -> str | None:
 
 # Passes ask whether a kernel accepts an op before they rewrite to it; they sit below lowering, so the answer is
 # installed here rather than imported there.
-kernel_support.install(check, find)
+kernel_support.install(sys.modules[__name__])  # type: ignore[arg-type]
