@@ -18,6 +18,7 @@ from ..layout import slices
 from ..model.ir import Graph, Op, Tensor
 from ..model.ops import ELEMENTWISE_TREE as TREE
 from ..model.ops import TREE_OPTION
+from ..model.quantization import is_quantized
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import (
     CLAMPED_ACTIVATIONS,
@@ -28,7 +29,6 @@ from .common import (
     broadcastable,
     float_tensors,
     integer_requant,
-    is_quantized,
     keep_nan,
     operand,
     quantize_multiplier,

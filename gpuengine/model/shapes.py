@@ -7,7 +7,7 @@ Op by op in execution order, an op's output shapes come from, in this order:
    has a -1 in its shape_signature: the declared shapes stand. What did not change is not recomputed;
 2. its values, for the small integer ops of shape chains (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, FILL, RANGE
    ...) whose inputs are constants or values known here: evaluated with the constant folder's numpy functions
-   (passes/fold_constants.py), so value-dependent shapes downstream (a RESHAPE to a computed target, a
+   (model/folding.py), so value-dependent shapes downstream (a RESHAPE to a computed target, a
    RESIZE_BILINEAR to sizes sliced from a SHAPE) are known at allocation;
 3. the op class's shape rule: the validator's table (model/validate.py RULES), which reads the values of 2.
    through the same view as constants; a few ops get rules of their own here (RESHAPE, FULLY_CONNECTED, the

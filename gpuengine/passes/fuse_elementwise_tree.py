@@ -8,7 +8,7 @@ dispatch that writes and re-reads a full tensor. Merged, x has a single reader a
 
 A tree T qualifies when: its only run-time leaf is x, and only T reads x (x is no graph output); every tensor
 T computes is read by T alone except its one result (the root, which may be a graph output); every constant
-leaf is a scalar, per-channel or of x's shape (kernels/prologue.py `leaf_kind`); every op produces x's shape;
+leaf is a scalar, per-channel or of x's shape (model/ops.py `leaf_kind`); every op produces x's shape;
 and some tensor is read more than once inside T (a chain is left to epilogue fusion, which already takes it
 with its per-op labels). T is the largest such set, and the merge happens only when the registry accepts the
 merged op (which also keeps it off the CPU fallback, which could not run it).
