@@ -30,7 +30,7 @@ from .model.densify import densify
 from .model.ir import Graph, Model, Op, Tensor
 from .model.mediapipe_options import landmarks_options, matrix_options
 from .model.ops import SAME, VALID, out_size
-from .model.quantization import unpack_int4
+from .model.quantization import INT4, unpack_int4
 from .model.reader import read_model
 from .model.validate import validate_model
 
@@ -53,7 +53,7 @@ def dequantize(t: Tensor, data: np.ndarray) -> np.ndarray:
 
 
 def _constant(t: Tensor) -> np.ndarray:
-    data = unpack_int4(t) if t.type_code == 17 else densify(t, t.shape) if t.sparsity is not None else t.data
+    data = unpack_int4(t) if t.type_code == INT4 else densify(t, t.shape) if t.sparsity is not None else t.data
     data = np.asarray(data).reshape(t.shape)
     return dequantize(t, data) if is_real(t) else data.astype(np.int64) if data.dtype.kind in "iu" else data
 

@@ -20,7 +20,7 @@ from tflite.BuiltinOperator import BuiltinOperator
 from tflite.Padding import Padding
 
 from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, SignatureDef, Tensor
-from .quantization import pack_int4
+from .quantization import INT4, pack_int4
 from .reader import OPTION2_NAMES, OPTION_NAMES, option_fields
 
 # Ops whose options table name is not the CamelCase of the op name.
@@ -427,7 +427,7 @@ class ModelBuilder:
         `quantization` per channel or blockwise (Quantization.block_size / block_scales)."""
         values = np.asarray(values)
         index = self.const(name, pack_int4(values).view(np.int8), np.int8, quantization)
-        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=17)
+        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=INT4)
         return index
 
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],
