@@ -35,14 +35,24 @@ def test_readme_stays_short():
     assert len(README.read_text().splitlines()) <= 250
 
 
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 def test_relative_links_in_readme_and_docs_resolve():
     pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    anchors = {page.resolve(): {_anchor(h) for h in re.findall(r"^#+ (.*)$", page.read_text(), re.M)}
+               for page in pages}
     broken = []
     for page in pages:
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
-            resolved = (page.parent / target.split("#", 1)[0]).resolve()
-            if not resolved.exists() and resolved not in PENDING_PAGES:
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page.resolve()
+            if resolved in PENDING_PAGES and not resolved.exists():
+                continue
+            if not resolved.exists() or (anchor and resolved in anchors and anchor not in anchors[resolved]):
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
