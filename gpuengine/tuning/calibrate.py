@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .latency import FITTED, Device, DispatchCost, candidate_cost, dispatch_cost, predict_ns, with_parameters
+from ..kernels.dispatch_cost import dispatch_cost
+from ..latency.latency import FITTED, Device, DispatchCost, candidate_cost, predict_ns, with_parameters
 
 
 @dataclass
