@@ -72,6 +72,10 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+# Where statements nest (an import is a statement: expressions need not be visited, which keeps this fast).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _import_nodes(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
     """Every import statement, at any depth, except the bodies of `if TYPE_CHECKING:`."""
     stack = [tree]
@@ -79,10 +83,11 @@ def _import_nodes(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        if isinstance(node, ast.If) and _type_checking_only(node):
-            stack.extend(node.orelse)
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        skip_body = isinstance(node, ast.If) and _type_checking_only(node)
+        for block in _BLOCKS:
+            if not (skip_body and block == "body"):
+                stack.extend(getattr(node, block, ()))
 
 
 def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
