@@ -1,0 +1,252 @@
+"""Graph passes one at a time, IR -> IR, on tiny graphs built with the model builder: the ops and tensors each
+pass must leave, the values it must keep (the float64 reference runs the graph before and after), and its input
+graph untouched. No GPU adapter, no LiteRT, no shader compiled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ir import Graph, Sparsity, Tensor
+from gpuengine.passes.conv_to_fully_connected import conv_to_fully_connected
+from gpuengine.passes.densify import densify
+from gpuengine.passes.drop_leading_units import drop_leading_units
+from gpuengine.passes.fold_constants import fold_constants, pack_int4, unpack_int4
+from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
+from gpuengine.passes.merge_padding import merge_padding
+from gpuengine.passes.pool_to_mean import pool_to_mean
+from gpuengine.passes.remove_noops import remove_noops
+from gpuengine.reference import run_reference
+
+RNG = np.random.default_rng(29)
+VALID, SAME = 1, 0  # TFLite's Padding enum
+
+
+def snapshot(g: Graph) -> Any:
+    """Everything a pass could change in its input by accident."""
+    ops = [(o.code, tuple(o.inputs), tuple(o.outputs), repr(o.options)) for o in g.ops]
+    tensors = [(t.name, t.shape, str(t.dtype), None if t.data is None else np.asarray(t.data).tobytes())
+               for t in g.tensors]
+    return ops, tensors, tuple(g.inputs), tuple(g.outputs)
+
+
+def rewrite(graph_pass: Any, g: Graph) -> Graph:
+    """The pass's result, checking that it left its input as it was."""
+    before = snapshot(g)
+    out = graph_pass(g)
+    assert snapshot(g) == before, f"{graph_pass.__name__} changed its input graph"
+    return out
+
+
+def codes(g: Graph) -> list[str]:
+    return [o.code for o in g.ops]
+
+
+def assert_same_values(before: Graph, after: Graph) -> None:
+    """Both graphs compute the same outputs (float64 reference) on random inputs."""
+    feeds = [RNG.standard_normal(before.tensors[i].shape).astype(np.float32) for i in before.inputs]
+    want, got = run_reference(before, feeds), run_reference(after, feeds)
+    assert list(before.outputs) == list(after.outputs)
+    for t in before.outputs:
+        np.testing.assert_allclose(got[t], want[t], rtol=1e-9, atol=1e-9)
+
+
+def conv(mb: ModelBuilder, x: int, out_shape: tuple[int, ...], kernel: tuple[int, int], padding: int) -> int:
+    cin, cout = mb.tensors[x].shape[-1], out_shape[-1]
+    w = mb.const(f"w{len(mb.ops)}", RNG.standard_normal((cout, *kernel, cin)).astype(np.float32))
+    b = mb.const(f"b{len(mb.ops)}", RNG.standard_normal(cout).astype(np.float32))
+    return mb.op("CONV_2D", [x, w, b], out_shape, {"padding": padding, "stride_w": 1, "stride_h": 1})
+
+
+# -- remove_noops ---------------------------------------------------------------------------------------------
+def test_remove_noops_drops_a_same_shape_reshape_and_keeps_a_real_one():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 3))
+    same = mb.op("RESHAPE", [x, mb.const("s", np.array([1, 4, 4, 3], np.int32))], (1, 4, 4, 3))
+    relu = mb.op("RELU", [same], (1, 4, 4, 3))
+    flat = mb.op("RESHAPE", [relu, mb.const("f", np.array([1, 48], np.int32))], (1, 48))
+    mb.output(flat)
+    g = mb.graph()
+    out = rewrite(remove_noops, g)
+    assert codes(out) == ["RELU", "RESHAPE"]
+    assert out.ops[0].inputs == [x]  # the RELU reads the graph input directly now
+    assert_same_values(g, out)
+
+
+def test_remove_noops_keeps_an_activated_single_input_add():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 8))
+    y = mb.op("ADD", [x], (1, 8), {"fused_activation_function": 1})  # RELU: not a copy
+    mb.output(y)
+    assert codes(rewrite(remove_noops, mb.graph())) == ["ADD"]
+
+
+# -- fold_constants -------------------------------------------------------------------------------------------
+def test_fold_constants_evaluates_constant_subgraphs_into_data():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 2))
+    total = mb.op("ADD", [mb.const("a", np.array([1, 2], np.float32)), mb.const("b", np.array([10, 20], np.float32))],
+                  (2,))
+    y = mb.op("MUL", [x, total], (1, 2))
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(fold_constants, g)
+    assert codes(out) == ["MUL"]
+    assert out.tensors[total].data is not None and out.tensors[total].data.tolist() == [11.0, 22.0]
+    assert_same_values(g, out)
+
+
+def test_fold_constants_folds_a_shape_chain_of_a_static_tensor():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 6, 4))
+    shape = mb.op("SHAPE", [x], (3,), {"out_type": 2}, dtype=np.int32)
+    begin, end, stride = (mb.const(name, np.array([v], np.int32)) for name, v in (("b", 2), ("e", 3), ("s", 1)))
+    last = mb.op("STRIDED_SLICE", [shape, begin, end, stride], (1,), {"shrink_axis_mask": 0}, dtype=np.int32)
+    y = mb.op("RESHAPE", [x, mb.op("CONCATENATION", [mb.const("m", np.array([-1], np.int32)), last], (2,),
+                                    {"axis": 0}, dtype=np.int32)], (6, 4))
+    mb.output(y)
+    out = rewrite(fold_constants, mb.graph())
+    assert codes(out) == ["RESHAPE"]
+    assert out.tensors[out.ops[0].inputs[1]].data.tolist() == [-1, 4]
+
+
+def test_int4_packing_round_trips_two_values_a_byte_low_nibble_first():
+    values = np.array([[-8, 7, 0, -1], [3, -4, 5, 1]], np.int8)
+    packed = pack_int4(values)
+    assert packed.size == 4 and packed[0] == np.uint8((7 << 4) | 0x8)  # -8 in the low nibble, 7 in the high one
+    t = Tensor(index=0, name="w", shape=values.shape, dtype=np.dtype(np.int8), data=packed.view(np.int8),
+               type_code=17)
+    np.testing.assert_array_equal(unpack_int4(t), values)
+
+
+# -- conv_to_fully_connected -----------------------------------------------------------------------------------
+def test_a_one_by_one_conv_on_a_one_by_one_map_becomes_fully_connected():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 1, 1, 8))
+    y = conv(mb, x, (1, 1, 1, 4), (1, 1), VALID)
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(conv_to_fully_connected, g)
+    assert codes(out) == ["FULLY_CONNECTED"]
+    fc = out.ops[0]
+    np.testing.assert_array_equal(out.tensors[fc.inputs[1]].data, g.tensors[g.ops[0].inputs[1]].data.reshape(4, 8))
+    assert fc.opt("keep_num_dims") is True and fc.outputs == [y]
+    assert_same_values(g, out)
+
+
+def test_a_conv_over_a_larger_map_stays_a_conv():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 3, 3, 8))
+    mb.output(conv(mb, x, (1, 3, 3, 4), (1, 1), VALID))
+    assert codes(rewrite(conv_to_fully_connected, mb.graph())) == ["CONV_2D"]
+
+
+# -- merge_padding ----------------------------------------------------------------------------------------------
+def _padded_conv(padding: int) -> tuple[Graph, int]:
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 8, 8, 3))
+    pads = mb.const("p", np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32))
+    padded = mb.op("PAD", [x, pads], (1, 11, 11, 3))
+    out_size = 9 if padding == VALID else 11
+    mb.output(conv(mb, padded, (1, out_size, out_size, 4), (3, 3), padding))
+    return mb.graph(), x
+
+
+def test_merge_padding_moves_a_zero_pad_into_a_valid_conv():
+    g, x = _padded_conv(VALID)
+    out = rewrite(merge_padding, g)
+    assert codes(out) == ["CONV_2D"]
+    assert out.ops[0].inputs[0] == x and out.ops[0].opt("explicit_padding") == (1, 2, 2, 1)  # top, bottom, left, right
+    assert out.ops[0].inputs[1:] == g.ops[1].inputs[1:] and out.ops[0].outputs == g.ops[1].outputs
+    # (explicit padding is the engine's own conv field: the float64 reference, TFLite's semantics, has none)
+
+
+def test_merge_padding_leaves_a_same_conv_alone():
+    g, _ = _padded_conv(SAME)
+    assert codes(rewrite(merge_padding, g)) == ["PAD", "CONV_2D"]
+
+
+# -- pool_to_mean -----------------------------------------------------------------------------------------------
+def _average_pool(size: int) -> Graph:
+    mb = ModelBuilder()
+    x = mb.input("x", (1, size, size, 16))
+    mb.output(mb.op("AVERAGE_POOL_2D", [x], (1, 1, 1, 16), {"padding": VALID, "stride_w": 1, "stride_h": 1,
+                                                             "filter_width": size, "filter_height": size}))
+    return mb.graph()
+
+
+def test_a_global_average_pool_becomes_a_mean_over_height_and_width():
+    g = _average_pool(8)
+    out = rewrite(pool_to_mean, g)
+    assert codes(out) == ["MEAN"]
+    assert out.tensors[out.ops[0].inputs[1]].data.tolist() == [1, 2] and out.ops[0].opt("keep_dims") is True
+    assert_same_values(g, out)
+
+
+def test_a_small_average_pool_stays_a_pool():
+    assert codes(rewrite(pool_to_mean, _average_pool(4))) == ["AVERAGE_POOL_2D"]  # 16 pixels: one loop is cheap
+
+
+# -- drop_leading_units -----------------------------------------------------------------------------------------
+def test_rank5_views_with_a_leading_unit_become_rank4():
+    """The grouped-query attention pattern: RESHAPE to rank 5, BROADCAST_TO, RESHAPE back."""
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 10, 4))
+    expanded = mb.op("RESHAPE", [x, mb.const("s1", np.array([1, 4, 1, 10, 4], np.int32))], (1, 4, 1, 10, 4))
+    repeated = mb.op("BROADCAST_TO", [expanded, mb.const("s2", np.array([1, 4, 2, 10, 4], np.int32))],
+                     (1, 4, 2, 10, 4))
+    y = mb.op("RESHAPE", [repeated, mb.const("s3", np.array([1, 8, 10, 4], np.int32))], (1, 8, 10, 4))
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(drop_leading_units, g)
+    assert codes(out) == ["RESHAPE", "BROADCAST_TO", "RESHAPE"]
+    assert out.tensors[expanded].shape == (4, 1, 10, 4) and out.tensors[repeated].shape == (4, 2, 10, 4)
+    assert [out.tensors[o.inputs[1]].data.tolist() for o in out.ops[:2]] == [[4, 1, 10, 4], [4, 2, 10, 4]]
+    assert out.tensors[y].shape == (1, 8, 10, 4)  # a graph output keeps its shape
+    assert_same_values(g, out)
+
+
+# -- fuse_elementwise_tree --------------------------------------------------------------------------------------
+def test_a_chain_of_elementwise_ops_becomes_one_tree_op():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 8))
+    square = mb.op("MUL", [x, x], (1, 4, 4, 8))
+    total = mb.op("ADD", [square, x], (1, 4, 4, 8))
+    y = mb.op("TANH", [total], (1, 4, 4, 8))
+    mb.output(y)
+    out = rewrite(fuse_elementwise_tree, mb.graph())
+    assert len(out.ops) == 1 and out.ops[0].inputs == [x] and out.ops[0].outputs == [y]
+    steps = out.ops[0].opt("tree")
+    assert [s.op.code for s in steps] == ["MUL", "ADD", "TANH"]
+
+
+def test_an_intermediate_read_twice_outside_the_tree_is_not_fused_away():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 8))
+    square = mb.op("MUL", [x, x], (1, 4, 4, 8))
+    y = mb.op("TANH", [square], (1, 4, 4, 8))
+    mb.output(y, square)  # the square is a graph output too: it must still be written
+    out = rewrite(fuse_elementwise_tree, mb.graph())
+    assert square in [t for o in out.ops for t in o.outputs]
+
+
+# -- densify ----------------------------------------------------------------------------------------------------
+def test_densify_expands_a_csr_matrix():
+    dense = np.array([[0, 5, 0, 0], [0, 0, 0, 0], [7, 0, 0, 9]], np.float32)
+    rows = [{"format": 0, "dense_size": 3},
+            {"format": 1, "array_segments": np.array([0, 1, 1, 3]), "array_indices": np.array([1, 0, 3])}]
+    t = Tensor(index=0, name="w", shape=dense.shape, dtype=np.dtype(np.float32),
+               data=np.array([5, 7, 9], np.float32), sparsity=Sparsity([0, 1], [], rows))
+    np.testing.assert_array_equal(densify(t, dense.shape), dense)
+
+
+def test_densify_rejects_segments_past_the_indices():
+    rows = [{"format": 0, "dense_size": 2},
+            {"format": 1, "array_segments": np.array([0, 1, 4]), "array_indices": np.array([1, 0])}]
+    t = Tensor(index=0, name="w", shape=(2, 3), dtype=np.dtype(np.float32), data=np.ones(4, np.float32),
+               sparsity=Sparsity([0, 1], [], rows))
+    with pytest.raises(Exception, match="out of range"):
+        densify(t, (2, 3))
