@@ -13,9 +13,12 @@ from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Graph, Sparsity, Tensor
 from gpuengine.passes.conv_to_fully_connected import conv_to_fully_connected
 from gpuengine.passes.densify import densify
+from gpuengine.passes.dilated_conv import dilated_conv
 from gpuengine.passes.drop_leading_units import drop_leading_units
 from gpuengine.passes.fold_constants import fold_constants, pack_int4, unpack_int4
+from gpuengine.passes.fold_scale_into_conv import fold_scale_into_conv
 from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
+from gpuengine.passes.fuse_normalization import fuse_normalization
 from gpuengine.passes.merge_padding import merge_padding
 from gpuengine.passes.pool_to_mean import pool_to_mean
 from gpuengine.passes.remove_noops import remove_noops
@@ -45,13 +48,14 @@ def codes(g: Graph) -> list[str]:
     return [o.code for o in g.ops]
 
 
-def assert_same_values(before: Graph, after: Graph) -> None:
-    """Both graphs compute the same outputs (float64 reference) on random inputs."""
+def assert_same_values(before: Graph, after: Graph, rtol: float = 1e-9) -> None:
+    """Both graphs compute the same outputs (float64 reference) on random inputs (rtol: a pass that folds
+    constants into float32 weights rounds them once)."""
     feeds = [RNG.standard_normal(before.tensors[i].shape).astype(np.float32) for i in before.inputs]
     want, got = run_reference(before, feeds), run_reference(after, feeds)
     assert list(before.outputs) == list(after.outputs)
     for t in before.outputs:
-        np.testing.assert_allclose(got[t], want[t], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got[t], want[t], rtol=rtol, atol=rtol)
 
 
 def conv(mb: ModelBuilder, x: int, out_shape: tuple[int, ...], kernel: tuple[int, int], padding: int) -> int:
@@ -167,6 +171,79 @@ def test_merge_padding_moves_a_zero_pad_into_a_valid_conv():
 def test_merge_padding_leaves_a_same_conv_alone():
     g, _ = _padded_conv(SAME)
     assert codes(rewrite(merge_padding, g)) == ["PAD", "CONV_2D"]
+
+
+# -- fold_scale_into_conv --------------------------------------------------------------------------------------
+def test_a_per_channel_scale_after_a_conv_folds_into_its_weights_and_bias():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 6, 6, 3))
+    features = conv(mb, x, (1, 6, 6, 4), (3, 3), SAME)
+    y = mb.op("MUL", [features, mb.const("scale", np.array([1, 2, 3, 4], np.float32))], (1, 6, 6, 4))
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(fold_scale_into_conv, g)
+    assert codes(out) == ["CONV_2D"] and out.ops[0].inputs[0] == x and out.ops[0].outputs == [y]
+    scale = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(out.tensors[out.ops[0].inputs[1]].data,
+                                  g.tensors[g.ops[0].inputs[1]].data * scale[:, None, None, None])
+    np.testing.assert_array_equal(out.tensors[out.ops[0].inputs[2]].data, g.tensors[g.ops[0].inputs[2]].data * scale)
+    assert_same_values(g, out, rtol=1e-5)
+
+
+def test_a_scale_of_a_tensor_read_elsewhere_is_not_folded():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 6, 6, 3))
+    features = conv(mb, x, (1, 6, 6, 4), (3, 3), SAME)
+    y = mb.op("MUL", [features, mb.const("scale", np.array([1, 2, 3, 4], np.float32))], (1, 6, 6, 4))
+    mb.output(y, features)
+    assert codes(rewrite(fold_scale_into_conv, mb.graph())) == ["CONV_2D", "MUL"]
+
+
+# -- dilated_conv ------------------------------------------------------------------------------------------------
+def test_space_to_batch_conv_batch_to_space_becomes_one_dilated_conv():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 8, 8, 3))
+    block = np.array([2, 2], np.int32)
+    phases = mb.op("SPACE_TO_BATCH_ND", [x, mb.const("block", block), mb.const("pads", np.full((2, 2), 2, np.int32))],
+                   (4, 6, 6, 3))
+    features = conv(mb, phases, (4, 4, 4, 4), (3, 3), VALID)
+    y = mb.op("BATCH_TO_SPACE_ND", [features, mb.const("block2", block), mb.const("crops", np.zeros((2, 2), np.int32))],
+              (1, 8, 8, 4))
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(dilated_conv, g)
+    assert codes(out) == ["CONV_2D"] and out.ops[0].inputs[0] == x and out.ops[0].outputs == [y]
+    assert (out.ops[0].opt("dilation_h_factor"), out.ops[0].opt("dilation_w_factor")) == (2, 2)
+    assert_same_values(g, out)
+
+
+# -- fuse_normalization ------------------------------------------------------------------------------------------
+def test_rms_norm_written_as_six_ops_becomes_one():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 16))
+    mean_square = mb.op("MEAN", [mb.op("MUL", [x, x], (1, 4, 16)), mb.const("axis", np.array([-1], np.int32))],
+                        (1, 4, 1), {"keep_dims": True})
+    norm = mb.op("RSQRT", [mb.op("ADD", [mean_square, mb.const("eps", np.array(1e-6, np.float32))], (1, 4, 1))],
+                 (1, 4, 1))
+    gamma = RNG.standard_normal(16).astype(np.float32)
+    y = mb.op("MUL", [mb.op("MUL", [x, norm], (1, 4, 16)), mb.const("gamma", gamma)], (1, 4, 16))
+    mb.output(y)
+    out = rewrite(fuse_normalization, mb.graph())
+    assert codes(out) == ["RMS_NORM"] and out.ops[0].inputs[0] == x and out.ops[0].outputs == [y]
+    assert out.ops[0].opt("epsilon") == pytest.approx(1e-6)
+    scale, offset = (out.tensors[t].data for t in out.ops[0].inputs[1:])
+    np.testing.assert_array_equal(scale, gamma)
+    assert not offset.any()
+
+
+def test_a_mean_over_another_axis_is_no_norm():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 16))
+    mean_square = mb.op("MEAN", [mb.op("MUL", [x, x], (1, 4, 16)), mb.const("axis", np.array([1], np.int32))],
+                        (1, 1, 16), {"keep_dims": True})
+    y = mb.op("MUL", [x, mb.op("RSQRT", [mean_square], (1, 1, 16))], (1, 4, 16))
+    mb.output(y)
+    assert "RMS_NORM" not in codes(rewrite(fuse_normalization, mb.graph()))
 
 
 # -- pool_to_mean -----------------------------------------------------------------------------------------------
