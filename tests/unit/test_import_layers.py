@@ -198,10 +198,10 @@ def _cycle_in(edges: Mapping[str, list[str]], component: set[str]) -> list[str]:
 
 
 def folder(module: str, packages: set[str]) -> str:
-    """The folder a module lives in (a top-level module of gpuengine/ is its own)."""
-    owner = module if module in packages else module.rpartition(".")[0]
-    if owner == "gpuengine":
-        owner = module
+    """The pipeline-stage folder a module lives in: the package right under gpuengine (gpuengine.kernels for
+    gpuengine.kernels.conv2d, and for anything nested deeper in it); a top-level module of gpuengine/ is its own."""
+    stage = ".".join(module.split(".")[:2])
+    owner = stage if stage in packages else module
     for prefix, planned in PLANNED_FOLDERS.items():
         if owner == prefix or owner.startswith(prefix + "."):
             return planned
@@ -313,8 +313,9 @@ def test_layers_and_folders_on_synthetic_modules():
     assert layer("gpuengine") == "api" and layer("gpuengine.tools.cli") == "tools"
     assert upward_imports({"gpuengine.model.ir": {"gpuengine.passes.densify"}}) == [
         "gpuengine.model.ir (model) imports gpuengine.passes.densify (passes)"]
-    packages = {"gpuengine", "gpuengine.kernels", "gpuengine.model"}
+    packages = {"gpuengine", "gpuengine.kernels", "gpuengine.model", "gpuengine.runtime", "gpuengine.runtime.gpu"}
     assert folder("gpuengine.kernels.base", packages) == "gpuengine.lowering"
+    assert folder("gpuengine.runtime.gpu.device", packages) == "gpuengine.runtime"
     assert folder("gpuengine.engine", packages) == "gpuengine.engine"
     assert folder("gpuengine.model", packages) == "gpuengine.model"
     graph = {"gpuengine.model.ir": {"gpuengine.kernels.base"}, "gpuengine.kernels.base": {"gpuengine.model.reader"},
