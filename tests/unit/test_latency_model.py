@@ -8,12 +8,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from gpuengine.kernels.base import Decomposition, Variants
+from gpuengine.kernels.dispatch_cost import op_ns
 from gpuengine.latency import devices, latency, policy, target
 from gpuengine.latency.defaults import default_workgroup
 from gpuengine.latency.latency import Device, DispatchCost, ModelPrediction
+from gpuengine.model.builder import ModelBuilder
 
 H100 = devices.built_in("h100")
 
@@ -174,3 +177,27 @@ def test_ranked_candidates_are_ordered_by_predicted_time():
     ranked = policy.ranked(deep, target.named("discrete"), device)
     times = [policy.estimated_time(deep, d, target.named("discrete"), device) for d in ranked]
     assert times == sorted(times)
+
+
+# -- the model applied to a lowered op (kernels/dispatch_cost.py: specs are built, nothing is compiled) ---------
+def conv_graph(size: int):
+    mb = ModelBuilder()
+    x = mb.input("x", (1, size, size, 16))
+    w = mb.const("w", np.ones((32, 3, 3, 16), np.float32))
+    b = mb.const("b", np.zeros(32, np.float32))
+    mb.output(mb.op("CONV_2D", [x, w, b], (1, size, size, 32), {"padding": 0, "stride_w": 1, "stride_h": 1}))
+    g = mb.graph()
+    return g.ops[0], g
+
+
+def test_a_lowered_conv_is_predicted_slower_on_a_larger_map_and_on_a_cpu():
+    lavapipe = devices.lavapipe(cores=2)
+    h100, cpu = [], []
+    for size in (8, 32, 128):
+        op, g = conv_graph(size)
+        (gpu_ns, dispatches), (cpu_ns, _) = op_ns(op, g, H100), op_ns(op, g, lavapipe)
+        assert dispatches == 1 and gpu_ns > H100.dispatch_ns + H100.record_ns
+        h100.append(gpu_ns)
+        cpu.append(cpu_ns)
+    assert h100 == sorted(h100) and cpu == sorted(cpu) and cpu[-1] > 100 * cpu[0]
+    assert all(g < c for g, c in zip(h100, cpu))
