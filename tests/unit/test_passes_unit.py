@@ -19,6 +19,7 @@ from gpuengine.passes.fold_constants import fold_constants, pack_int4, unpack_in
 from gpuengine.passes.fold_scale_into_conv import fold_scale_into_conv
 from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
 from gpuengine.passes.fuse_normalization import fuse_normalization
+from gpuengine.passes.merge_channel_pad import merge_channel_pad
 from gpuengine.passes.merge_padding import merge_padding
 from gpuengine.passes.pool_to_mean import pool_to_mean
 from gpuengine.passes.remove_noops import remove_noops
@@ -86,6 +87,19 @@ def test_remove_noops_keeps_an_activated_single_input_add():
     y = mb.op("ADD", [x], (1, 8), {"fused_activation_function": 1})  # RELU: not a copy
     mb.output(y)
     assert codes(rewrite(remove_noops, mb.graph())) == ["ADD"]
+
+
+def test_remove_noops_drops_identity_transposes_and_zero_pads_but_not_a_real_permutation():
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 3))
+    same = mb.op("TRANSPOSE", [x, mb.const("id", np.arange(4, dtype=np.int32))], (1, 4, 4, 3))
+    padded = mb.op("PAD", [same, mb.const("zero", np.zeros((4, 2), np.int32))], (1, 4, 4, 3))
+    y = mb.op("TRANSPOSE", [padded, mb.const("swap", np.array([0, 2, 1, 3], np.int32))], (1, 4, 4, 3))
+    mb.output(y)
+    g = mb.graph()
+    out = rewrite(remove_noops, g)
+    assert codes(out) == ["TRANSPOSE"] and out.ops[0].inputs[0] == x and out.ops[0].outputs == [y]
+    assert_same_values(g, out)
 
 
 # -- fold_constants -------------------------------------------------------------------------------------------
@@ -244,6 +258,29 @@ def test_a_mean_over_another_axis_is_no_norm():
     y = mb.op("MUL", [x, mb.op("RSQRT", [mean_square], (1, 1, 16))], (1, 4, 16))
     mb.output(y)
     assert "RMS_NORM" not in codes(rewrite(fuse_normalization, mb.graph()))
+
+
+# -- merge_channel_pad ------------------------------------------------------------------------------------------
+def _residual_with_channel_pad(extra: tuple[int, int]) -> tuple[Graph, int]:
+    """ADD(a, PAD(x)) as BlazeFace grows its channels: x (8 channels) zero-extended to a's 16."""
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4, 4, 8))
+    a = mb.input("a", (1, 4, 4, 16))
+    pads = mb.const("p", np.array([[0, 0], [0, 0], [0, 0], list(extra)], np.int32))
+    padded = mb.op("PAD", [x, pads], (1, 4, 4, 8 + sum(extra)))
+    mb.output(mb.op("ADD", [a, padded], (1, 4, 4, 16)))
+    return mb.graph(), x
+
+
+def test_a_pad_that_only_appends_zero_channels_is_read_zero_extended_by_the_add():
+    g, x = _residual_with_channel_pad((0, 8))
+    out = rewrite(merge_channel_pad, g)
+    assert codes(out) == ["ADD"] and out.ops[0].inputs[1] == x and out.ops[0].opt("zero_extend") is True
+
+
+def test_a_pad_before_the_channels_is_kept():
+    g, _ = _residual_with_channel_pad((8, 0))  # x's channels moved up: not a zero extension
+    assert codes(rewrite(merge_channel_pad, g)) == ["PAD", "ADD"]
 
 
 # -- pool_to_mean -----------------------------------------------------------------------------------------------
