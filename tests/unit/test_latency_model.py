@@ -1,7 +1,7 @@
 """The latency model as arithmetic (gpuengine/latency): predictions grow with bytes and work, never fall below
 the floor, fill the device's lanes before they grow with the total; the built-in device table, the adapter
-classes, the default workgroups and the policy's choice on a synthetic kernel offer. No GPU adapter, no LiteRT,
-no kernel built."""
+classes, the default workgroups, the policy's choice on a synthetic kernel offer, a lowered op's prediction and the
+tuned choices the runtime reads. No GPU adapter, no LiteRT, no shader compiled."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import math
 import numpy as np
 import pytest
 
+from gpuengine.kernels import tuned
 from gpuengine.kernels.base import Decomposition, Variants
 from gpuengine.kernels.dispatch_cost import op_ns
 from gpuengine.latency import devices, latency, policy, target
 from gpuengine.latency.defaults import default_workgroup
 from gpuengine.latency.latency import Device, DispatchCost, ModelPrediction
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.tuning.cache import TuningCache
 
 H100 = devices.built_in("h100")
 
@@ -201,3 +203,31 @@ def test_a_lowered_conv_is_predicted_slower_on_a_larger_map_and_on_a_cpu():
         cpu.append(cpu_ns)
     assert h100 == sorted(h100) and cpu == sorted(cpu) and cpu[-1] > 100 * cpu[0]
     assert all(g < c for g, c in zip(h100, cpu))
+
+
+# -- the tuned choices the runtime reads (kernels/tuned.py), as `gpuengine tune` writes them (tuning/cache.py) --
+def test_the_runtime_reads_what_tuning_recorded_and_the_fit_beside_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPUENGINE_LATENCY_FIT", raising=False)
+    path = tmp_path / "tuning.json"
+    written = TuningCache(path)
+    split = Decomposition((2, 1), 4, 16, True)
+    written.record("adapter-a", "Test GPU", "conv|problem", split, 100.0, 60.0)
+    written.record("adapter-a", "Test GPU", "add|signature", (8, 4, 1), 10.0, 9.0)
+    written.save()
+    fitted = latency.with_parameters(H100, {"unit_ns": 1.0}, "fitted on test")
+    devices.save_fit(devices.fit_path(path), "adapter-a", fitted, {"samples": 1})
+    read = tuned.TuningCache(path).tuned("adapter-a")
+    assert read.decompositions == {"conv|problem": split} and read.workgroups == {"add|signature": (8, 4, 1)}
+    assert read.latency == fitted
+    assert tuned.TuningCache(path).tuned("adapter-b") == tuned.Tuned()
+
+
+def test_a_malformed_or_older_cache_is_read_as_empty(tmp_path):
+    path = tmp_path / "tuning.json"
+    path.write_text('{"format": 2, "devices": {"a": {"kernels": {"k": {"workgroup": [0, 1, 1]}, '
+                    '"d": {"decomposition": {"tile": [1]}}, "x": 3}}}}')
+    assert tuned.TuningCache(path).tuned("a") == tuned.Tuned()
+    path.write_text('{"format": 1, "devices": {"a": {"kernels": {"k": {"workgroup": [8, 8, 1]}}}}}')
+    assert tuned.TuningCache(path).tuned("a").workgroups == {}
+    path.write_text("not json")
+    assert tuned.TuningCache(path).data == {"format": tuned.FORMAT, "devices": {}}
