@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import registry
+from ..kernels.dispatch_cost import op_ns
 from ..kernels.fully_connected import NORM
 from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM, SOURCE_OPS
+from ..latency.latency import Device
 from ..model.ir import Graph, Op
-from ..tuning.latency import Device, op_ns
 from .graph_utils import with_fields
 
 

@@ -27,13 +27,13 @@ from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
 from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
 from ..kernels.kv_cache import KV_CACHE_WRITE, writes
+from ..kernels.tuned import Tuned
+from ..latency import policy
+from ..latency.defaults import default_workgroup
+from ..latency.target import Target
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
-from ..tuning import policy
-from ..tuning.cache import Tuned
-from ..tuning.defaults import default_workgroup
-from ..tuning.target import Target
 from .device import DEVICE_LOST, GpuDevice, WorkDone
 
 
