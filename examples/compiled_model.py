@@ -47,6 +47,25 @@ def generate(model: Any, prompt: list[int], steps: int) -> list[int]:
     return generated
 
 
+def model_bytes(spec: str) -> bytes:
+    """A model given as a .tflite path, a zoo model name or a reference model name (selfie_segmentation, ...:
+    from the model cache that `gpuengine fetch-models` fills)."""
+    from gpuengine.tools import fetch
+
+    from gpuengine import zoo
+
+    if os.path.exists(spec):
+        with open(spec, "rb") as f:
+            return f.read()
+    if spec in zoo.MODELS:
+        return zoo.get(spec)
+    try:
+        return fetch.model_path(spec).read_bytes()
+    except (KeyError, fetch.ModelsUnavailable) as e:
+        names = ", ".join(zoo.MODELS)
+        raise SystemExit(f"no such file, zoo model ({names}) or reference model: {spec!r} ({e})") from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="tiny", help="a .tflite file or a gpuengine zoo model name")
@@ -63,14 +82,12 @@ def main() -> int:
         from gpuengine import CompiledModel, HardwareAccelerator
 
         accel = HardwareAccelerator.GPU
-    if os.path.exists(args.model):
-        model = CompiledModel.from_file(args.model, hardware_accel=accel)
-    else:
-        from gpuengine import zoo
-
-        model = CompiledModel.from_buffer(zoo.get(args.model), hardware_accel=accel)
-
+    model = CompiledModel.from_buffer(model_bytes(args.model), hardware_accel=accel)
     if args.generate:
+        if "decode" not in model.get_signature_list():
+            raise SystemExit(f"--generate needs a language model with a `decode` signature (e.g. "
+                             f"../shared/models/toy_decoder_kv.tflite); {args.model} has "
+                             f"{sorted(model.get_signature_list())}")
         prompt = [1, 5, 9, 2]
         print(f"{type(model).__module__}.CompiledModel, prompt {prompt}: {generate(model, prompt, args.generate)}")
         return 0

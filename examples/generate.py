@@ -49,6 +49,31 @@ def prefill_feeds(runner: object, prompt: list[int]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def prefill_key(interpreter: object, prompt: list[int]) -> str:
+    """The prefill signature for a prompt: litert-torch names them prefill or prefill_N (N tokens); the shortest
+    that takes the prompt."""
+    keys = [k for k in interpreter.get_signature_list() if k.startswith("prefill")]
+    if not keys or "decode" not in interpreter.get_signature_list():
+        raise SystemExit(f"--prompt-ids needs a model with prefill and decode signatures; it has "
+                         f"{sorted(interpreter.get_signature_list())}")
+    length = {k: int(interpreter.get_signature_runner(k).get_input_details()["tokens"]["shape"][-1]) for k in keys}
+    fits = sorted((n, k) for k, n in length.items() if n >= len(prompt))
+    if not fits:
+        raise SystemExit(f"the prompt has {len(prompt)} tokens; the prefill signatures take at most "
+                         f"{max(length.values())}")
+    return fits[0][1]
+
+
+def prefilled_prompt(prefill: object, prompt: list[int]) -> tuple[list[int], int | None]:
+    """What prefill takes and the token left for the first decode step: the whole prompt and None when prefill
+    returns logits, else (litert-torch's LLM converter writes prefill without logits) all but the last token."""
+    if "logits" in prefill.get_output_details():
+        return prompt, None
+    if len(prompt) < 2:
+        raise SystemExit("this model's prefill returns no logits: give at least 2 prompt ids")
+    return prompt[:-1], prompt[-1]
+
+
 def step_feeds(token: int, position: int) -> dict[str, np.ndarray]:
     return {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
 
@@ -58,13 +83,20 @@ def generate_litert(model_path: str | os.PathLike, prompt: list[int], steps: int
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     interpreter = LiteRT(model_path=str(model_path))
-    prefill, decode = interpreter.get_signature_runner("prefill"), interpreter.get_signature_runner("decode")
-    out = prefill(**prefill_feeds(prefill, prompt))
+    prefill = interpreter.get_signature_runner(prefill_key(interpreter, prompt))
+    decode = interpreter.get_signature_runner("decode")
+    head, first = prefilled_prompt(prefill, prompt)
+    out = prefill(**prefill_feeds(prefill, head))
     caches = {name: out[name] for name in cache_names(decode)}
-    tokens = [int(np.argmax(out["logits"][0, len(prompt) - 1]))]
+    if first is None:
+        tokens, position = [int(np.argmax(out["logits"][0, len(prompt) - 1]))], len(prompt)
+    else:  # the prefill signature has no logits: the prompt's last token goes through decode
+        out = decode(**step_feeds(first, len(head)), **caches)
+        caches = {name: out[name] for name in caches}
+        tokens, position = [int(np.argmax(out["logits"].reshape(-1)))], len(prompt)
     start = time.perf_counter()
     for k in range(steps - 1):
-        out = decode(**step_feeds(tokens[-1], len(prompt) + k), **caches)
+        out = decode(**step_feeds(tokens[-1], position + k), **caches)
         caches = {name: out[name] for name in caches}
         tokens.append(int(np.argmax(out["logits"].reshape(-1))))
     return tokens, (steps - 1) / max(time.perf_counter() - start, 1e-9)
@@ -73,18 +105,28 @@ def generate_litert(model_path: str | os.PathLike, prompt: list[int], steps: int
 def generate_gpu(interpreter: Interpreter, prompt: list[int], steps: int) -> tuple[list[int], float]:
     """gpuengine's greedy decode with the cache on the GPU: the tokens (the first from prefill) and the decode
     steps per second."""
-    prefill, decode = interpreter.get_signature_runner("prefill"), interpreter.get_signature_runner("decode")
+    prefill = interpreter.get_signature_runner(prefill_key(interpreter, prompt))
+    decode = interpreter.get_signature_runner("decode")
     names = cache_names(decode)
-    out = prefill.run(prefill_feeds(prefill, prompt), outputs=["logits"])  # the cache stays on the GPU
+    head, first = prefilled_prompt(prefill, prompt)
+    out = prefill.run(prefill_feeds(prefill, head), outputs=["logits"] if first is None else [])  # cache stays on GPU
     for name in names:  # the first step reads the prompt's cache where prefill left it
         decode.set_input_buffer(name, prefill.output_buffer(name))
-    tokens = [int(np.argmax(out["logits"][0, len(prompt) - 1]))]
+    position, chained = len(prompt), False
+    if first is None:
+        tokens = [int(np.argmax(out["logits"][0, len(prompt) - 1]))]
+    else:  # the prefill signature has no logits: the prompt's last token goes through decode
+        out = decode.run(step_feeds(first, len(head)), outputs=["logits"])
+        tokens, chained = [int(np.argmax(out["logits"].reshape(-1)))], True
+        for name in names:
+            decode.set_input_buffer(name, decode.output_buffer(name))
     start = time.perf_counter()
     for k in range(steps - 1):
-        out = decode.run(step_feeds(tokens[-1], len(prompt) + k), outputs=["logits"])
-        if k == 0:  # from now on each step reads its own previous step's cache (copied on the GPU)
+        out = decode.run(step_feeds(tokens[-1], position + k), outputs=["logits"])
+        if not chained:  # from now on each step reads its own previous step's cache (copied on the GPU)
             for name in names:
                 decode.set_input_buffer(name, decode.output_buffer(name))
+            chained = True
         tokens.append(int(np.argmax(out["logits"].reshape(-1))))
     return tokens, (steps - 1) / max(time.perf_counter() - start, 1e-9)
 

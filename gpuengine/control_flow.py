@@ -37,9 +37,9 @@ from .model.ir import Graph, Model, Op, Tensor
 if TYPE_CHECKING:
     from .delegate.partition import Partition
     from .engine import CompiledGraph, Plan
+    from .kernels.tuned import Tuned
     from .runtime.device import GpuDevice
     from .runtime.program import EngineOptions, GpuProgram
-    from .tuning.cache import Tuned
 
 CONTROL_OPS = frozenset({"WHILE", "IF"})
 ROLES = {"WHILE": ("cond", "body"), "IF": ("then", "else")}

@@ -18,17 +18,17 @@ from .delegate.partition import Partition, partition
 from .delegate.support import gpu_support, unsupported_summary
 from .errors import AdapterError
 from .kernels.base import KernelSpec
+from .kernels.tuned import Tuned, TuningCache
+from .latency import devices
+from .latency.latency import Device
+from .latency.target import Target
+from .latency.target import check as check_target
 from .model.ir import Graph, Model
 from .model.shapes import propagate, shape_key
 from .model.validate import validate_graph
 from .passes.pipeline import run_passes
 from .runtime.device import GpuDevice, get_device, gpu_for
 from .runtime.program import Choices, EngineOptions, GpuProgram, partition_specs
-from .tuning import devices
-from .tuning.cache import Tuned, TuningCache
-from .tuning.latency import Device
-from .tuning.target import Target
-from .tuning.target import check as check_target
 
 
 @dataclass

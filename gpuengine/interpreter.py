@@ -21,6 +21,7 @@ from .codegen import PRECISIONS
 from .control_flow import describe_control
 from .engine import CompiledGraph, InvokeJob, ShapeCache, for_adapter, prepare
 from .errors import ModelError
+from .latency.target import check as check_target
 from .memory import STRATEGIES
 from .mixed_precision import f32_tensor_names
 from .model import validate
@@ -31,7 +32,6 @@ from .passes.hybrid_arithmetic import ARITHMETICS as HYBRID_ARITHMETICS
 from .runtime.bounds import IndexChecks
 from .runtime.program import EngineOptions, GpuProgram
 from .tensor_buffer import TensorBuffer
-from .tuning.target import check as check_target
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
                7: "INT16", 9: "INT8", 10: "FLOAT64"}

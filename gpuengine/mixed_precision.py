@@ -88,8 +88,8 @@ def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int]
 def stored_tensor_names(graph: Graph) -> set[str]:
     """Names of the tensors the GPU programs of `graph` store (planned as an fp16 program would be)."""
     from .engine import planned_dispatches
+    from .latency.target import named
     from .runtime.program import EngineOptions, stores_tensor
-    from .tuning.target import named
 
     plan, partitions = planned_dispatches(graph, EngineOptions(precision="fp16"), named("discrete"))
     return {plan.graph.tensors[b.tensor].name for specs in partitions for spec in specs for b in spec.bindings

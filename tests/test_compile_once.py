@@ -18,11 +18,11 @@ import pytest
 from gpuengine import Interpreter, codegen
 from gpuengine.engine import plan_graph
 from gpuengine.kernels import layout_view
+from gpuengine.latency import devices
+from gpuengine.latency.target import named
 from gpuengine.model import ir
 from gpuengine.model.reader import read_model
 from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
-from gpuengine.tuning import devices
-from gpuengine.tuning.target import named
 from gpuengine.zoo.decoder import DecoderConfig, decoder
 
 LAYERS = (2, 4, 6)

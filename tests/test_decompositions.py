@@ -15,12 +15,12 @@ import pytest
 from gpuengine import Interpreter
 from gpuengine.kernels.base import Decomposition, Variants
 from gpuengine.kernels.tiling import decompositions, default_group, lane_memory_fits
+from gpuengine.latency import policy
+from gpuengine.latency.target import FILL, Target, classify, named, resolve
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import random_inputs, relative_error, run_litert
-from gpuengine.tuning import policy
 from gpuengine.tuning.cache import TuningCache
 from gpuengine.tuning.search import decomposition_space, search
-from gpuengine.tuning.target import FILL, Target, classify, named, resolve
 from gpuengine.zoo.mobilenet import Net
 
 # -- models, one per decomposed kernel family ------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_policy_predicts_latency_below_the_lanes_and_total_work_above():
     assert policy.choose(v, named("integrated")) == mid
     # cpu: every candidate takes many rounds: total work, 10M units for the big tile against 12M and 19M
     assert policy.choose(v, named("cpu")) == big
-    from gpuengine.tuning import devices, latency
+    from gpuengine.latency import devices, latency
 
     h100 = devices.built_in("h100")
     assert policy.estimated_time(v, split, named("discrete")) == pytest.approx(

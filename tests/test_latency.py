@@ -23,10 +23,12 @@ import pytest
 from gpuengine import zoo
 from gpuengine.engine import planned_dispatches
 from gpuengine.kernels.base import Decomposition
+from gpuengine.kernels.dispatch_cost import dispatch_cost
+from gpuengine.latency import devices, latency
+from gpuengine.latency.target import named
 from gpuengine.model.reader import read_model
 from gpuengine.runtime.program import EngineOptions
-from gpuengine.tuning import calibrate, devices, latency
-from gpuengine.tuning.target import named
+from gpuengine.tuning import calibrate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h100"
 GOAL_ERROR = 0.25
@@ -39,7 +41,7 @@ GOAL_SPEARMAN = 0.8
 def _late_conv(target: str = "discrete"):
     plan, (specs,) = planned_dispatches(read_model(zoo.get("mobilenet_v2")).main, EngineOptions(), named(target))
     spec = next(s for s in specs if s.shader == "conv2d_1x1" and s.params["SI"] == 240 and s.params["SO"] == 40)
-    return spec, latency.dispatch_cost(spec, plan.graph)
+    return spec, dispatch_cost(spec, plan.graph)
 
 
 def test_h100_conv1x1_decompositions():

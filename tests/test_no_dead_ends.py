@@ -18,11 +18,11 @@ from gpuengine import codegen
 from gpuengine.errors import UnsupportedOpError
 from gpuengine.kernels import registry, tiling
 from gpuengine.kernels.base import Variants
+from gpuengine.latency import policy
+from gpuengine.latency.target import named
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.passes.pipeline import run_passes
-from gpuengine.tuning import policy
-from gpuengine.tuning.target import named
 from gpuengine.zoo.vit import layer_norm, rms_norm
 
 SIZES = (64, 128, 256, 1000, 2048)  # channels / reduction lengths swept (head dims, widths, vocabulary slices)

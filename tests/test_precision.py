@@ -11,13 +11,13 @@ import pytest
 from gpuengine import Interpreter, zoo
 from gpuengine.codegen import element_bytes, preamble
 from gpuengine.engine import plan_graph
+from gpuengine.latency.target import named
 from gpuengine.memory import plan_memory
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import random_inputs, relative_error, run_litert
 from gpuengine.runtime.device import GpuDevice
 from gpuengine.runtime.program import Choices, EngineOptions, partition_specs, usage_records
 from gpuengine.testing import FP16_TOLERANCE, assert_matches_litert
-from gpuengine.tuning.target import named
 
 
 def test_preamble_and_element_sizes():

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from gpuengine.latency.defaults import default_workgroup
 from gpuengine.tuning.cache import FORMAT, TuningCache
-from gpuengine.tuning.defaults import default_workgroup
 from gpuengine.tuning.search import Limits, coarse_grid, neighbours, tune_workgroup, valid
 
 

@@ -35,7 +35,7 @@ def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def plot(samples: list[Any], device: Any, path: str) -> None:
-    from gpuengine.tuning.latency import predict_ns
+    from gpuengine.latency.latency import predict_ns
 
     predicted_vs_measured([s.measured_ns / 1e3 for s in samples], [predict_ns(s.cost, device) / 1e3 for s in samples],
                           path, "measured us", "predicted us", f"latency model on {device.name[:40]}")
@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         import scipy.optimize  # noqa: F401 - the fit and its report need it
     except ImportError:
         raise SystemExit("gpuengine: calibrate needs scipy: pip install gpuengine[calibrate]") from None
-    from gpuengine.tuning import calibrate, devices
+    from gpuengine.latency import devices
+    from gpuengine.tuning import calibrate
 
     prog, samples = collect(args)
     gpu = prog.gpu

@@ -111,9 +111,9 @@ def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> lis
     """The dispatches (KernelSpecs) of every GPU partition of a signature, planned for an adapter class without
     compiling (nothing touches a GPU), fusions included."""
     from gpuengine import engine
+    from gpuengine.latency.target import named
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
-    from gpuengine.tuning.target import named
 
     parsed = read_model(model)
     signature = next(s for s in parsed.signatures if s.key == key)

@@ -70,8 +70,8 @@ class PhaseTimer:
 
 def instrument(timer: PhaseTimer) -> None:
     from gpuengine import codegen, engine, interpreter
+    from gpuengine.latency import policy
     from gpuengine.runtime import device, program
-    from gpuengine.tuning import policy
 
     timer.wrap(interpreter, "read_model", "read + validate")
     timer.wrap(interpreter.validate, "validate_model", "read + validate")

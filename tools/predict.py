@@ -16,7 +16,7 @@ from .common import models
 
 
 def description(args: argparse.Namespace, name: str | None) -> Any:
-    from gpuengine.tuning import devices
+    from gpuengine.latency import devices
 
     try:
         if args.fit:
@@ -31,9 +31,9 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
     """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class: of the
     main graph, or of a signature's subgraph; hybrid: the arithmetic of hybrid int8 FULLY_CONNECTED ops."""
     from gpuengine.engine import planned_dispatches
+    from gpuengine.latency.target import named
     from gpuengine.model.reader import read_model
     from gpuengine.runtime.program import EngineOptions
-    from gpuengine.tuning.target import named
 
     model = read_model(data)
     graph = model.main
@@ -50,7 +50,7 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
 def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
                   signature: str | None = None, hybrid: str = "integer") -> Any:
     """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
-    from gpuengine.tuning.latency import predict_specs
+    from gpuengine.kernels.dispatch_cost import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:
@@ -69,7 +69,7 @@ def as_json(name: str, p: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuengine.tuning import devices
+    from gpuengine.latency import devices
 
     names = devices.names() if args.device == "all" and not args.fit else [args.device]
     results = []

@@ -56,7 +56,7 @@ def host_figures(it: Any, runs: int, call: Any = None) -> dict[str, float]:
 def device_of(prog: Any) -> Any:
     """The latency model's description of a program's adapter: its fit (`gpuengine calibrate`), else the built-in
     one for its class (lavapipe for a software adapter)."""
-    from gpuengine.tuning import devices
+    from gpuengine.latency import devices
 
     if prog.choices.tuned.latency is not None:
         return prog.choices.tuned.latency
@@ -70,9 +70,10 @@ def plot(rows: list[dict[str, Any]], path: str, adapter: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuengine.kernels.dispatch_cost import dispatch_cost
     from gpuengine.kernels.prologue import model_ops
+    from gpuengine.latency.latency import predict_ns
     from gpuengine.runtime.timing import DispatchTimer
-    from gpuengine.tuning.latency import dispatch_cost, predict_ns
 
     name, data = models(args)[0]
     it = interpreter(data, args)

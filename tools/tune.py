@@ -61,7 +61,8 @@ def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> 
     A decomposable kernel has its candidates ranked by the latency model (tuning/latency.py, on the adapter's
     fit or its class's built-in description) and only the best quarter is measured, besides the default;
     `measure_all` searches as before the model (every candidate nearest the default first, then neighbours)."""
-    from gpuengine.tuning import latency
+    from gpuengine.kernels.dispatch_cost import dispatch_cost
+    from gpuengine.latency import latency
     from gpuengine.tuning.search import Limits, decomposition_space, search, tune_workgroup
 
     from .profile import device_of
@@ -79,7 +80,7 @@ def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> 
     if spec.variants is not None:
         default = spec.decomposition
         candidates, around = decomposition_space(spec.variants, default, prog.target.subgroups, max_inv)
-        base = latency.dispatch_cost(spec, prog.graph, prog.precision)
+        base = dispatch_cost(spec, prog.graph, prog.precision)
         ranked = [d for _, d in latency.rank(spec.variants, candidates, device_of(prog), base)]
         first = ranked[0] if ranked else None
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 
 from ..model.ir import Graph, Op
-from ..passes import kernel_support
 from .base import Kernel
 
 KERNEL_MODULES = (
@@ -89,8 +87,3 @@ def check(op: Op, graph: Graph) -> str | None:
         return kernel.supports(op, graph)
     except Exception as e:  # noqa: BLE001 - a support check must never take the process down
         return f"support check failed: {type(e).__name__}: {e}"
-
-
-# Passes ask whether a kernel accepts an op before they rewrite to it; they sit below lowering, so the answer is
-# installed here rather than imported there.
-kernel_support.install(sys.modules[__name__])  # type: ignore[arg-type]

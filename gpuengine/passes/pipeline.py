@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..latency.latency import Device
 from ..model.ir import Graph, Model
-from ..tuning.latency import Device
 from .attention_kv_group import attention_kv_group
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AdapterError
-from ..tuning.target import Target, resolve
+from ..latency.target import Target, resolve
 
 INSTALL_HINT = (
     "Install a GPU driver with Vulkan, Metal or D3D12 support, or a software WebGPU adapter: on Debian/Ubuntu "

@@ -27,15 +27,15 @@ from ..kernels import convert, tiling
 from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
 from ..kernels.common import EXACT_LIMIT, holds_integers
 from ..kernels.kv_cache import writes
+from ..kernels.tuned import Tuned
+from ..latency import policy
+from ..latency.defaults import default_workgroup
+from ..latency.target import Target
 from ..layout import phwc4_elements
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
 from ..model.ops import KV_CACHE_WRITE
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
-from ..tuning import policy
-from ..tuning.cache import Tuned
-from ..tuning.defaults import default_workgroup
-from ..tuning.target import Target
 from .device import DEVICE_LOST, GpuDevice, WorkDone
 
 

@@ -1,4 +1,4 @@
-"""Fitting a device description (tuning/latency.py) to the device in hand: probe kernels and models are timed
+"""Fitting a device description (latency/latency.py) to the device in hand: probe kernels and models are timed
 dispatch by dispatch, and the free parameters (latency.FITTED) are fitted to minimize the relative error.
 
 Each sample is one dispatch in one decomposition, timed as `tune` times it (runtime/timing.py `span`: the
@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .latency import FITTED, Device, DispatchCost, candidate_cost, dispatch_cost, predict_ns, with_parameters
+from ..kernels.dispatch_cost import dispatch_cost
+from ..latency.latency import FITTED, Device, DispatchCost, candidate_cost, predict_ns, with_parameters
 
 
 @dataclass

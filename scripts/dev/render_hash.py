@@ -45,8 +45,8 @@ def graphs(data: bytes):
 
 def rendered(graph, parsed, target: str, precision: str, optimize: bool) -> list[str]:
     from gpuengine import codegen, engine
+    from gpuengine.latency.target import named
     from gpuengine.runtime.program import EngineOptions
-    from gpuengine.tuning.target import named
 
     options = EngineOptions(precision=precision, optimize=optimize)
     _, programs = engine.planned_dispatches(graph, options, named(target), parsed)

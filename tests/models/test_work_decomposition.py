@@ -14,9 +14,9 @@ from test_mediapipe import REFERENCE_MODELS, reference_model  # same folder: on 
 
 from gpuengine import zoo
 from gpuengine.engine import planned_dispatches
+from gpuengine.latency.target import named
 from gpuengine.model.reader import read_model
 from gpuengine.runtime.program import EngineOptions, dispatch_macs, launched
-from gpuengine.tuning.target import named
 
 BIG = 1_000_000
 PER_INVOCATION = 16_384
@@ -48,7 +48,7 @@ def test_the_rule_can_fail(monkeypatch):
     late 1x1 convs break the rule."""
     import dataclasses
 
-    from gpuengine.tuning import devices
+    from gpuengine.latency import devices
 
     serial = dataclasses.replace(devices.lavapipe(cores=1), lanes=1)
     monkeypatch.setattr(devices, "for_target", lambda target: serial)

@@ -4,9 +4,9 @@ FLOPs do not predict a GPU's time; a model of the hardware, the layer and how it
 A dispatch is described by its decomposition (`DispatchCost`: invocations launched and active, workgroups, the
 work of one invocation in kernels/tiling.py's cost units, bytes read and written, multiply-adds, the split's
 barriers, subgroup shuffles and workgroup memory, the template), all derived from a KernelSpec generically
-(bindings' sizes, the Variants' callbacks), so a new kernel needs no edit here. A device (`Device`,
-tuning/devices.py) has `units` compute units of `lanes` lanes each, a clock, a memory bandwidth and cache, and
-fixed costs. One dispatch takes
+(bindings' sizes, the Variants' callbacks: kernels/dispatch_cost.py), so a new kernel needs no edit here. A
+device (`Device`, latency/devices.py) has `units` compute units of `lanes` lanes each, a clock, a memory
+bandwidth and cache, and fixed costs. One dispatch takes
 
     dispatch_ns                                   (the dependent-dispatch barrier of a chain)
   + max(compute, memory)                          (LASNet: data movement against computation)
@@ -29,15 +29,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .. import codegen
-from ..kernels import tiling
-from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
-from ..layout import phwc4_elements
-from ..model.ir import Graph
+if TYPE_CHECKING:  # annotations only: the model reads kernels' decompositions without depending on the kernels
+    from ..kernels.base import Decomposition, Variants
 
 # The parameters calibrate.py fits from measurements (the rest of a Device comes from its published figures).
 FITTED = ("unit_ns", "invocation_ns", "store_ns", "shuffle_ns", "dispatch_ns", "workgroup_ns", "barrier_ns",
@@ -67,7 +62,7 @@ class Device:
     cache_speedup: float = 3.0  # cache bandwidth / memory bandwidth
     # per template (KernelSpec.shader): how many times the generic cost of a work unit it takes (fitted; 1 if absent)
     efficiency: dict[str, float] = field(default_factory=dict)
-    target: str = "discrete"  # the adapter class (tuning/target.py) the description stands for
+    target: str = "discrete"  # the adapter class (latency/target.py) the description stands for
     source: str = "published figures"  # or "fitted on <adapter> (<n> dispatches)"
 
     @property
@@ -112,22 +107,6 @@ class DispatchCost:
 
 
 # -- features of a dispatch ---------------------------------------------------------------------------------
-def binding_bytes(b: Binding, graph: Graph, precision: str = "fp32") -> int:
-    """Bytes a binding holds (as the runtime allocates it, GpuProgram._binding_bytes), without a device."""
-    if b.data is not None:
-        scalar = 2 if (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
-                       and b.data.dtype == np.float32) else b.data.dtype.itemsize
-        return max(4, int(b.data.size) * scalar)
-    if b.scratch_bytes:
-        return int(b.scratch_bytes)
-    if b.tensor is None:
-        return 0
-    shape = graph.tensors[b.tensor].shape
-    if b.raw:
-        return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
-    return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", precision)))
-
-
 def split_barriers(d: Decomposition | None) -> int:
     """Barriers of a workgroup-memory reduction tree over d.split invocations (as tiling.reduction_cost counts)."""
     if d is None or d.split <= 1 or d.subgroup:
@@ -148,35 +127,6 @@ def lane_memory(d: Decomposition | None) -> int:
         return 0
     per = d.invocations_per_workgroup // (4 if d.subgroup else 1)
     return per * d.tile[0] * d.tile[1] * 16
-
-
-def _workgroups(spec: KernelSpec) -> tuple[int, int]:
-    """(workgroups, invocations per workgroup) of a finished spec."""
-    wg = spec.workgroup or (tiling.WORKGROUP, 1, 1)
-    groups = codegen.dispatch_size(dataclasses.replace(spec, workgroup=wg))
-    return int(np.prod(groups)), int(np.prod(wg))
-
-
-def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32") -> DispatchCost:
-    """The model's view of one finished dispatch (workgroup set)."""
-    groups, per_group = _workgroups(spec)
-    invocations = groups * per_group
-    read = sum(binding_bytes(b, graph, precision) for b in spec.bindings if not b.writable)
-    written = sum(binding_bytes(b, graph, precision) for b in spec.bindings if b.writable)
-    macs = spec.macs or 0
-    if spec.variants is not None and spec.decomposition is not None:
-        d = spec.decomposition
-        active = max(1, min(invocations, int(spec.variants.active(d))))
-        work = float(spec.variants.work(d))
-    else:
-        d = None
-        active = max(1, min(invocations, int(np.prod(spec.grid))))
-        # No decomposition: one invocation loads its share of what the dispatch reads and does its share of
-        # the multiply-adds, in vec4s (kernels/tiling.py's units).
-        work = tiling.OVERHEAD + tiling.LOAD * read / 16 / active + macs / 4 / active
-    return DispatchCost(invocations, active, groups, work, read, written, macs or read // 4,
-                        d.split if d else 1, split_barriers(d), lane_memory(d), split_shuffles(d), spec.label,
-                        spec.shader)
 
 
 def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | None = None) -> DispatchCost:
@@ -266,35 +216,7 @@ class ModelPrediction:
         return self.gpu_ns / self.floor_ns if self.floor_ns > 0 else math.inf
 
 
-def predict_specs(partitions: list[list[KernelSpec]], graph: Graph, device: Device,
-                  precision: str = "fp32") -> ModelPrediction:
-    rows = []
-    for specs in partitions:
-        for spec in specs:
-            cost = dispatch_cost(spec, graph, precision)
-            rows.append((cost, predict_ns(cost, device), floor_ns(cost, device)))
-    return ModelPrediction(device, rows)
-
-
 def with_parameters(device: Device, values: dict[str, float], source: str,
                     efficiency: dict[str, float] | None = None) -> Device:
     extra = {"efficiency": efficiency} if efficiency is not None else {}
     return dataclasses.replace(device, **{k: float(v) for k, v in values.items()}, source=source, **extra)
-
-
-def op_ns(op: Any, graph: Graph, device: Device, precision: str = "fp32") -> tuple[float, int]:
-    """(Predicted ns, dispatches) of one op lowered alone, each dispatch in the decomposition predicted fastest on
-    `device`, with the host's recording of each (what a fusion trading a dispatch for recomputation weighs)."""
-    from ..kernels import registry
-    from .policy import choose
-    from .target import named
-
-    target = named(device.target)
-    total, count = 0.0, 0
-    for item in registry.kernel_for(op).build(op, graph):
-        if isinstance(item, Variants):
-            item = item.resolve(choose(item, target, device))
-        if isinstance(item, KernelSpec):
-            total += predict_ns(dispatch_cost(item, graph, precision), device) + device.record_ns
-            count += 1
-    return total, count

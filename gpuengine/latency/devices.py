@@ -1,4 +1,4 @@
-"""Built-in device descriptions for the latency model (tuning/latency.py), and the fitted ones `gpuengine
+"""Built-in device descriptions for the latency model (latency/latency.py), and the fitted ones `gpuengine
 calibrate` saves beside the tuning cache (one per adapter key).
 
 Published figures: compute units, lanes, boost clock, memory bandwidth, last-level cache. The per-lane cost of a
@@ -80,14 +80,18 @@ def for_target(target: Target | str) -> Device:
 
 
 # -- fitted descriptions, beside the tuning cache ------------------------------------------------------------
+def tuning_cache_path() -> Path:
+    """Where the tuning cache (kernels/tuned.py) lives: ~/.cache/gpuengine/tuning.json, or GPUENGINE_TUNE_CACHE."""
+    env = os.environ.get("GPUENGINE_TUNE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gpuengine" / "tuning.json"
+
+
 def fit_path(tuning_cache: str | os.PathLike | None = None) -> Path:
     """latency.json in the tuning cache's folder (GPUENGINE_LATENCY_FIT overrides it)."""
     env = os.environ.get("GPUENGINE_LATENCY_FIT")
     if env:
         return Path(env)
-    from .cache import default_path
-
-    return (Path(tuning_cache) if tuning_cache else default_path()).parent / "latency.json"
+    return (Path(tuning_cache) if tuning_cache else tuning_cache_path()).parent / "latency.json"
 
 
 def load_fits(path: str | os.PathLike) -> dict[str, Device]:

@@ -1,9 +1,9 @@
 """Which decomposition a dispatch runs with, before any tuning: the one predicted fastest on the target.
 
 A kernel lists its decompositions (kernels/tiling.py) with, for each, the invocations it launches and the work
-of one invocation (kernels/tiling.py's cost units). The latency model (tuning/latency.py) predicts each one's
+of one invocation (kernels/tiling.py's cost units). The latency model (latency/latency.py) predicts each one's
 time on a device description: the adapter's fitted one (`gpuengine calibrate`) where there is one, else the
-built-in description standing for the target's class (tuning/devices.py: an H100 for discrete, an Iris Xe for
+built-in description standing for the target's class (latency/devices.py: an H100 for discrete, an Iris Xe for
 integrated, lavapipe for cpu). Below the device's concurrent lanes time is one invocation's latency: deep
 reductions over few outputs want small tiles and splits. Above them the device is full and time is the total
 work: large tiles (more reuse per load) and no split (no combining) win, which is all a CPU adapter ever sees.
@@ -13,10 +13,14 @@ Ties go to fewer invocations. Subgroup reductions replace workgroup-memory ones 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import UnsupportedOpError
-from ..kernels.base import Decomposition, Variants
 from . import devices, latency
 from .target import Target
+
+if TYPE_CHECKING:  # annotations only: a kernel's offer is read through its attributes
+    from ..kernels.base import Decomposition, Variants
 
 
 def usable(variants: Variants, target: Target) -> list[Decomposition]:

@@ -23,7 +23,7 @@ FILL = {"discrete": 32768, "integrated": 4096, "cpu": 64}
 @dataclass(frozen=True)
 class Target:
     name: str  # one of TARGETS
-    fill: int  # invocations a dispatch should launch (tuning/policy.py)
+    fill: int  # invocations a dispatch should launch (latency/policy.py)
     subgroups: bool  # the device has the `subgroup` feature: splits may reduce with subgroup shuffles
     detected: bool  # True when taken from the adapter, False when the user chose it
 
