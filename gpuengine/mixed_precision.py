@@ -55,40 +55,11 @@ class MixedPrecision:
             json.dump(asdict(self), f, indent=1)
 
 
-def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int] | None) -> frozenset[str]:
-    """The Interpreter option as tensor names: a JSON file written by `search` (or holding a list), or tensor names
-    and indices of the model's main graph. Unknown names and indices raise ValueError."""
-    if spec is None:
-        return frozenset()
-    if isinstance(spec, (str, os.PathLike)):
-        try:
-            with open(spec) as f:
-                loaded = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"f32_tensors: cannot read {str(spec)!r} as JSON ({e})") from None
-        spec = loaded.get("f32_tensors") if isinstance(loaded, dict) else loaded
-        if not isinstance(spec, list):
-            raise ValueError("f32_tensors: the file holds neither a list nor a search result's 'f32_tensors' list")
-    names = {t.name for t in graph.tensors}
-    out = set()
-    for item in spec:
-        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            if not 0 <= int(item) < len(graph.tensors):
-                raise ValueError(f"f32_tensors: tensor index {int(item)} is out of range (0..{len(graph.tensors) - 1})")
-            out.add(graph.tensors[int(item)].name)
-        elif isinstance(item, str):
-            if item not in names:
-                raise ValueError(f"f32_tensors: the model has no tensor named {item!r}")
-            out.add(item)
-        else:
-            raise ValueError(f"f32_tensors takes tensor names or indices, got {type(item).__name__}")
-    return frozenset(out)
-
-
 def stored_tensor_names(graph: Graph) -> set[str]:
     """Names of the tensors the GPU programs of `graph` store (planned as an fp16 program would be)."""
-    from .engine import planned_dispatches
-    from .runtime.program import EngineOptions, stores_tensor
+    from .options import EngineOptions
+    from .planning import planned_dispatches
+    from .precision_plan import stores_tensor
     from .tuning.target import named
 
     plan, partitions = planned_dispatches(graph, EngineOptions(precision="fp16"), named("discrete"))

@@ -16,11 +16,12 @@ import dataclasses
 import pytest
 
 from gpuengine import Interpreter, codegen
-from gpuengine.engine import plan_graph
 from gpuengine.kernels import layout_view
+from gpuengine.lowering_plan import Choices, partition_specs
 from gpuengine.model import ir
 from gpuengine.model.reader import read_model
-from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
+from gpuengine.options import EngineOptions
+from gpuengine.planning import plan_graph
 from gpuengine.tuning import devices
 from gpuengine.tuning.target import named
 from gpuengine.zoo.decoder import DecoderConfig, decoder

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from gpuengine import zoo
-from gpuengine.engine import planned_dispatches
 from gpuengine.kernels.base import Decomposition
 from gpuengine.model.reader import read_model
-from gpuengine.runtime.program import EngineOptions
+from gpuengine.options import EngineOptions
+from gpuengine.planning import planned_dispatches
 from gpuengine.tuning import calibrate, devices, latency
 from gpuengine.tuning.target import named
 

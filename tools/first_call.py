@@ -69,8 +69,10 @@ class PhaseTimer:
 
 
 def instrument(timer: PhaseTimer) -> None:
-    from gpuengine import codegen, engine, interpreter
+    from gpuengine import codegen
+    from gpuengine.api import interpreter
     from gpuengine.runtime import device, program
+    from gpuengine.runtime import graph as engine
     from gpuengine.tuning import policy
 
     timer.wrap(interpreter, "read_model", "read + validate")

@@ -30,9 +30,9 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
             hybrid: str = "integer") -> tuple[Any, list[Any]]:
     """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class: of the
     main graph, or of a signature's subgraph; hybrid: the arithmetic of hybrid int8 FULLY_CONNECTED ops."""
-    from gpuengine.engine import planned_dispatches
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
+    from gpuengine.planning import planned_dispatches
     from gpuengine.tuning.target import named
 
     model = read_model(data)

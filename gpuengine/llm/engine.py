@@ -102,7 +102,7 @@ class Engine:
     def __init__(self, model_path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, *,
                  sampler: SamplerConfig | None = None, steps_ahead: int = 4, loop: str = "auto",
                  progress: bool = False, bundle: Bundle | None = None, **options: Any) -> None:
-        from ..interpreter import Interpreter
+        from ..api.interpreter import Interpreter
 
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")

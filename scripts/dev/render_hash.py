@@ -44,8 +44,9 @@ def graphs(data: bytes):
 
 
 def rendered(graph, parsed, target: str, precision: str, optimize: bool) -> list[str]:
-    from gpuengine import codegen, engine
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine import codegen
+    from gpuengine import planning as engine
+    from gpuengine.options import EngineOptions
     from gpuengine.tuning.target import named
 
     options = EngineOptions(precision=precision, optimize=optimize)

@@ -17,21 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from .codegen import PRECISIONS
-from .control_flow import describe_control
-from .engine import CompiledGraph, InvokeJob, ShapeCache, for_adapter, prepare
-from .errors import ModelError
-from .memory import STRATEGIES
-from .mixed_precision import f32_tensor_names
-from .model import validate
-from .model.ir import Graph, Model, Tensor
-from .model.reader import read_model
-from .model.shapes import shape_key
-from .passes.hybrid_arithmetic import ARITHMETICS as HYBRID_ARITHMETICS
-from .runtime.bounds import IndexChecks
-from .runtime.program import EngineOptions, GpuProgram
+from ..errors import ModelError
+from ..model import validate
+from ..model.ir import Graph, Model, Tensor
+from ..model.reader import read_model
+from ..model.shapes import shape_key
+from ..options import engine_options, f32_tensor_names
+from ..planning import ShapeCache, describe_control, prepare
+from ..runtime.bounds import IndexChecks
+from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
+from ..runtime.program import GpuProgram
 from .tensor_buffer import TensorBuffer
-from .tuning.target import check as check_target
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
                7: "INT16", 9: "INT8", 10: "FLOAT64"}
@@ -134,30 +130,12 @@ class Interpreter:
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
             raise ValueError("Exactly one of model_path or model_content must be given")
-        precision = (precision or os.environ.get("GPUENGINE_PRECISION") or "fp32").strip().lower()
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)} "
-                             "(argument or env GPUENGINE_PRECISION)")
-        hybrid_arithmetic = (hybrid_arithmetic or os.environ.get("GPUENGINE_HYBRID") or "integer").strip().lower()
-        if hybrid_arithmetic not in HYBRID_ARITHMETICS:
-            raise ValueError(f"hybrid_arithmetic {hybrid_arithmetic!r} is not one of {', '.join(HYBRID_ARITHMETICS)} "
-                             "(argument or env GPUENGINE_HYBRID)")
-        if memory_strategy not in STRATEGIES:
-            raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
-        target = check_target(target)  # ValueError for an unknown class, before any work
-        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int) or max_inflight < 1:
-            raise ValueError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
-        if device is not None and not hasattr(device, "queue"):
-            raise ValueError(f"device must be a wgpu.GPUDevice (gpuengine.get_device()), got {type(device).__name__}")
+        options = engine_options(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
+                                 workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
+                                 max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic)
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         validate.validate_model(self._model)  # op level, before partitioning, the CPU fallback or codegen see it
-        if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere (the test suite's switch)
-            optimize = os.environ.get("GPUENGINE_OPTIMIZE", "1").strip().lower() not in ("0", "false", "no", "off")
-        self._options = EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
-                                      workgroup_cache=workgroup_cache, optimize=optimize, target=target,
-                                      device=device, max_inflight=max_inflight,
-                                      f32_tensors=f32_tensor_names(self._model.main, f32_tensors),
-                                      hybrid_arithmetic=hybrid_arithmetic)
+        self._options = dataclasses.replace(options, f32_tensors=f32_tensor_names(self._model.main, f32_tensors))
         self._num_threads = num_threads
         self._graph: Graph = self._model.main  # with the shapes of the last allocate_tensors() (and resizes since)
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
@@ -686,6 +664,6 @@ class SignatureRunner:
 
 
 def _type_name(dtype: np.dtype) -> str:
-    from .model.ir import DTYPE_TO_TYPE
+    from ..model.ir import DTYPE_TO_TYPE
 
     return _TYPE_NAMES.get(DTYPE_TO_TYPE.get(np.dtype(dtype), -1), str(dtype).upper())

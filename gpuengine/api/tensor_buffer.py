@@ -77,7 +77,7 @@ class TensorBuffer:
         if not array.flags.c_contiguous:
             raise ValueError("data_array must be C-contiguous for zero-copy host-memory binding")
         if device is None:
-            from .runtime.device import get_device
+            from ..runtime.device import get_device
 
             device = get_device().device  # the one an Interpreter or CompiledModel uses by default
         buffer = cls.allocate(device, array.dtype, (array.size,))

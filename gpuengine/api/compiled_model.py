@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .engine import CompiledGraph
-from .errors import ModelError
+from ..errors import ModelError
+from ..model.ir import SignatureDef, Tensor
+from ..runtime.graph import CompiledGraph
+from ..runtime.program import GpuProgram
 from .hardware_accelerator import HardwareAccelerator
 from .interpreter import Interpreter, SignatureRunner, checked_input_buffer, gpu_readers
-from .model.ir import SignatureDef, Tensor
-from .runtime.program import GpuProgram
 from .tensor_buffer import HOST_MEMORY, TensorBuffer
 
 PLACEHOLDER_SIGNATURE = "<placeholder signature>"  # LiteRT's key for a model without signature defs
@@ -418,7 +418,7 @@ class CompiledModel:
 
     def _device(self) -> Any:
         """The wgpu device the model runs on (the one its compiled graphs use), picked once while it lives."""
-        from .runtime.device import get_device, gpu_for
+        from ..runtime.device import get_device, gpu_for
 
         options = self._live()._options
         if self._gpu is None or not self._gpu.alive():
