@@ -14,8 +14,9 @@ TUNE_CACHE = "GPUENGINE_TUNE_CACHE"  # path of the tuning cache
 LATENCY_FIT = "GPUENGINE_LATENCY_FIT"  # path of the latency model's fits
 MODELS = "GPUENGINE_MODELS"  # where `gpuengine fetch` keeps reference models
 MEMPLAN_NODES = "GPUENGINE_MEMPLAN_NODES"  # node budget of the exact memory planner
+MEMPLAN_BUDGET = "GPUENGINE_MEMPLAN_BUDGET"  # seconds per plan of the exact memory planner
 
-NAMES = (ADAPTER, PRECISION, OPTIMIZE, TARGET, HYBRID, TUNE_CACHE, LATENCY_FIT, MODELS, MEMPLAN_NODES)
+NAMES = (ADAPTER, PRECISION, OPTIMIZE, TARGET, HYBRID, TUNE_CACHE, LATENCY_FIT, MODELS, MEMPLAN_NODES, MEMPLAN_BUDGET)
 
 
 def get(name: str, default: str | None = None) -> str | None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import settings
 from ..errors import AdapterError
 from ..tuning.target import Target, resolve
 
@@ -149,7 +149,7 @@ def _rank(adapter: Any) -> tuple[int, int]:
 def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
     """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
     or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
-    preference = (preference or os.environ.get("GPUENGINE_ADAPTER") or "auto").strip().lower()
+    preference = (preference or settings.get(settings.ADAPTER) or "auto").strip().lower()
     adapters = sorted(_adapters(fresh), key=_rank)
     if not adapters:
         raise AdapterError(f"No WebGPU adapter found. {INSTALL_HINT}")

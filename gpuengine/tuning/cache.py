@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..kernels.base import Decomposition
 
 FORMAT = 2
@@ -24,7 +25,7 @@ Workgroup = tuple[int, int, int]
 
 
 def default_path() -> Path:
-    env = os.environ.get("GPUENGINE_TUNE_CACHE")
+    env = settings.get(settings.TUNE_CACHE)
     return Path(env) if env else Path.home() / ".cache" / "gpuengine" / "tuning.json"
 
 

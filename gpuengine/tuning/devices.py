@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from .latency import Device
 from .target import Target
 
@@ -82,7 +83,7 @@ def for_target(target: Target | str) -> Device:
 # -- fitted descriptions, beside the tuning cache ------------------------------------------------------------
 def fit_path(tuning_cache: str | os.PathLike | None = None) -> Path:
     """latency.json in the tuning cache's folder (GPUENGINE_LATENCY_FIT overrides it)."""
-    env = os.environ.get("GPUENGINE_LATENCY_FIT")
+    env = settings.get(settings.LATENCY_FIT)
     if env:
         return Path(env)
     from .cache import default_path
