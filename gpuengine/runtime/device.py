@@ -41,6 +41,18 @@ class GpuDevice:
         if pending and self.alive():
             self.device.queue.submit(pending)
 
+    def write(self, buffer: Any, offset: int, value: Any) -> None:
+        """Write host bytes into a buffer through the queue (ordered before the next submission)."""
+        self.device.queue.write_buffer(buffer, offset, value)
+
+    def copy(self, pairs: list[tuple[Any, Any]]) -> None:
+        """Copy each (source, destination) buffer pair on the GPU (as many bytes as the smaller holds), in one
+        submission."""
+        encoder = self.device.create_command_encoder()
+        for source, destination in pairs:
+            encoder.copy_buffer_to_buffer(source, 0, destination, 0, min(source.size, destination.size))
+        self.device.queue.submit([encoder.finish()])
+
     def alive(self) -> bool:
         """False once the device is lost. wgpu 0.32 only logs a loss, and a submit on a lost device aborts the
         process, so this asks the device itself: a 4-byte write raises once it is gone."""

@@ -19,6 +19,7 @@ from ..tuning import devices
 from ..tuning.cache import Tuned, TuningCache
 from ..tuning.target import Target
 from ..tuning.target import check as check_target
+from .added_dispatch import AddedDispatch
 from .control_flow import control_program
 from .device import GpuDevice, get_device, gpu_for
 from .program import GpuProgram
@@ -113,9 +114,30 @@ class CompiledGraph:
     def submit(self, feeds: dict[int, np.ndarray], read: bool = True) -> InvokeJob:
         """An invoke that runs while the caller goes on (a model that is one GPU program); a model with CPU
         partitions runs them on the host in between, so it is run to the end here."""
-        if len(self.programs) == 1 and isinstance(self.programs[0], GpuProgram):
-            return InvokeJob(self, self.programs[0].submit(feeds, read, track=True), read)
+        program = self.sole_gpu_program
+        if program is not None:
+            return InvokeJob(self, program.submit(feeds, read, track=True), read)
         return InvokeJob(self, None, read, self.run(feeds))
+
+    @property
+    def sole_gpu_program(self) -> GpuProgram | None:
+        """The graph's program when it is one GPU program (no CPU partition, no host-driven control flow): its
+        invokes can be submitted and overlapped, its buffers bound, dispatches added after it."""
+        if len(self.programs) == 1 and isinstance(self.programs[0], GpuProgram):
+            return self.programs[0]
+        return None
+
+    @property
+    def device(self) -> Any:
+        """The wgpu device the graph's GPU programs run on (None when everything runs on the CPU)."""
+        return self.gpu.device if self.gpu is not None else None
+
+    def add_dispatch(self, source: str, buffers: list[Any]) -> AddedDispatch:
+        """A dispatch of WGSL `source` (a kernel module's, such as kernels/sampler.py) compiled on this graph's
+        device and bound to `buffers`, to submit after an invoke (GpuProgram.submit(after=...))."""
+        if self.gpu is None:
+            raise ValueError("this graph runs on the CPU: there is no GPU to add a dispatch to")
+        return AddedDispatch(self.gpu, source, buffers)
 
     @property
     def gpu_programs(self) -> list[GpuProgram]:

@@ -355,6 +355,21 @@ class GpuProgram:
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
 
+    @property
+    def hot_dispatches(self) -> list[tuple[Any, Any, int, int, int]]:
+        """(pipeline, bind group, workgroups x, y, z) of every dispatch in order: what an invoke records (timers
+        and the tuner record them alone)."""
+        return self._hot
+
+    def buffers(self) -> list[Any]:
+        """Every GPU buffer the program holds: planned tensors, boundary buffers and the constants its bind groups
+        read (weights shared by content are the same buffer in every program reading them)."""
+        return [*self.objects, *self.raw_in.values(), *self.raw_out.values(), *self._held.values()]
+
+    def encode_invoke(self) -> Any:
+        """A reading invoke's command buffer, recorded and not submitted (profile times the recording alone)."""
+        return self._encode(self._slots[0])
+
     def constant_buffers(self) -> dict[int, int]:
         """id -> bytes of every GPU buffer holding this program's constants (weights shared by content are one
         buffer: programs of one device that read the same weights hold the same ids)."""
