@@ -21,7 +21,6 @@ import numpy as np
 from ..errors import ModelError
 from ..model.ir import SignatureDef, Tensor
 from ..runtime.graph import CompiledGraph
-from ..runtime.program import GpuProgram
 from .hardware_accelerator import HardwareAccelerator
 from .interpreter import Interpreter, SignatureRunner, checked_input_buffer, gpu_readers
 from .tensor_buffer import HOST_MEMORY, TensorBuffer
@@ -93,7 +92,7 @@ class CompiledModel:
         self._environment = environment
         self._gpu: Any = None  # the GpuDevice of _device()
         self._lock = threading.Lock()
-        model = interpreter._model
+        model = interpreter.parsed_model
         sigs = list(model.signatures) or [SignatureDef(
             key=PLACEHOLDER_SIGNATURE, subgraph=0,
             inputs={model.main.tensors[t].name: t for t in model.main.inputs},
@@ -291,7 +290,7 @@ class CompiledModel:
         runner = s.runner
         graph = compiled.graph
         device = self._device()
-        program = compiled.programs[0] if _single_gpu_program(compiled) else None
+        program = compiled.sole_gpu_program
         values: dict[int, np.ndarray] = {}
         binds: dict[int, Any] = {}
         for (name, t), buffer in zip(s.sig.inputs.items(), inputs):
@@ -317,8 +316,7 @@ class CompiledModel:
                                    "another GPU device than this model's")
             out_tensors.append((t, buffer, on_gpu))
         copies = self._bind_inputs(s, compiled, binds)
-        if runner._index_checks:
-            runner._index_checks.check(values, runner._names)
+        runner.check_indices(values)
         if copies:  # inputs in copy mode: their buffers copied into the program's own, ahead of it in the queue
             encoder = device.create_command_encoder()
             for t, gpu_buffer in copies:
@@ -338,7 +336,7 @@ class CompiledModel:
         if written:
             encoder = device.create_command_encoder()
             for t, buffer in written:
-                encoder.copy_buffer_to_buffer(program.raw_out[t], 0, buffer._gpu, 0, buffer.nbytes)
+                encoder.copy_buffer_to_buffer(program.raw_out[t], 0, buffer.capsule, 0, buffer.nbytes)
             device.queue.submit([encoder.finish()])
             group = [buffer for _, buffer in written]
             for buffer in group:
@@ -367,7 +365,7 @@ class CompiledModel:
                     prog.set_resident(t, on)
 
         for t in [t for t in s.bound if t not in binds]:  # a host value again: upload it
-            runner._bind(t, None)
+            runner.bind_input(t, None)
             del s.bound[t]
         for t in [t for t in s.copied if t not in binds]:
             resident(t, False)
@@ -382,13 +380,13 @@ class CompiledModel:
             if t in s.bound:
                 s.rebinds[t] = s.rebinds.get(t, 0) + 1
                 if s.rebinds[t] >= 2:
-                    runner._bind(t, None)
+                    runner.bind_input(t, None)
                     del s.bound[t]
                     resident(t, True)
                     s.copied.add(t)
                     copies.append((t, gpu_buffer))
                     continue
-            runner._bind(t, gpu_buffer)
+            runner.bind_input(t, gpu_buffer)
             s.bound[t] = gpu_buffer
         return copies
 
@@ -420,7 +418,7 @@ class CompiledModel:
         """The wgpu device the model runs on (the one its compiled graphs use), picked once while it lives."""
         from ..runtime.device import get_device, gpu_for
 
-        options = self._live()._options
+        options = self._live().engine_options
         if self._gpu is None or not self._gpu.alive():
             self._gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
         return self._gpu.device
@@ -446,7 +444,7 @@ class CompiledModel:
         return list(names.values())[int(index)]
 
     def _base(self, s: _Signature) -> Any:
-        return self._live()._model.subgraphs[s.sig.subgraph]
+        return self._live().parsed_model.subgraphs[s.sig.subgraph]
 
     def _output_shape(self, s: _Signature, t: int) -> tuple[int, ...]:
         base = self._base(s)
@@ -469,10 +467,10 @@ class CompiledModel:
         """The signature's compiled graph for its current input shapes (compiled on first use or after a resize;
         the shape cache keeps the plans of shapes seen before)."""
         runner = s.runner
-        compiled = runner._compiled
+        compiled = runner.compiled_graph
         if compiled is None or (compiled.gpu is not None and compiled.gpu.lost) or any(
-                tuple(runner._graph.tensors[t].shape) != shape for t, shape in s.shapes.items()):
-            compiled = runner._compile(dict(s.shapes))
+                tuple(runner.graph.tensors[t].shape) != shape for t, shape in s.shapes.items()):
+            compiled = runner.compile_for(dict(s.shapes))
         if s.compiled is not compiled:  # a new compilation binds nothing yet
             s.compiled, s.bound, s.rebinds, s.copied = compiled, {}, {}, set()
             s.gpu_inputs = set()
@@ -494,10 +492,6 @@ def _in_order(names: dict[str, int], tensors: list[int]) -> dict[str, int]:
     return dict(sorted(names.items(), key=lambda item: position.get(item[1], len(tensors))))
 
 
-def _single_gpu_program(compiled: CompiledGraph) -> bool:
-    return len(compiled.programs) == 1 and isinstance(compiled.programs[0], GpuProgram)
-
-
 def _capsule(buffer: Any) -> Any:
     """LiteRT's first check of a run's buffers: a TensorBuffer (AttributeError) that is not destroyed (ValueError)."""
     if not isinstance(buffer, TensorBuffer):
@@ -509,7 +503,7 @@ def _check_fits(buffer: TensorBuffer, tensor: Tensor, what: str) -> None:
     """LiteRT's RuntimeError for a buffer that cannot hold the tensor (another dtype or element count)."""
     if buffer.owner is not None:
         owner = buffer.owner()
-        if owner is None or owner._generation != buffer.generation or owner._compiled is None:
+        if owner is None or not owner.issued(buffer.generation):
             raise RuntimeError(f"Failed to register tensor buffer for {what}: the buffer came from an interpreter "
                                "or runner that has compiled again or was deleted since; ask for it again")
     size = int(np.prod(tensor.shape, dtype=np.int64))

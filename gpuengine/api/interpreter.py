@@ -22,7 +22,7 @@ from ..model import validate
 from ..model.ir import Graph, Model, Tensor
 from ..model.reader import read_model
 from ..model.shapes import shape_key
-from ..options import engine_options, f32_tensor_names
+from ..options import EngineOptions, engine_options, f32_tensor_names
 from ..planning import ShapeCache, describe_control, prepare
 from ..runtime.bounds import IndexChecks
 from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
@@ -90,13 +90,12 @@ def checked_input_buffer(buffer: Any, tensor: Tensor, what: str, device: Any) ->
         if buffer.destroyed:
             raise ValueError("TensorBuffer has been destroyed")
         owner = buffer.owner() if buffer.owner is not None else buffer
-        if owner is None or (buffer.owner is not None and (owner._generation != buffer.generation
-                                                           or owner._compiled is None)):
+        if owner is None or (buffer.owner is not None and not owner.issued(buffer.generation)):
             raise ValueError("this GPU buffer came from an interpreter or runner that has been re-allocated or "
                              "deleted since (buffers are valid until it compiles again); ask for it again")
         if np.dtype(buffer.dtype) != tensor.dtype:
             raise ValueError(f"{what} is {tensor.dtype}, the buffer holds {buffer.dtype}")
-        buffer = buffer._gpu
+        buffer = buffer.capsule
     if not isinstance(buffer, wgpu.GPUBuffer):
         raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got {type(buffer).__name__}")
     if buffer._device is not device:  # noqa: SLF001
@@ -150,6 +149,34 @@ class Interpreter:
         self._generation = 0  # allocate_tensors() calls: GPU buffers handed out are valid within one
         self._bound: set[int] = set()  # input tensors read from a user's GPU buffer or written on the GPU
         self._index_checks: IndexChecks | None = None  # host-fed token ids / positions checked before upload
+
+    # -- what its signature runners and CompiledModel read ---------------------------------------------------
+    @property
+    def parsed_model(self) -> Model:
+        """The model as read and validated (all subgraphs, signatures)."""
+        return self._model
+
+    @property
+    def engine_options(self) -> EngineOptions:
+        """The engine options as parsed (options.engine_options), with the adapter's latency description once
+        something compiled."""
+        return self._options
+
+    @property
+    def num_threads(self) -> int | None:
+        """The CPU fallback's thread count (LiteRT's num_threads)."""
+        return self._num_threads
+
+    def adapted_options(self) -> EngineOptions:
+        """The options with the latency description of the adapter it runs on (runtime.graph.for_adapter), kept
+        for the next compilation."""
+        self._options = for_adapter(self._options)
+        return self._options
+
+    def issued(self, generation: int) -> bool:
+        """Whether GPU buffers handed out in `generation` (TensorBuffer.generation) are still valid: compiled, and
+        not re-allocated since."""
+        return self._generation == generation and self._compiled is not None
 
     # -- setup -------------------------------------------------------------------------------------------
     def allocate_tensors(self) -> None:
@@ -469,7 +496,7 @@ class SignatureRunner:
 
     def __init__(self, interpreter: Interpreter, sig: Any) -> None:
         self._interpreter, self._sig = interpreter, sig
-        graph = interpreter._model.subgraphs[sig.subgraph]
+        graph = interpreter.parsed_model.subgraphs[sig.subgraph]
         extra = [t for t in sig.outputs.values() if t not in graph.outputs]
         if extra:  # a signature output that is not a graph output must still come back from the GPU
             graph = graph.copy()
@@ -525,9 +552,9 @@ class SignatureRunner:
             # the plans of every shape seen); bound inputs keep their shapes
             for t in self._sig.inputs.values():
                 shapes.setdefault(t, tuple(self._graph.tensors[t].shape))
-            self._compile(shapes)
+            self.compile_for(shapes)
         for t in [t for t in values if t in self._bound]:  # a host value again: upload it
-            self._bind(t, None)
+            self.bind_input(t, None)
         if self._index_checks:
             self._index_checks.check(values, self._names)
         compiled = self._compiled
@@ -567,20 +594,22 @@ class SignatureRunner:
                 raise ValueError(f"Input {name!r} must be {tensor.dtype} of shape {tensor.shape}, got "
                                  f"{value.dtype} {value.shape}")
             if t in self._bound:
-                self._bind(t, None)
+                self.bind_input(t, None)
             values[t] = value
         if self._index_checks:
             self._index_checks.check(values, self._names)
         program = compiled.programs[0]
         return program.submit(values, read=False, after=tuple(after))
 
-    def _compile(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:
+    def compile_for(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:
+        """Compile the signature for these input shapes (tensor index -> shape); buffers handed out and
+        bindings belong to the previous compilation."""
         interpreter = self._interpreter
-        interpreter._options = for_adapter(interpreter._options)
-        entry = prepare(self._base, shapes, interpreter._options, interpreter._model, self._shape_cache)
+        options = interpreter.adapted_options()
+        entry = prepare(self._base, shapes, options, interpreter.parsed_model, self._shape_cache)
         self._graph = entry.graph
-        self._compiled = CompiledGraph(entry.graph, interpreter._options, interpreter._num_threads,
-                                       model=interpreter._model, plan=entry.plan)
+        self._compiled = CompiledGraph(entry.graph, options, interpreter.num_threads, model=interpreter.parsed_model,
+                                       plan=entry.plan)
         self._index_checks = IndexChecks(entry.graph)
         self._generation += 1  # buffers handed out and bindings belong to the previous compilation
         self._bound.clear()
@@ -617,7 +646,7 @@ class SignatureRunner:
         the input a host value or the runner compiles again."""
         t, progs = self._gpu_input(name)
         if buffer is None:
-            self._bind(t, None)
+            self.bind_input(t, None)
             return
         tensor = self._graph.tensors[t]
         buffer = checked_input_buffer(buffer, tensor, f"input {name!r}", self._compiled.gpu.device)
@@ -626,13 +655,34 @@ class SignatureRunner:
         own = any(buffer is b for p in progs for b in p.raw_out.values())
         if own and not buffer.usage & wgpu.BufferUsage.COPY_SRC:
             raise ValueError("an output buffer fed back to an input needs COPY_SRC usage")
-        self._bind(t, buffer)
+        self.bind_input(t, buffer)
 
-    def _bind(self, t: int, buffer: Any | None) -> None:
+    def bind_input(self, t: int, buffer: Any | None) -> None:
+        """Read input tensor t from a wgpu buffer (checked by the caller) from now on; None: upload host values."""
         for prog in self._compiled.gpu_programs:
             if t in prog.inputs:
                 prog.bind_input(t, buffer)
         (self._bound.add if buffer is not None else self._bound.discard)(t)
+
+    def check_indices(self, values: dict[int, np.ndarray]) -> None:
+        """LiteRT's error for a host-fed index (token id, position) out of bounds, before anything is uploaded."""
+        if self._index_checks:
+            self._index_checks.check(values, self._names)
+
+    @property
+    def graph(self) -> Graph:
+        """The signature's graph with the shapes of the last compilation (the declared ones before it)."""
+        return self._graph
+
+    @property
+    def compiled_graph(self) -> CompiledGraph | None:
+        """The last compilation, None before the first (`compiled` compiles)."""
+        return self._compiled
+
+    def issued(self, generation: int) -> bool:
+        """Whether GPU buffers handed out in `generation` (TensorBuffer.generation) are still valid: compiled, and
+        not compiled again since."""
+        return self._generation == generation and self._compiled is not None
 
     def _name(self, name: str, names: dict[str, int], role: str) -> int:
         if name not in names:
@@ -650,7 +700,7 @@ class SignatureRunner:
         """The signature's compiled graph (plan, GPU programs), compiled at its declared input shapes unless a call
         compiled it already (inspect --signature reports it)."""
         if self._compiled is None:
-            self._compile({t: tuple(self._base.tensors[t].shape) for t in self._sig.inputs.values()})
+            self.compile_for({t: tuple(self._base.tensors[t].shape) for t in self._sig.inputs.values()})
         return self._compiled
 
     @property

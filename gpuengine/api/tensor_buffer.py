@@ -187,7 +187,7 @@ class TensorBuffer:
             raise RuntimeError(f"{what}: invalid capsule (the TensorBuffer has been destroyed)")
         if self.owner is not None:
             owner = self.owner()
-            if owner is None or owner._generation != self.generation or owner._compiled is None:
+            if owner is None or not owner.issued(self.generation):
                 raise RuntimeError(f"{what}: this buffer came from an interpreter or runner that has compiled again "
                                    "or was deleted since (its buffers are valid until then); ask for it again")
 
@@ -201,6 +201,16 @@ class TensorBuffer:
         """A model computed this buffer's contents on the host: write them and keep them as the host copy."""
         self.write(np.ascontiguousarray(data, dtype=self.dtype))
 
+    @property
+    def stale(self) -> bool:
+        """No host copy of the contents (written on the GPU since): a read copies them back."""
+        return self._host is None
+
+    def received(self, data: np.ndarray) -> None:
+        """read_back copied the contents to the host: keep them as the host copy."""
+        self._host = data
+        self._pending = None
+
     def host_value(self) -> np.ndarray:
         """The contents as an array of this buffer's dtype and shape (from the host copy, else read back)."""
         return self._bytes()[:self.nbytes].view(self.dtype).reshape(self.shape)
@@ -208,7 +218,7 @@ class TensorBuffer:
     def _bytes(self) -> np.ndarray:
         """The buffer's bytes: the host copy, else read back (with the other buffers its run wrote, in one map)."""
         if self._host is None or self.owner is not None:  # an interpreter's own buffer changes at each invoke
-            read_back([b for b in (self._pending or []) if not b._destroyed and b._host is None] or [self])
+            read_back([b for b in (self._pending or []) if not b.destroyed and b.stale] or [self])
         return self._host
 
 
@@ -230,7 +240,7 @@ def read_back(buffers: list[TensorBuffer]) -> None:
     offsets, total = [], 0
     for b in buffers:
         offsets.append(total)
-        total += -(-b._gpu.size // 256) * 256
+        total += -(-b.capsule.size // 256) * 256
     with _staging_lock:  # one reader of a staging buffer at a time
         key = (id(device), total)
         kept = _STAGING.pop(key, None)
@@ -241,13 +251,12 @@ def read_back(buffers: list[TensorBuffer]) -> None:
             _STAGING.popitem(last=False)
         encoder = device.create_command_encoder()
         for b, offset in zip(buffers, offsets):
-            encoder.copy_buffer_to_buffer(b._gpu, 0, staging, offset, b._gpu.size)
+            encoder.copy_buffer_to_buffer(b.capsule, 0, staging, offset, b.capsule.size)
         device.queue.submit([encoder.finish()])
         staging.map_async("READ_NOSYNC").sync_wait()
         try:
             data = np.frombuffer(staging.read_mapped(copy=False), np.uint8)
             for b, offset in zip(buffers, offsets):
-                b._host = data[offset:offset + b.nbytes].copy()
-                b._pending = None
+                b.received(data[offset:offset + b.nbytes].copy())
         finally:
             staging.unmap()
