@@ -2,7 +2,7 @@
 boundary converters, how each dispatch divides its work (`Choices`), alias roots, shared shaders, and what the
 memory planner and reports need from the dispatches (usage records, launched invocations, MACs).
 
-The GPU program (runtime/program.py) compiles what `partition_specs` returns; `engine.planned_dispatches`,
+The GPU program (runtime/program.py) compiles what `partition_specs` returns; `planning.planned_dispatches`,
 the render hash and the latency reports call it without a device.
 """
 

@@ -4,7 +4,7 @@ An fp16 program stores every tensor as f16 (relative rounding up to 4.9e-4). Mos
 outputs unamplified (README, Precision), but an ill-conditioned one does not: pose_landmark_full's segmentation
 logits are 0.2-0.4 of their range off even in an engine whose every op is correctly rounded to f16, because a
 rounding anywhere in its backbone is amplified ~10^3 times. `f32_tensors` (an Interpreter option) names tensors
-stored as f32 inside an fp16 program (runtime/program.py kept_f32: the dispatch writing one stores in f32, its
+stored as f32 inside an fp16 program (precision_plan.py kept_f32: the dispatch writing one stores in f32, its
 readers convert on load); `search` finds such a set with the float64 reference executor (gpuengine/reference.py),
 without a GPU:
 

@@ -40,7 +40,7 @@ class EngineOptions:
     device: Any = None  # a wgpu.GPUDevice to run on (shared with other interpreters); None: the adapter's device
     max_inflight: int = 2  # invokes submitted and not yet read back, each with a staging buffer of its own
     # the latency model's description (tuning/latency.Device) of the device plans are for, which fusions trading a
-    # dispatch for recomputation ask; None: the built-in one of `target`'s class (engine.planning_device)
+    # dispatch for recomputation ask; None: the built-in one of `target`'s class (planning.planning_device)
     latency_device: Any = None
 
 

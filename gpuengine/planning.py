@@ -81,7 +81,7 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
 
 def planning_device(options: EngineOptions) -> Device:
     """The latency model's description of the device a plan is for: the one the options carry (the interpreter
-    sets the adapter's, engine.for_adapter), else the built-in one of the target class asked for (options.target,
+    sets the adapter's, runtime/graph.for_adapter), else the built-in one of the target class asked for (options.target,
     env GPUENGINE_TARGET), else of a discrete GPU."""
     if options.latency_device is not None:
         return options.latency_device
