@@ -318,10 +318,7 @@ class CompiledModel:
         copies = self._bind_inputs(s, compiled, binds)
         runner.check_indices(values)
         if copies:  # inputs in copy mode: their buffers copied into the program's own, ahead of it in the queue
-            encoder = device.create_command_encoder()
-            for t, gpu_buffer in copies:
-                encoder.copy_buffer_to_buffer(gpu_buffer, 0, program.raw_in[t], 0, graph.tensors[t].size * 4)
-            device.queue.submit([encoder.finish()])
+            program.copy_into_inputs(copies)
         if program is None:  # CPU partitions or host-driven control flow: host values cross between them
             results = compiled.run(values)
         else:
@@ -334,10 +331,7 @@ class CompiledModel:
                 results = {}
         written = [(t, buffer) for t, buffer, on_gpu in out_tensors if on_gpu]
         if written:
-            encoder = device.create_command_encoder()
-            for t, buffer in written:
-                encoder.copy_buffer_to_buffer(program.raw_out[t], 0, buffer.capsule, 0, buffer.nbytes)
-            device.queue.submit([encoder.finish()])
+            program.copy_outputs([(t, buffer.capsule) for t, buffer in written])
             group = [buffer for _, buffer in written]
             for buffer in group:
                 buffer.written_on_gpu(group)

@@ -555,12 +555,10 @@ class SignatureRunner:
             self.compile_for(shapes)
         for t in [t for t in values if t in self._bound]:  # a host value again: upload it
             self.bind_input(t, None)
-        if self._index_checks:
-            self._index_checks.check(values, self._names)
+        self.check_indices(values)
         compiled = self._compiled
-        programs = compiled.programs
-        if len(programs) == 1 and isinstance(programs[0], GpuProgram):  # read back only what is asked for
-            program = programs[0]
+        program = compiled.sole_gpu_program
+        if program is not None:  # read back only what is asked for
             program.set_readback(None if wanted is None else {self._sig.outputs[n] for n in wanted})
             got = program.run(values)
             return {name: got[t] if t in got else compiled.constants[t] for name, t in self._sig.outputs.items()
@@ -576,7 +574,8 @@ class SignatureRunner:
         when the GPU has finished it."""
         feeds = dict(feeds or {})
         compiled = self.compiled
-        if len(compiled.programs) != 1 or not isinstance(compiled.programs[0], GpuProgram):
+        program = compiled.sole_gpu_program
+        if program is None:
             raise ValueError(f"signature {self._sig.key!r} is not one GPU program (it has CPU partitions): "
                              "use run()")
         unknown = set(feeds) - set(self._sig.inputs)
@@ -596,9 +595,7 @@ class SignatureRunner:
             if t in self._bound:
                 self.bind_input(t, None)
             values[t] = value
-        if self._index_checks:
-            self._index_checks.check(values, self._names)
-        program = compiled.programs[0]
+        self.check_indices(values)
         return program.submit(values, read=False, after=tuple(after))
 
     def compile_for(self, shapes: dict[int, tuple[int, ...]]) -> CompiledGraph:

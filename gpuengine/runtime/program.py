@@ -621,6 +621,21 @@ class GpuProgram:
                     raise RuntimeError(DEVICE_LOST) from e
                 raise
 
+    def copy_into_inputs(self, sources: list[tuple[int, Any]]) -> None:
+        """Copy each (input tensor, buffer) into the input's own buffer on the GPU, queued ahead of the next invoke
+        (a caller's buffer whose input is in copy mode: bound, it would re-record at every change)."""
+        encoder = self.gpu.device.create_command_encoder()
+        for t, source in sources:
+            encoder.copy_buffer_to_buffer(source, 0, self.raw_in[t], 0, self.graph.tensors[t].size * 4)
+        self._queue.submit([encoder.finish()])
+
+    def copy_outputs(self, destinations: list[tuple[int, Any]]) -> None:
+        """Copy each output tensor's buffer, as the last invoke left it, into (output tensor, buffer) on the GPU."""
+        encoder = self.gpu.device.create_command_encoder()
+        for t, destination in destinations:
+            encoder.copy_buffer_to_buffer(self.raw_out[t], 0, destination, 0, self.graph.tensors[t].size * 4)
+        self._queue.submit([encoder.finish()])
+
     def output_buffer(self, t: int) -> Any:
         """The GPU buffer that holds output tensor t, BHWC row-major f32, after each invoke."""
         return self.raw_out[t]

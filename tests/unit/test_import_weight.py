@@ -28,3 +28,12 @@ def test_public_names_import_unchanged() -> None:
                            "SignatureRunner, TensorBuffer, get_device")
     assert "gpuengine.api.interpreter" in modules
     assert not [m for m in modules if m.startswith(HEAVY)]
+
+
+def test_litert_module_names_import() -> None:
+    """LiteRT's module names work with the package swapped (gpuengine.compiled_model, .interpreter, ...)."""
+    modules = loaded_after("from gpuengine.compiled_model import CompiledModel, HardwareAccelerator, TensorBuffer\n"
+                           "from gpuengine.interpreter import Interpreter, SignatureRunner\n"
+                           "from gpuengine.tensor_buffer import TensorBuffer\n"
+                           "from gpuengine.hardware_accelerator import HardwareAccelerator")
+    assert not [m for m in modules if m.startswith(HEAVY)]
