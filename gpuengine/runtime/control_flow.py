@@ -19,19 +19,32 @@ to `control_program`. What the host does per op:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..delegate.partition import Partition
 from ..model.ir import Graph, Op
 from ..planning import ControlPlan, Plan
-from .device import DEVICE_LOST
+from .device import DEVICE_LOST, GpuDevice
 from .program import GpuProgram
 
-# A compiled subgraph (runtime/graph.CompiledGraph, which imports this module): what the programs here use of
-# it is `run`, `source`, `graph`, `gpu`, `gpu_programs` and `all_gpu_programs`.
-Compiled = Any
+
+class Compiled(Protocol):
+    """What the programs here use of a compiled subgraph (runtime/graph.CompiledGraph, which imports this module
+    and hands them their subgraphs compiled)."""
+
+    source: Graph  # the subgraph as called: its inputs are the op's
+    graph: Graph  # as planned: its outputs are the op's
+    gpu: GpuDevice | None
+
+    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]: ...
+
+    @property
+    def gpu_programs(self) -> list[GpuProgram]: ...
+
+    @property
+    def all_gpu_programs(self) -> list[GpuProgram]: ...
 
 
 def control_program(graph: Graph, part: Partition, plan: ControlPlan,
