@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import gpuengine
+
+ROOT = Path(gpuengine.__file__).resolve().parents[1]  # the source tree of the package under test
 PACKAGES = ("gpuengine", "delegate", "tools")
 
 # (file, attribute): why the access is allowed
