@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compiled_model import CompiledModel
-from .engine import InvokeJob
+from .api import CompiledModel, HardwareAccelerator, Interpreter, SignatureRunner, TensorBuffer
 from .errors import AdapterError, GpuEngineError, ModelError, UnsupportedOpError
-from .hardware_accelerator import HardwareAccelerator
-from .interpreter import Interpreter, SignatureRunner
-from .tensor_buffer import TensorBuffer
+from .runtime.graph import InvokeJob
 
 __version__ = "0.1.0"
 __all__ = ["AdapterError", "CompiledModel", "GpuEngineError", "HardwareAccelerator", "Interpreter", "InvokeJob",

@@ -1,17 +1,7 @@
-"""LiteRT's HardwareAccelerator flags, for `CompiledModel.from_file(..., hardware_accel=...)`."""
+"""LiteRT's module name (ai_edge_litert.hardware_accelerator), so that swapping the package in
+`from ai_edge_litert.hardware_accelerator import HardwareAccelerator` works unchanged; the code is in
+gpuengine/api/."""
 
-from __future__ import annotations
+from .api.hardware_accelerator import HardwareAccelerator
 
-import enum
-
-
-class HardwareAccelerator(enum.IntFlag):
-    """The same bit values as ai_edge_litert.hardware_accelerator.HardwareAccelerator (either may be passed).
-
-    GPU (alone or with CPU / NPU): gpuengine's WebGPU kernels, with LiteRT's CPU kernels for what the GPU does not
-    run. CPU alone: the model runs on LiteRT's own CompiledModel. NPU alone: not available here.
-    """
-
-    CPU = enum.auto()
-    GPU = enum.auto()
-    NPU = enum.auto()
+__all__ = ["HardwareAccelerator"]

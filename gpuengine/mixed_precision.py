@@ -4,7 +4,7 @@ An fp16 program stores every tensor as f16 (relative rounding up to 4.9e-4). Mos
 outputs unamplified (README, Precision), but an ill-conditioned one does not: pose_landmark_full's segmentation
 logits are 0.2-0.4 of their range off even in an engine whose every op is correctly rounded to f16, because a
 rounding anywhere in its backbone is amplified ~10^3 times. `f32_tensors` (an Interpreter option) names tensors
-stored as f32 inside an fp16 program (runtime/program.py kept_f32: the dispatch writing one stores in f32, its
+stored as f32 inside an fp16 program (precision_plan.py kept_f32: the dispatch writing one stores in f32, its
 readers convert on load); `search` finds such a set with the float64 reference executor (gpuengine/reference.py),
 without a GPU:
 
@@ -55,41 +55,12 @@ class MixedPrecision:
             json.dump(asdict(self), f, indent=1)
 
 
-def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int] | None) -> frozenset[str]:
-    """The Interpreter option as tensor names: a JSON file written by `search` (or holding a list), or tensor names
-    and indices of the model's main graph. Unknown names and indices raise ValueError."""
-    if spec is None:
-        return frozenset()
-    if isinstance(spec, (str, os.PathLike)):
-        try:
-            with open(spec) as f:
-                loaded = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"f32_tensors: cannot read {str(spec)!r} as JSON ({e})") from None
-        spec = loaded.get("f32_tensors") if isinstance(loaded, dict) else loaded
-        if not isinstance(spec, list):
-            raise ValueError("f32_tensors: the file holds neither a list nor a search result's 'f32_tensors' list")
-    names = {t.name for t in graph.tensors}
-    out = set()
-    for item in spec:
-        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            if not 0 <= int(item) < len(graph.tensors):
-                raise ValueError(f"f32_tensors: tensor index {int(item)} is out of range (0..{len(graph.tensors) - 1})")
-            out.add(graph.tensors[int(item)].name)
-        elif isinstance(item, str):
-            if item not in names:
-                raise ValueError(f"f32_tensors: the model has no tensor named {item!r}")
-            out.add(item)
-        else:
-            raise ValueError(f"f32_tensors takes tensor names or indices, got {type(item).__name__}")
-    return frozenset(out)
-
-
 def stored_tensor_names(graph: Graph) -> set[str]:
     """Names of the tensors the GPU programs of `graph` store (planned as an fp16 program would be)."""
-    from .engine import planned_dispatches
     from .latency.target import named
-    from .runtime.program import EngineOptions, stores_tensor
+    from .options import EngineOptions
+    from .planning import planned_dispatches
+    from .precision_plan import stores_tensor
 
     plan, partitions = planned_dispatches(graph, EngineOptions(precision="fp16"), named("discrete"))
     return {plan.graph.tensors[b.tensor].name for specs in partitions for spec in specs for b in spec.bindings

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .interpreter import Interpreter
+from .api.interpreter import Interpreter
 from .model.reader import read_model
 from .oracle import random_inputs, relative_error, run_litert
 

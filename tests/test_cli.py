@@ -50,10 +50,11 @@ def test_inspect_reports_target_invocations_and_macs(capsys):
     """--target decides the decompositions; every dispatch reports what it launches and does, the same numbers
     the planner gives without a GPU (tests/models/test_work_decomposition.py relies on that)."""
     from gpuengine import zoo
-    from gpuengine.engine import planned_dispatches
     from gpuengine.latency.target import named
+    from gpuengine.lowering_plan import dispatch_macs, launched
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions, dispatch_macs, launched
+    from gpuengine.options import EngineOptions
+    from gpuengine.planning import planned_dispatches
 
     report = run_json(capsys, ["inspect", "tiny", "--json", "--target", "discrete", "--cache", "/nonexistent/c"])
     assert report["target"] == "discrete"

@@ -16,13 +16,14 @@ import dataclasses
 import pytest
 
 from gpuengine import Interpreter, codegen
-from gpuengine.engine import plan_graph
 from gpuengine.kernels import layout_view
 from gpuengine.latency import devices
 from gpuengine.latency.target import named
+from gpuengine.lowering_plan import Choices, partition_specs
 from gpuengine.model import ir
 from gpuengine.model.reader import read_model
-from gpuengine.runtime.program import Choices, EngineOptions, partition_specs
+from gpuengine.options import EngineOptions
+from gpuengine.planning import plan_graph
 from gpuengine.zoo.decoder import DecoderConfig, decoder
 
 LAYERS = (2, 4, 6)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from gpuengine import Interpreter
-from gpuengine.control_flow import IfProgram, WhileProgram
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.runtime.control_flow import IfProgram, WhileProgram
 from gpuengine.testing import relative_error, tolerance
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")

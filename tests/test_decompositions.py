@@ -235,9 +235,9 @@ def test_policy_on_mobilenet_v2_late_1x1_conv():
     """7x7 pixels, 960 -> 160 channels (the conv that took ~128 us on an H100 unsplit): split on discrete,
     large tiles on cpu."""
     from gpuengine import zoo
-    from gpuengine.engine import planned_dispatches
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
+    from gpuengine.planning import planned_dispatches
 
     def conv(target: str) -> Decomposition:
         plan, (specs,) = planned_dispatches(read_model(zoo.get("mobilenet_v2")).main, EngineOptions(), named(target))

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from test_int8_weights import int8_weights  # same folder under pytest
 
-from gpuengine.engine import CompiledGraph, plan_graph
 from gpuengine.latency import devices
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
+from gpuengine.options import EngineOptions
 from gpuengine.oracle import relative_error, run_litert
-from gpuengine.runtime.program import EngineOptions
+from gpuengine.planning import plan_graph
+from gpuengine.runtime.graph import CompiledGraph
 from gpuengine.testing import FP16_TOLERANCE
 
 SMOLLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm_4l_int8.tflite"

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from flatbuffers import flexbuffers
 
-from gpuengine.engine import plan_graph
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
+from gpuengine.options import EngineOptions
 from gpuengine.passes.inline_composites import inline_composites
 from gpuengine.passes.pipeline import run_passes
-from gpuengine.runtime.program import EngineOptions
+from gpuengine.planning import plan_graph
 from gpuengine.testing import assert_matches_litert
 
 SHAPE = (1, 2, 3, 8)

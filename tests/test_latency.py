@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 
 from gpuengine import zoo
-from gpuengine.engine import planned_dispatches
 from gpuengine.kernels.base import Decomposition
 from gpuengine.kernels.dispatch_cost import dispatch_cost
 from gpuengine.latency import devices, latency
 from gpuengine.latency.target import named
 from gpuengine.model.reader import read_model
-from gpuengine.runtime.program import EngineOptions
+from gpuengine.options import EngineOptions
+from gpuengine.planning import planned_dispatches
 from gpuengine.tuning import calibrate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h100"

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from gpuengine import Interpreter, zoo
-from gpuengine.mixed_precision import f32_tensor_names, search, stored_tensor_names
+from gpuengine.mixed_precision import search, stored_tensor_names
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
+from gpuengine.options import f32_tensor_names
 from gpuengine.reference import run_reference
 from gpuengine.testing import FP16_TOLERANCE, assert_matches_litert, random_inputs, relative_error, run_gpuengine
 

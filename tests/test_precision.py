@@ -10,13 +10,15 @@ import pytest
 
 from gpuengine import Interpreter, zoo
 from gpuengine.codegen import element_bytes, preamble
-from gpuengine.engine import plan_graph
 from gpuengine.latency.target import named
+from gpuengine.lowering_plan import Choices, partition_specs
 from gpuengine.memory import plan_memory
 from gpuengine.model.reader import read_model
+from gpuengine.options import EngineOptions
 from gpuengine.oracle import random_inputs, relative_error, run_litert
+from gpuengine.planning import plan_graph
 from gpuengine.runtime.device import GpuDevice
-from gpuengine.runtime.program import Choices, EngineOptions, partition_specs, usage_records
+from gpuengine.runtime.program import usage_records
 from gpuengine.testing import FP16_TOLERANCE, assert_matches_litert
 
 

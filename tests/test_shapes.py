@@ -97,7 +97,7 @@ def test_resizes_run_on_the_gpu_match_litert_and_hit_the_cache() -> None:
 def test_back_to_a_recent_shape_reuses_its_programs_and_stays_correct() -> None:
     """The last COMPILED_SHAPES input shapes keep their compiled programs (buffers included): going back to one
     builds nothing and still equals LiteRT; an older one is built again."""
-    from gpuengine.interpreter import COMPILED_SHAPES
+    from gpuengine.api.interpreter import COMPILED_SHAPES
 
     data = fcn_model()
     ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)

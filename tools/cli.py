@@ -78,11 +78,11 @@ def parse_resize(items: list[str]) -> dict[int, list[int]]:
 
 
 def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
-    from gpuengine.control_flow import partition_report
     from gpuengine.kernels.prologue import model_ops
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
     from gpuengine.model.reader import read_model
+    from gpuengine.planning import partition_report
 
     model = read_model(data)
     it = interpreter(data, args)

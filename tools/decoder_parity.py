@@ -110,10 +110,10 @@ def decode_step_vs_float64(model: bytes, interpreters: list[Any], position: int 
 def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> list:
     """The dispatches (KernelSpecs) of every GPU partition of a signature, planned for an adapter class without
     compiling (nothing touches a GPU), fusions included."""
-    from gpuengine import engine
+    from gpuengine import planning as engine
     from gpuengine.latency.target import named
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
 
     parsed = read_model(model)
     signature = next(s for s in parsed.signatures if s.key == key)

@@ -6,12 +6,13 @@ every machine gets the same bytes. Cache: $GPUENGINE_MODELS, else ~/.cache/gpuen
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from gpuengine import settings
 
 MEDIAPIPE = "mediapipe==0.10.14"
 _FOLDER = "mediapipe-0.10.14"
@@ -23,7 +24,7 @@ class ModelsUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("GPUENGINE_MODELS")
+    root = settings.get(settings.MODELS)
     base = Path(root) if root else Path.home() / ".cache" / "gpuengine" / "models"
     return base / _FOLDER
 

@@ -69,9 +69,11 @@ class PhaseTimer:
 
 
 def instrument(timer: PhaseTimer) -> None:
-    from gpuengine import codegen, engine, interpreter
+    from gpuengine import codegen
+    from gpuengine.api import interpreter
     from gpuengine.latency import policy
     from gpuengine.runtime import device, program
+    from gpuengine.runtime import graph as engine
 
     timer.wrap(interpreter, "read_model", "read + validate")
     timer.wrap(interpreter.validate, "validate_model", "read + validate")

@@ -30,10 +30,10 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
             hybrid: str = "integer") -> tuple[Any, list[Any]]:
     """(graph, dispatches of every GPU partition) as a GPU program would build them for an adapter class: of the
     main graph, or of a signature's subgraph; hybrid: the arithmetic of hybrid int8 FULLY_CONNECTED ops."""
-    from gpuengine.engine import planned_dispatches
     from gpuengine.latency.target import named
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
+    from gpuengine.planning import planned_dispatches
 
     model = read_model(data)
     graph = model.main
@@ -50,7 +50,7 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
 def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
                   signature: str | None = None, hybrid: str = "integer") -> Any:
     """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
-    from gpuengine.kernels.dispatch_cost import predict_specs
+    from gpuengine.latency.latency import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:

@@ -70,7 +70,7 @@ def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> 
     prog, i = job.program, job.index
     spec = prog.dispatches[i].spec
     timer.warm_up()
-    single = timer.span(runs=3, dispatches=[prog._hot[i]], warmup_s=0)  # noqa: SLF001
+    single = timer.span(runs=3, dispatches=[prog.hot_dispatches[i]], warmup_s=0)
     repeat = int(min(MAX_REPEAT, max(1, TARGET_PASS_NS // max(1.0, single))))
 
     def timed(hot: Any) -> float:
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     weights = {}
     for key, job in jobs.items():
         timer = timers.setdefault(id(job.program), DispatchTimer(job.program))
-        weights[key] = timer.span(runs=3, dispatches=[job.program._hot[job.index]],  # noqa: SLF001
+        weights[key] = timer.span(runs=3, dispatches=[job.program.hot_dispatches[job.index]],
                                   warmup_s=0)
     remaining_weight = sum(weights.values()) or 1.0
     deadline = time.monotonic() + args.budget

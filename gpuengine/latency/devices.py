@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from .latency import Device
 from .target import Target
 
@@ -88,7 +89,7 @@ def tuning_cache_path() -> Path:
 
 def fit_path(tuning_cache: str | os.PathLike | None = None) -> Path:
     """latency.json in the tuning cache's folder (GPUENGINE_LATENCY_FIT overrides it)."""
-    env = os.environ.get("GPUENGINE_LATENCY_FIT")
+    env = settings.get(settings.LATENCY_FIT)
     if env:
         return Path(env)
     return (Path(tuning_cache) if tuning_cache else tuning_cache_path()).parent / "latency.json"

@@ -7,10 +7,11 @@ adapter's own report, and lets the user say otherwise (`Interpreter(target=...)`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .. import settings
 
 TARGETS = ("discrete", "integrated", "cpu")
 # Invocations one dispatch should launch to keep a device of the class busy. A discrete GPU such as an H100
@@ -44,7 +45,7 @@ def classify(info: Mapping[str, Any]) -> str:
 
 def check(preference: str | None) -> str:
     """The normalized preference ('auto' or a class); ValueError for anything else."""
-    value = (preference or os.environ.get("GPUENGINE_TARGET") or "auto").strip().lower()
+    value = (preference or settings.get(settings.TARGET) or "auto").strip().lower()
     if value != "auto" and value not in TARGETS:
         source = "target" if preference else "GPUENGINE_TARGET"
         raise ValueError(f"{source} {value!r} is not one of auto, {', '.join(TARGETS)}")

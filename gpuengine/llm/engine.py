@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
+from ..kernels import sampler as sampler_kernel
+from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer, wait_unread
 from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
 from .tokenizer import StreamDecoder
@@ -102,7 +104,7 @@ class Engine:
     def __init__(self, model_path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, *,
                  sampler: SamplerConfig | None = None, steps_ahead: int = 4, loop: str = "auto",
                  progress: bool = False, bundle: Bundle | None = None, **options: Any) -> None:
-        from ..interpreter import Interpreter
+        from ..api.interpreter import Interpreter
 
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
@@ -127,7 +129,7 @@ class Engine:
         self._staging: list[Any] = []
         self.stats = LoopStats()
         self.timing = Timing()
-        self._owner: Session | None = None  # the session whose tokens the KV cache holds
+        self.owner: Session | None = None  # the session whose tokens the KV cache holds
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
@@ -240,13 +242,17 @@ class Engine:
 
     @property
     def device(self) -> Any:
-        return self.decode.compiled.gpu.device
+        return self.decode.compiled.device
+
+    @property
+    def gpu(self) -> Any:
+        """The runtime's GpuDevice of the decode signature (writes, copies and the sampler's buffers go there)."""
+        return self.decode.compiled.gpu
 
     # -- feeding the model ------------------------------------------------------------------------------------
     def _write_step(self, token: int, position: int) -> None:
-        queue = self.device.queue
-        queue.write_buffer(self._token_buffer, 0, np.array([token], np.float32))
-        queue.write_buffer(self._position_buffer, 0, np.array([position], np.float32))
+        self.gpu.write(self._token_buffer, 0, np.array([token], np.float32))
+        self.gpu.write(self._position_buffer, 0, np.array([position], np.float32))
 
     def _feed(self, token: int, position: int, read: bool) -> np.ndarray | None:
         """One decode step with this token at this position; its logits when read."""
@@ -263,7 +269,7 @@ class Engine:
             return out["logits"].reshape(-1)
         return self.decode.run(feeds, outputs=["logits"])["logits"].reshape(-1)
 
-    def _prefill(self, ids: list[int], start: int) -> None:
+    def prefill(self, ids: list[int], start: int) -> None:
         """Write the KV cache of `ids` at positions start..: prefill chunks that fit, the rest through decode."""
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
@@ -285,15 +291,11 @@ class Engine:
 
     def _copy_cache(self, runner: Any) -> None:
         """A prefill's cache outputs into decode's output buffers (where the state lives), on the GPU."""
-        encoder = self.device.create_command_encoder()
-        for name in self.cache_names:
-            src = runner.output_buffer(name).buffer
-            dst = self.decode.output_buffer(name).buffer
-            encoder.copy_buffer_to_buffer(src, 0, dst, 0, min(src.size, dst.size))
-        self.device.queue.submit([encoder.finish()])
+        self.gpu.copy([(runner.output_buffer(name).buffer, self.decode.output_buffer(name).buffer)
+                       for name in self.cache_names])
 
     # -- the two decode loops -----------------------------------------------------------------------------------
-    def _host_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
+    def host_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
                    stop: set[int]) -> Iterator[int]:
         stats = self.stats = LoopStats(loop="host")
         for k in range(count):
@@ -308,28 +310,21 @@ class Engine:
             if token in stop:
                 return
 
-    def _ensure_sampler(self) -> Any:
+    def _ensure_sampler(self) -> DecodeSampler:
         if self._sampler_kernel is None:
-            import wgpu
-
-            from ..kernels.sampler import GpuSampler
-
             logits = self.decode.output_buffer("logits").buffer
-            self._sampler_kernel = GpuSampler(self.device, self.vocab, logits, self._token_buffer,
-                                              self._position_buffer, self.cache_length + 1)
-            self._staging = [self.device.create_buffer(size=16, usage=wgpu.BufferUsage.MAP_READ
-                                                       | wgpu.BufferUsage.COPY_DST)
-                             for _ in range(self.steps_ahead + 1)]
+            self._sampler_kernel = DecodeSampler(self.decode.compiled, self.vocab, logits, self._token_buffer,
+                                                 self._position_buffer, self.cache_length + 1)
+            self._staging = [readback_buffer(self.gpu, 16) for _ in range(self.steps_ahead + 1)]
         return self._sampler_kernel
 
-    def _gpu_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
+    def gpu_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
                   stop: set[int]) -> Iterator[int]:
         sampler = self._ensure_sampler()
         stats = self.stats = LoopStats(loop="gpu")
         self._write_step(token, position)
         temperature = 0.0 if config.greedy else config.temperature
-        sampler.reset(config.seed, config.top_k, config.top_p, temperature)
-        self.device.queue.write_buffer(sampler.state, 0, np.array([step0], np.uint32))
+        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0)
         pending: deque[tuple[int, Any]] = deque()
         submitted = 0
         ring = len(self._staging)
@@ -337,11 +332,7 @@ class Engine:
             while True:
                 while submitted < count and len(pending) < self.steps_ahead:
                     staging = self._staging[submitted % ring]
-                    encoder = self.device.create_command_encoder()
-                    sampler.record(encoder)
-                    encoder.copy_buffer_to_buffer(sampler.state, sampler.history_offset(step0 + submitted),
-                                                  staging, 0, 4)
-                    self.decode.submit(after=[encoder.finish()])
+                    self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
                     pending.append((submitted, staging))
                     submitted += 1
                     stats.steps += 1
@@ -349,11 +340,7 @@ class Engine:
                 if not pending:
                     return
                 _, staging = pending.popleft()
-                staging.map_async("READ_NOSYNC").sync_wait()
-                try:
-                    token = int(np.frombuffer(staging.read_mapped(copy=False), np.uint32, count=1)[0])
-                finally:
-                    staging.unmap()
+                token = int(read_words(staging)[0])
                 stats.reads += 1
                 stats.bytes_read += 4
                 yield token
@@ -361,8 +348,7 @@ class Engine:
                     return
         finally:
             for _, staging in pending:  # steps past a stop token: finished, not read
-                staging.map_async("READ_NOSYNC").sync_wait()
-                staging.unmap()
+                wait_unread(staging)
 
     def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
                        loop: str | None = None) -> Session:
@@ -375,12 +361,33 @@ class Engine:
         runners = [self.decode, *self.prefills.values()]
         for runner in runners:
             for prog in runner.compiled.gpu_programs:
-                held = getattr(prog, "_held", {})  # the constant buffers its bind groups read (shared by content)
-                for buf in [*prog.objects, *prog.raw_in.values(), *prog.raw_out.values(), *held.values()]:
+                for buf in prog.buffers():
                     if id(buf) not in seen:
                         seen.add(id(buf))
                         total += int(buf.size)
         return total
+
+
+class DecodeSampler:
+    """The GPU decode loop's next-token sampler: kernels/sampler.py's WGSL added by the runtime after each decode
+    step (CompiledGraph.add_dispatch, submitted with SignatureRunner.submit(after=...)); it reads the step's logits,
+    writes the next step's token and position where decode reads them and keeps the tokens in its state buffer."""
+
+    def __init__(self, compiled: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
+        self.gpu = compiled.gpu
+        self.state = state_buffer(self.gpu, (sampler_kernel.HISTORY + steps) * 4)
+        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab), [logits, tokens, position, self.state])
+
+    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int) -> None:
+        """Step `step` with these settings (written through the queue, ordered before the next submission)."""
+        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature))
+        self.gpu.write(self.state, 0, np.array([step], np.uint32))
+
+    def command(self, step: int, staging: Any) -> Any:
+        """The sampler's dispatch, then the copy of step `step`'s token to `staging`: a command buffer to submit
+        after a decode step."""
+        offset = (sampler_kernel.HISTORY + step) * 4
+        return self.dispatch.command([(self.state, offset, staging, 0, 4)])
 
 
 class Session:
@@ -437,14 +444,14 @@ class Session:
         stop = engine.bundle.stop_tokens
         sequences = [list(seq) for seq in engine.bundle.stop_ids if len(seq) > 1]
         start = time.perf_counter()
-        if engine._owner is not self and self.position:  # noqa: SLF001
+        if engine.owner is not self and self.position:
             # another session used the engine's KV cache since: write this session's tokens back first
-            engine._prefill(self.history[:self.position], 0)  # noqa: SLF001
-        engine._owner = self  # noqa: SLF001
-        engine._prefill([int(t) for t in ids[:-1]], self.position)  # noqa: SLF001
+            engine.prefill(self.history[:self.position], 0)
+        engine.owner = self
+        engine.prefill([int(t) for t in ids[:-1]], self.position)
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
-        loop = engine._gpu_loop if self.loop == "gpu" else engine._host_loop  # noqa: SLF001
+        loop = engine.gpu_loop if self.loop == "gpu" else engine.host_loop
         self.history.extend(new)
         self.position += len(ids) - 1
         self.pending = [int(ids[-1])]

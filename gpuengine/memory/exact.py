@@ -18,23 +18,23 @@ smaller than the largest such sum. A solution at L, or HiGHS's own proof, makes 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 import numpy as np
 
+from .. import settings
 from .offsets import DEFAULT_ALIGNMENT, plan_greedy_by_size
 from .plan import MemoryPlan
 from .records import UsageRecord, check_records
 
 __all__ = ["DEFAULT_TIME_BUDGET", "aligned_lower_bound", "plan_offsets"]
 
-DEFAULT_TIME_BUDGET = float(os.environ.get("GPUENGINE_MEMPLAN_BUDGET", "5.0"))  # seconds per plan, a safety net
+DEFAULT_TIME_BUDGET = float(settings.get(settings.MEMPLAN_BUDGET, "5.0"))  # seconds per plan, a safety net
 _GRANULE = 4
 MAX_PAIRS = 40_000  # beyond this many overlapping pairs the program is not built: the heuristic stands
 # Branch-and-bound nodes: a budget that, unlike time, gives the same plan on every run and machine (the time budget
 # is only a safety net).
-NODE_LIMIT = int(os.environ.get("GPUENGINE_MEMPLAN_NODES", "1000"))
+NODE_LIMIT = int(settings.get(settings.MEMPLAN_NODES, "1000"))
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.ir import Graph, Op
-from ..reference import BUILTIN_OPS, Node, _as_declared
 
 # op -> (indices input, indexed input)
 CHECKED_OPS = {"EMBEDDING_LOOKUP": (0, 1), "GATHER_ND": (1, 0), "GATHER": (1, 0)}
@@ -58,6 +57,9 @@ class IndexChecks:
         for op in graph.ops:
             if op.code not in CHECKED_OPS or len(op.inputs) < 2 or min(op.inputs[:2]) < 0:
                 continue
+            # the float64 executor's op table, loaded only for a graph that has an op to check (import gpuengine
+            # loads no reference executor)
+            from ..reference import BUILTIN_OPS
             index_input, table_input = CHECKED_OPS[op.code]
             indices, table = op.inputs[index_input], op.inputs[table_input]
             cone: dict[int, Op] = {}
@@ -103,6 +105,8 @@ class IndexChecks:
         values: the host values of the graph's inputs; names: what to call an input (signature names)."""
         if not self.checks:
             return
+        from ..reference import BUILTIN_OPS, Node, _as_declared  # loaded once a graph has a check (__init__)
+
         known: dict[int, np.ndarray] = {}
 
         def value(t: int) -> np.ndarray:

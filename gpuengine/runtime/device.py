@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import settings
 from ..errors import AdapterError
 from ..latency.target import Target, resolve
 
@@ -40,6 +40,18 @@ class GpuDevice:
         pending, self.orphans[:] = list(self.orphans), []
         if pending and self.alive():
             self.device.queue.submit(pending)
+
+    def write(self, buffer: Any, offset: int, value: Any) -> None:
+        """Write host bytes into a buffer through the queue (ordered before the next submission)."""
+        self.device.queue.write_buffer(buffer, offset, value)
+
+    def copy(self, pairs: list[tuple[Any, Any]]) -> None:
+        """Copy each (source, destination) buffer pair on the GPU (as many bytes as the smaller holds), in one
+        submission."""
+        encoder = self.device.create_command_encoder()
+        for source, destination in pairs:
+            encoder.copy_buffer_to_buffer(source, 0, destination, 0, min(source.size, destination.size))
+        self.device.queue.submit([encoder.finish()])
 
     def alive(self) -> bool:
         """False once the device is lost. wgpu 0.32 only logs a loss, and a submit on a lost device aborts the
@@ -149,7 +161,7 @@ def _rank(adapter: Any) -> tuple[int, int]:
 def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
     """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
     or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
-    preference = (preference or os.environ.get("GPUENGINE_ADAPTER") or "auto").strip().lower()
+    preference = (preference or settings.get(settings.ADAPTER) or "auto").strip().lower()
     adapters = sorted(_adapters(fresh), key=_rank)
     if not adapters:
         raise AdapterError(f"No WebGPU adapter found. {INSTALL_HINT}")

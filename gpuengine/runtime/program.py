@@ -14,7 +14,6 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,42 +21,27 @@ import numpy as np
 
 from .. import codegen
 from ..errors import UnsupportedOpError
-from ..fusion import lower, redecompose
-from ..kernels import convert, tiling
-from ..kernels.base import Binding, Decomposition, KernelSpec, Variants
+from ..fusion import redecompose
+from ..kernels.base import Binding, Decomposition, KernelSpec
 from ..kernels.common import EXACT_LIMIT, holds_integers
-from ..kernels.kv_cache import writes
 from ..kernels.tuned import Tuned
-from ..latency import policy
-from ..latency.defaults import default_workgroup
 from ..latency.target import Target
 from ..layout import phwc4_elements
+from ..lowering_plan import (
+    Choices,
+    dispatch_macs,
+    finish,
+    in_place_pairs,
+    launched,
+    partition_specs,
+    signature,
+)
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
-from ..model.ops import KV_CACHE_WRITE
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
+from ..options import EngineOptions
+from ..precision_plan import mark_exact, stores_tensor
 from .device import DEVICE_LOST, GpuDevice, WorkDone
-
-
-@dataclass
-class EngineOptions:
-    """Engine extras, passed as Interpreter keyword options."""
-
-    adapter: str | None = None
-    precision: str = "fp32"  # "fp16": tensors and weights stored as f16 where the adapter has shader-f16
-    f32_tensors: frozenset[str] = frozenset()  # fp16 only: tensors (by name) kept in f32 (mixed precision)
-    # hybrid FULLY_CONNECTED (float activations, int8 weights): "integer" as LiteRT (rows quantized, i32 sums) or
-    # "float" (weights dequantized in registers, f32 sums); passes/hybrid_arithmetic.py
-    hybrid_arithmetic: str = "integer"
-    memory_strategy: str = "best"
-    workgroup_cache: str | None = None  # path of a tuning cache; None: the default location
-    optimize: bool = True  # graph transformations and fusion
-    target: str | None = None  # adapter class whose decompositions to use; None: env GPUENGINE_TARGET, else detected
-    device: Any = None  # a wgpu.GPUDevice to run on (shared with other interpreters); None: the adapter's device
-    max_inflight: int = 2  # invokes submitted and not yet read back, each with a staging buffer of its own
-    # the latency model's description (tuning/latency.Device) of the device plans are for, which fusions trading a
-    # dispatch for recomputation ask; None: the built-in one of `target`'s class (engine.planning_device)
-    latency_device: Any = None
 
 
 @dataclass
@@ -138,44 +122,6 @@ def usage_records(specs: list[KernelSpec], graph: Graph, root: Any, scalar_bytes
             for t in sorted(first)]
 
 
-def mark_exact(spec: KernelSpec, graph: Graph, f32: frozenset[int] = frozenset()) -> None:
-    """Bindings of int32 / bool tensors hold integers, stored f32 whatever the precision, and so are the float
-    tensors of `f32` (kept_f32: mixed precision; `wide`, so their readers compute in f32 too); so are the constants
-    of a dispatch computing in f32 (codegen.dispatch_precision)."""
-    for b in spec.bindings:
-        integers = b.tensor is not None and holds_integers(graph.tensors[b.tensor])
-        b.wide = b.tensor is not None and not integers and b.tensor in f32
-        b.exact = integers or b.wide
-    if codegen.dispatch_precision(spec, "fp16") == "fp32":
-        for b in spec.bindings:
-            if b.data is not None and b.element in codegen.STORAGE_TYPES:
-                b.exact = True
-
-
-def stores_tensor(b: Binding) -> bool:
-    """The binding is a PHWC4 tensor of the partition's memory plan (not a constant, scratch or raw boundary buffer)."""
-    return b.tensor is not None and b.data is None and not b.raw and not b.scratch_bytes
-
-
-def kept_f32(specs: list[KernelSpec], graph: Graph, root: Callable[[int], int],
-             names: frozenset[str]) -> frozenset[int]:
-    """The stored tensors (alias roots) that mixed precision keeps in f32: those named, and every tensor written
-    by a dispatch that writes one of them (a dispatch's stores have one storage type)."""
-    if not names:
-        return frozenset()
-    keep = {root(t.index) for t in graph.tensors if t.name in names}
-    changed = True
-    while changed:
-        changed = False
-        for spec in specs:
-            written = {b.tensor for b in spec.bindings
-                       if b.writable and stores_tensor(b) and not holds_integers(graph.tensors[b.tensor])}
-            if written & keep and not written <= keep:
-                keep |= written
-                changed = True
-    return frozenset(keep)
-
-
 def host_value(value: np.ndarray, tensor: Any) -> np.ndarray:
     """A host value of a GPU partition's input as the f32 the GPU holds: integers must be exact in f32."""
     if holds_integers(tensor) and tensor.dtype != np.bool_ and value.size:
@@ -199,142 +145,6 @@ def quantized(real: np.ndarray, tensor: Any) -> np.ndarray:
     r = real.astype(np.float64) / scale
     lo, hi = QUANTIZED_TYPES[tensor.dtype]
     return np.clip(np.sign(r) * np.floor(np.abs(r) + 0.5) + zero, lo, hi).astype(tensor.dtype)
-
-
-def signature(spec: KernelSpec) -> str:
-    """What a tuned workgroup size is keyed by: the template, its baked numbers, fused code and the grid."""
-    params = ",".join(f"{k}={v}" for k, v in sorted(spec.params.items()))
-    fused = hashlib.sha1("\n".join([*spec.epilogue, *spec.functions]).encode()).hexdigest()[:12]
-    return f"{spec.shader}|{params}|{fused}|grid={spec.grid}"
-
-
-class Choices:
-    """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
-    device can run, else the target's default (tuning/policy.py) or the default workgroup size."""
-
-    def __init__(self, target: Target, tuned: Tuned | None = None, max_invocations: int = 256) -> None:
-        self.target, self.tuned, self.max_invocations = target, tuned or Tuned(), max_invocations
-        self.from_cache = 0  # dispatches whose choice came from the tuning cache
-
-    def decide(self, variants: Variants) -> Decomposition:
-        tuned = self.tuned.decompositions.get(variants.problem)
-        if tuned is not None and self.runs(variants, tuned):
-            self.from_cache += 1
-            return tuned
-        # the adapter's fitted latency model where the target is the adapter's own class, else the class's
-        fitted = self.tuned.latency if self.target.detected else None
-        return policy.choose(variants, self.target, fitted)
-
-    def runs(self, variants: Variants, d: Decomposition) -> bool:
-        """Whether d is one of the kernel's decompositions (any tiles per workgroup) and fits this device."""
-        offered = any((c.tile, c.split, c.subgroup) == (d.tile, d.split, d.subgroup) for c in variants.candidates)
-        return (offered and (not d.subgroup or self.target.subgroups)
-                and d.invocations_per_workgroup <= self.max_invocations
-                and tiling.lane_memory_fits(d, d.tile[0] * d.tile[1] if d.split > 1 else 1))
-
-    def workgroup(self, spec: KernelSpec) -> tuple[int, int, int]:
-        tuned = self.tuned.workgroups.get(signature(spec))
-        self.from_cache += tuned is not None
-        return tuned or default_workgroup(spec.grid, self.max_invocations)
-
-
-def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
-                    choices: Choices, f32_names: frozenset[str] = frozenset(),
-                    ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
-    """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
-    `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
-    fp16 program (f32_names: mixed precision, kept_f32)."""
-    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide)
-
-    def root(t: int) -> int:
-        while t in aliases:
-            t = aliases[t]
-        return t
-
-    in_place = in_place_pairs(graph, ops, inputs, outputs)
-    specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place] + specs
-             + [convert.from_phwc4(graph, t, root(t)) for t in outputs if t not in in_place.values()])
-    tunable = []
-    for spec in specs:
-        tunable.append(spec.workgroup is None or spec.variants is not None)
-        finish(spec, root, choices)
-    f32 = kept_f32(specs, graph, root, f32_names)
-    # a dispatch writing a cache in place (f32) stores f32: what else it writes (a rotated query) is kept in f32
-    f32 |= {root(b.tensor) for spec in specs if any(b.writable and b.tensor in in_place.values() for b in spec.bindings)
-            for b in spec.bindings if b.writable and stores_tensor(b)}
-    for spec in specs:
-        mark_exact(spec, graph, f32)
-        for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
-            if b.tensor in in_place.values() and b.data is None:
-                b.raw, b.exact = True, True
-    share_shaders(specs)
-    return specs, root, tunable, f32
-
-
-def share_shaders(specs: list[KernelSpec]) -> None:
-    """Dispatches whose WGSL differs only in baked constants (identical layers of a small model: each layer's norm
-    weights or channel scales baked into its own shader) get those constants bound instead, as f32 buffers (the
-    type of the literals they replace: the same arithmetic), so they compile one shader, not one per layer.
-    A constant baked in one dispatch alone stays baked."""
-    def skeleton(spec: KernelSpec) -> str:
-        baked = [b for b in spec.bindings if codegen.is_baked(b)]
-        for b in baked:
-            b.bake = False
-        try:
-            return codegen.render(spec)
-        finally:
-            for b in baked:
-                b.bake = True
-
-    groups: dict[str, list[KernelSpec]] = {}
-    for spec in specs:
-        if any(codegen.is_baked(b) for b in spec.bindings):
-            groups.setdefault(skeleton(spec), []).append(spec)
-    for group in groups.values():
-        if len({codegen.render(spec) for spec in group}) > 1:
-            for spec in group:
-                for b in spec.bindings:
-                    if codegen.is_baked(b):
-                        b.bake, b.exact = False, True
-
-
-def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int]) -> dict[int, int]:
-    """Input -> output of the partition's KV_CACHE_WRITE ops (passes/kv_cache_in_place.py): the two share one BHWC
-    buffer (the input's), which the write updates in place; neither is converted to or from PHWC4."""
-    pairs = {}
-    for i in ops:
-        op = graph.ops[i]
-        for write in writes(op) if op.code == KV_CACHE_WRITE else []:
-            if write.code != KV_CACHE_WRITE:  # a rotated query written beside the caches
-                continue
-            cache, out = write.inputs[0], write.outputs[0]
-            if cache not in inputs or out not in outputs:
-                raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[cache].name!r} must be an "
-                                         "input and its result an output of the GPU partition")
-            pairs[cache] = out
-    return pairs
-
-
-def finish(spec: KernelSpec, root: Callable[[int], int], choices: Choices) -> None:
-    """Tensor bindings read the alias roots; a spec without a workgroup gets the tuned or default one."""
-    for b in spec.bindings:
-        if b.tensor is not None and not b.raw:
-            b.tensor = root(b.tensor)
-    if spec.workgroup is None:
-        spec.workgroup = choices.workgroup(spec)
-
-
-def launched(spec: KernelSpec) -> int:
-    """Invocations a dispatch launches (whole workgroups)."""
-    return int(np.prod(codegen.dispatch_size(spec))) * int(np.prod(spec.workgroup))
-
-
-def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
-    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads."""
-    if spec.macs:
-        return spec.macs
-    return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
-               for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
 
 
 _CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # wgpu device -> {digest: buffer}
@@ -539,6 +349,21 @@ class GpuProgram:
             bind_group = self._bind(spec, pipeline, constants)
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
+
+    @property
+    def hot_dispatches(self) -> list[tuple[Any, Any, int, int, int]]:
+        """(pipeline, bind group, workgroups x, y, z) of every dispatch in order: what an invoke records (timers
+        and the tuner record them alone)."""
+        return self._hot
+
+    def buffers(self) -> list[Any]:
+        """Every GPU buffer the program holds: planned tensors, boundary buffers and the constants its bind groups
+        read (weights shared by content are the same buffer in every program reading them)."""
+        return [*self.objects, *self.raw_in.values(), *self.raw_out.values(), *self._held.values()]
+
+    def encode_invoke(self) -> Any:
+        """A reading invoke's command buffer, recorded and not submitted (profile times the recording alone)."""
+        return self._encode(self._slots[0])
 
     def constant_buffers(self) -> dict[int, int]:
         """id -> bytes of every GPU buffer holding this program's constants (weights shared by content are one
@@ -790,6 +615,21 @@ class GpuProgram:
                 if not self.gpu.alive():
                     raise RuntimeError(DEVICE_LOST) from e
                 raise
+
+    def copy_into_inputs(self, sources: list[tuple[int, Any]]) -> None:
+        """Copy each (input tensor, buffer) into the input's own buffer on the GPU, queued ahead of the next invoke
+        (a caller's buffer whose input is in copy mode: bound, it would re-record at every change)."""
+        encoder = self.gpu.device.create_command_encoder()
+        for t, source in sources:
+            encoder.copy_buffer_to_buffer(source, 0, self.raw_in[t], 0, self.graph.tensors[t].size * 4)
+        self._queue.submit([encoder.finish()])
+
+    def copy_outputs(self, destinations: list[tuple[int, Any]]) -> None:
+        """Copy each output tensor's buffer, as the last invoke left it, into (output tensor, buffer) on the GPU."""
+        encoder = self.gpu.device.create_command_encoder()
+        for t, destination in destinations:
+            encoder.copy_buffer_to_buffer(self.raw_out[t], 0, destination, 0, self.graph.tensors[t].size * 4)
+        self._queue.submit([encoder.finish()])
 
     def output_buffer(self, t: int) -> Any:
         """The GPU buffer that holds output tensor t, BHWC row-major f32, after each invoke."""

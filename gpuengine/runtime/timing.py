@@ -157,15 +157,15 @@ class DispatchTimer:
         they recorded in advance)."""
         quiesce(self.program.gpu)
         deadline = time.perf_counter() + seconds
-        self._span_once(self.program._hot, 1)  # noqa: SLF001
+        self._span_once(self.program.hot_dispatches, 1)
         while time.perf_counter() < deadline:
-            self._span_once(self.program._hot, 1)  # noqa: SLF001
+            self._span_once(self.program.hot_dispatches, 1)
 
     def span(self, runs: int = 20, dispatches: list[tuple[Any, Any, int, int, int]] | None = None,
              repeat: int = 1, warmup_s: float = WARMUP_S) -> float:
         """Median GPU nanoseconds of one pass of `dispatches` (default: the whole program), per repetition when
         they are recorded `repeat` times in the pass (a lone kernel repeated reads back to back, as in a model)."""
-        dispatches = dispatches if dispatches is not None else self.program._hot  # noqa: SLF001
+        dispatches = dispatches if dispatches is not None else self.program.hot_dispatches
         if warmup_s > 0:
             self.warm_up(warmup_s)
         return float(np.median([self._span_once(dispatches, repeat) for _ in range(max(1, runs))])) / repeat
@@ -173,7 +173,7 @@ class DispatchTimer:
     def measure(self, runs: int = 10, warmup: int = 2,
                 dispatches: list[tuple[Any, Any, int, int, int]] | None = None) -> Timing:
         """Median per-dispatch and total GPU time over `runs` repetitions of the program's dispatches."""
-        dispatches = dispatches if dispatches is not None else self.program._hot  # noqa: SLF001
+        dispatches = dispatches if dispatches is not None else self.program.hot_dispatches
         quiesce(self.program.gpu)
         for _ in range(warmup):
             self._once(dispatches)

@@ -69,7 +69,7 @@ def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, ta
         for i, disp in enumerate(prog.dispatches):
             spec = disp.spec
             base = dispatch_cost(spec, prog.graph, prog.precision)
-            hot = prog._hot[i]  # noqa: SLF001
+            hot = prog.hot_dispatches[i]
             single = timer.span(runs=1, dispatches=[hot], warmup_s=0)
             repeat = int(min(max_repeat, max(1, target_pass_ns // max(1.0, single))))
             group = f"{name}#{p}.{i}"

@@ -44,9 +44,10 @@ def graphs(data: bytes):
 
 
 def rendered(graph, parsed, target: str, precision: str, optimize: bool) -> list[str]:
-    from gpuengine import codegen, engine
+    from gpuengine import codegen
+    from gpuengine import planning as engine
     from gpuengine.latency.target import named
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
 
     options = EngineOptions(precision=precision, optimize=optimize)
     _, programs = engine.planned_dispatches(graph, options, named(target), parsed)

@@ -85,9 +85,9 @@ def test_transposed_cache_attention_is_fused_with_the_caches_in_place(name: str)
     V read through a TRANSPOSE view; both caches written in place, K and V in one dispatch, nothing left unfused.
     Llama 3.2 (4 query heads on 1 KV head; prefill masks [B, Hq, T, N]) and Qwen 3 (4 on 2, q/k norms; prefill
     masks [Hkv, G, T, N]). Values: test_prefill_then_greedy_decoding_matches_litert (f32 within 1e-5)."""
-    from gpuengine.engine import plan_graph
     from gpuengine.model.reader import read_model
-    from gpuengine.runtime.program import EngineOptions
+    from gpuengine.options import EngineOptions
+    from gpuengine.planning import plan_graph
 
     path = str(FIXTURES / f"{name}.tflite")
     for key, attentions in (("decode", 2), ("prefill_8", 1)):  # prefill: the last layer's attention is dead code

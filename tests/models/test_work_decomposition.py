@@ -13,10 +13,11 @@ import pytest
 from test_mediapipe import REFERENCE_MODELS, reference_model  # same folder: on sys.path under pytest
 
 from gpuengine import zoo
-from gpuengine.engine import planned_dispatches
 from gpuengine.latency.target import named
+from gpuengine.lowering_plan import dispatch_macs, launched
 from gpuengine.model.reader import read_model
-from gpuengine.runtime.program import EngineOptions, dispatch_macs, launched
+from gpuengine.options import EngineOptions
+from gpuengine.planning import planned_dispatches
 
 BIG = 1_000_000
 PER_INVOCATION = 16_384

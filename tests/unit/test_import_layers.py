@@ -24,25 +24,29 @@ SOURCES = {"gpuengine": ROOT / "gpuengine", "gpuengine.delegate": ROOT / "delega
 # The pipeline, lowest layer first: a module may import its own layer and the layers before it. A module is in
 # the layer of the longest prefix naming it (a prefix is a module or a package and everything in it).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("errors", ("gpuengine.errors",)),  # the exception types everything raises
+    ("errors", ("gpuengine.errors", "gpuengine.settings")),  # exception types; the user's environment settings
     ("model", ("gpuengine.model",)),  # reader, IR, builder, shapes, validation, op vocabulary
     ("latency", ("gpuengine.latency",)),  # the latency model: prediction only (devices, policy, target classes)
     ("passes", ("gpuengine.passes",)),  # IR -> IR
     ("reference", ("gpuengine.reference", "gpuengine.op_table")),  # the float64 executor; each op's four rules
     ("zoo", ("gpuengine.zoo",)),  # model builders (the int8 one calibrates on the float64 executor)
     ("lowering", ("gpuengine.lowering", "gpuengine.kernels", "gpuengine.codegen", "gpuengine.fusion",
-                  "gpuengine.layout")),  # kernel choice, fusion, PHWC4 layout, WGSL codegen
+                  "gpuengine.layout", "gpuengine.lowering_plan", "gpuengine.precision_plan")),
+    # kernel choice, fusion, PHWC4 layout, WGSL codegen, a partition's dispatches and their storage precision
     # partition: GPU subgraphs and the CPU fallback. It runs before lowering but asks the kernels (registry.check)
     # which ops they take, so it sits above them; nothing in lowering needs the partition.
     ("delegate", ("gpuengine.delegate",)),
     ("memory", ("gpuengine.memory",)),  # memory planners (pure)
-    ("runtime", ("gpuengine.runtime", "gpuengine.engine", "gpuengine.control_flow", "gpuengine.mixed_precision")),
+    # engine options (checked once) and the plan of a graph: passes, partition, lowering, control flow
+    ("planning", ("gpuengine.options", "gpuengine.planning")),
+    ("runtime", ("gpuengine.runtime",)),
     # LiteRT as the oracle (reads models, the runtime's index checks): for measuring, the CLI and tests only, never
     # loaded by `import gpuengine` (test_import_gpuengine_leaves_the_oracle_out)
     ("oracle", ("gpuengine.oracle",)),
     ("api", ("gpuengine.api", "gpuengine.interpreter", "gpuengine.compiled_model", "gpuengine.tensor_buffer",
              "gpuengine.hardware_accelerator", "gpuengine.__init__")),  # gpuengine.__init__: the package itself
-    ("tuning", ("gpuengine.tuning",)),  # measuring (workgroup search, calibration): above the runtime it measures
+    # measuring (workgroup search, calibration, the mixed-precision search): above the runtime it measures
+    ("tuning", ("gpuengine.tuning", "gpuengine.mixed_precision")),
     ("llm", ("gpuengine.llm",)),
     ("testing", ("gpuengine.testing",)),  # test helpers comparing the Interpreter with LiteRT
     ("tools", ("gpuengine.tools",)),  # the CLI

@@ -1,48 +1,182 @@
-"""WHILE and IF driven by the host, their subgraphs compiled for the GPU (DyCL: control flow as sub-networks that
-run on the device while the host decides which runs next).
+"""Planning a graph, before touching a GPU: validate, run the graph passes, decide per op where it runs and
+partition (GPU programs, CPU fallbacks, WHILE / IF ops the host drives, each of their subgraphs planned the same
+way); plans per input shapes (ShapeCache); and every GPU partition's dispatches (`planned_dispatches`, for reports
+and the render hash). runtime/graph.py runs a plan.
 
-Each cond, body and branch subgraph is compiled like the main graph (engine.CompiledGraph: passes, partitions,
-GPU programs, CPU fallbacks, nested WHILE/IF). What the host does per op:
-
-* WHILE whose cond and body are each one GPU program: the loop-carried tensors stay on the GPU. Two instances of
-  the body program ping-pong between two sets of buffers: instance j reads set j and writes set 1 - j, its inputs
-  bound to the other instance's output buffers (GpuProgram.bind_input: no copy). Two instances of the cond read
-  one set each. Per iteration the host submits the cond, reads its 4-byte result and submits the body without
-  reading anything back. A loop variable the body passes through unchanged lives in one buffer of its own. The
-  initial values are written once per invoke, the final ones read back once.
-* any other WHILE (a body with a CPU partition, a nested WHILE/IF, loop variables that are not float32): each
-  iteration runs the cond and the body graph with host arrays at their partition boundaries, as the main graph
-  runs its partitions; `ControlPlan.resident` says why.
-* IF: the host reads the condition and runs the chosen branch's compiled graph.
-
-The cond's bool result becomes float 1.0 / 0.0 through an added SELECT_V2 (`float_condition`), so the comparison
-computing it runs on the GPU, whose programs exchange floats.
-
-A WHILE or IF none of whose subgraphs has an op for the GPU stays with LiteRT: the CPU fallback's sub-model
-carries the subgraphs it calls (delegate/cpu_fallback.py). So does one whose loop variables change shape.
+A WHILE or IF runs host-driven when one of its subgraphs has an op for the GPU and its loop variables / branch
+tensors keep their shapes (`plan_control`; runtime/control_flow.py executes it). The cond's bool result becomes
+float 1.0 / 0.0 through an added SELECT_V2 (`float_condition`), so the comparison computing it runs on the GPU,
+whose programs exchange floats; an IF's condition likewise (`float_if_conditions`). A WHILE or IF none of whose
+subgraphs has an op for the GPU stays with LiteRT: the CPU fallback's sub-model carries the subgraphs it calls
+(delegate/cpu_fallback.py). So does one whose loop variables change shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator
 
+from .delegate.partition import Partition, partition
+from .delegate.support import gpu_support, unsupported_summary
 from .errors import GpuEngineError
+from .kernels.base import KernelSpec
+from .latency import devices
+from .latency.latency import Device
+from .latency.target import Target
+from .latency.target import check as check_target
+from .lowering_plan import Choices, partition_specs
 from .model.builder import make_options
 from .model.ir import Graph, Model, Op, Tensor
-
-if TYPE_CHECKING:
-    from .delegate.partition import Partition
-    from .engine import CompiledGraph, Plan
-    from .kernels.tuned import Tuned
-    from .runtime.device import GpuDevice
-    from .runtime.program import EngineOptions, GpuProgram
+from .model.shapes import propagate, shape_key
+from .model.validate import validate_graph
+from .options import EngineOptions
+from .passes.pipeline import run_passes
 
 CONTROL_OPS = frozenset({"WHILE", "IF"})
 ROLES = {"WHILE": ("cond", "body"), "IF": ("then", "else")}
+
+
+@dataclass
+class Plan:
+    """What the engine decided for a graph, before touching the GPU (inspect uses this alone)."""
+
+    graph: Graph
+    support: dict[int, str | None]
+    partitions: list[Partition]
+    unsupported: dict[str, str] = field(default_factory=dict)
+    control: dict[int, ControlPlan] = field(default_factory=dict)  # WHILE / IF ops the host drives, by op index
+
+    @property
+    def ops_gpu(self) -> int:
+        """Ops in GPU partitions, and the WHILE / IF ops the host drives (their subgraphs run on the GPU)."""
+        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control"))
+
+
+def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None) -> Plan:
+    """Validate, transform, decide per op where it runs and partition. `model`: the model the graph belongs to,
+    where the subgraphs of its WHILE / IF ops are (without it they run on LiteRT, which needs them too)."""
+    validate_graph(graph)  # every graph the engine compiles (resized, a signature's) is checked op by op first
+    optimized = run_passes(graph, options.optimize, model, planning_device(options), options.hybrid_arithmetic)
+    planned = {i: plan_control(op, optimized, model, options) for i, op in enumerate(optimized.ops)
+               if op.code in CONTROL_OPS}
+    optimized, moved = float_if_conditions(optimized, [i for i, p in planned.items()
+                                                       if isinstance(p, ControlPlan) and p.kind == "IF"])
+    support = gpu_support(optimized)
+    control: dict[int, ControlPlan] = {}
+    for old, got in planned.items():
+        i = moved[old]
+        if isinstance(got, str):
+            support[i] = f"{optimized.ops[i].code} on LiteRT: {got}"
+        else:
+            support[i], control[i] = None, got
+    return Plan(optimized, support, partition(optimized, support, set(control)),
+                unsupported_summary(optimized, support), control)
+
+
+def planning_device(options: EngineOptions) -> Device:
+    """The latency model's description of the device a plan is for: the one the options carry (the interpreter
+    sets the adapter's, runtime/graph.for_adapter), else the built-in one of the target class asked for (options.target,
+    env GPUENGINE_TARGET), else of a discrete GPU."""
+    if options.latency_device is not None:
+        return options.latency_device
+    choice = check_target(options.target)
+    return devices.for_target("discrete" if choice == "auto" else choice)
+
+
+@dataclass
+class ShapeEntry:
+    """What allocate_tensors needs for one set of input shapes, before touching a GPU: the graph with every shape
+    derived (model/shapes.py) and its plan. Compiled kernels are cached apart, by WGSL text on the device."""
+
+    graph: Graph
+    plan: Plan
+    runtime: dict[int, str]  # tensors whose shape only a run tells, and why (their ops run on LiteRT)
+
+
+class ShapeCache:
+    """Plans per input-shape signature, least recently used dropped beyond `capacity`. Going back to input shapes
+    seen before derives and plans nothing; its kernels are still compiled on the device (pipelines by WGSL text)
+    and its memory plans memoized (memory.plan_memory), so it compiles nothing either."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity, self.hits, self.misses = capacity, 0, 0
+        self._entries: OrderedDict[Any, ShapeEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> ShapeEntry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Any, entry: ShapeEntry) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+    def report(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self._entries)}
+
+
+def prepare(graph: Graph, shapes: dict[int, tuple[int, ...]], options: EngineOptions, model: Model | None,
+            cache: ShapeCache | None = None) -> ShapeEntry:
+    """The graph's shapes derived for these input shapes and its plan, from the cache when seen before. A graph
+    without dynamic dimensions at its declared shapes is taken as it is."""
+    key = shape_key(shapes)
+    entry = cache.get(key) if cache is not None else None
+    if entry is not None:
+        return entry
+    declared = all(tuple(graph.tensors[t].shape) == tuple(s) for t, s in shapes.items())
+    dynamic = any(t.shape_signature is not None and any(d < 0 for d in t.shape_signature) for t in graph.tensors)
+    if declared and not dynamic:
+        derived, runtime = graph, {}
+    else:
+        done = propagate(graph, shapes, model)
+        derived, runtime = done.graph, done.runtime
+    plan = plan_graph(derived, options, model)
+    if runtime:
+        _name_runtime_shapes(plan, runtime)
+    entry = ShapeEntry(derived, plan, runtime)
+    if cache is not None:
+        cache.put(key, entry)
+    return entry
+
+
+def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
+    """Ops left to LiteRT for a shape only a run tells say which and why (instead of a bare 'dynamic shape')."""
+    for i, reason in plan.support.items():
+        if reason is None or not reason.startswith("dynamic shape"):
+            continue
+        op = plan.graph.ops[i]
+        known = [t for t in [*op.inputs, *op.outputs] if t in runtime]
+        if known:
+            t = known[0]
+            plan.support[i] = f"the shape of {plan.graph.tensors[t].name!r} is known only at run time ({runtime[t]})"
+    plan.unsupported = unsupported_summary(plan.graph, plan.support)
+
+
+def planned_dispatches(graph: Graph, options: EngineOptions, target: Target, model: Model | None = None,
+                       ) -> tuple[Plan, list[list[KernelSpec]]]:
+    """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
+    without a tuning cache, computed without touching a GPU (nothing is compiled). model: where the graph's
+    composites' decompositions are (a signature's subgraph)."""
+    if options.latency_device is None:  # fusions decided for the target's class too
+        options = dataclasses.replace(options, latency_device=devices.for_target(target))
+    plan = plan_graph(graph, options, model)
+    choices = Choices(target)
+    return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
+                  for p in plan.partitions if p.device == "gpu"]
 
 
 @dataclass
@@ -151,7 +285,6 @@ def float_condition(cond: Graph) -> Graph:
 
 def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptions) -> ControlPlan | str:
     """The plan of a WHILE or IF the host drives, or why LiteRT runs it instead (the CPU fallback)."""
-    from .engine import plan_graph
 
     if model is None:
         return "the model's subgraphs are not available here"
@@ -252,161 +385,3 @@ def _resident_reason(plans: dict[str, Plan]) -> str | None:
     return None
 
 
-def control_program(graph: Graph, part: Partition, plan: ControlPlan, model: Model | None, options: EngineOptions,
-                    gpu: GpuDevice | None, tuned: Tuned | None, num_threads: int | None) -> WhileProgram | IfProgram:
-    op = graph.ops[part.ops[0]]
-    cls = WhileProgram if op.code == "WHILE" else IfProgram
-    return cls(graph, op, part, plan, model, options, gpu, tuned, num_threads)
-
-
-def _truthy(value: Any) -> bool:
-    return bool(np.asarray(value).reshape(-1)[0])
-
-
-class _HostDriven:
-    """What WHILE and IF share: the subgraphs compiled, inputs taken from the values or the graph's constants."""
-
-    def __init__(self, graph: Graph, op: Op, part: Partition, plan: ControlPlan, model: Model | None,
-                 options: EngineOptions, gpu: GpuDevice | None, tuned: Tuned | None, num_threads: int | None) -> None:
-        from .engine import CompiledGraph
-
-        self.graph, self.op, self.part, self.plan = graph, op, part, plan
-        self.compiled: dict[str, CompiledGraph] = {
-            role: CompiledGraph(plan.graphs[role], options, num_threads, gpu=gpu, tuned=tuned, model=model,
-                                plan=plan.plans[role])
-            for role in plan.graphs}
-
-    def _value(self, values: dict[int, np.ndarray], t: int) -> np.ndarray:
-        if t in values:
-            return np.asarray(values[t])
-        return np.asarray(self.graph.tensors[t].data)
-
-    @property
-    def gpu_programs(self) -> list[GpuProgram]:
-        """Every GPU program of the subgraphs (nested ones included), for reports."""
-        return [p for c in self.compiled.values() for p in c.all_gpu_programs]
-
-    @property
-    def dispatches(self) -> int:
-        return sum(len(p.dispatches) for p in self.gpu_programs)
-
-
-class IfProgram(_HostDriven):
-    """IF: the host reads the condition and runs the chosen branch's compiled graph."""
-
-    taken = ""  # the branch the last run took
-
-    def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        role = "then" if _truthy(self._value(values, self.op.inputs[0])) else "else"
-        self.taken = role
-        branch = self.compiled[role]
-        feeds = {t: self._value(values, outer) for outer, t in zip(self.op.inputs[1:], branch.source.inputs)}
-        out = branch.run(feeds)
-        return {outer: out[t] for outer, t in zip(self.op.outputs, branch.graph.outputs)}
-
-
-class WhileProgram(_HostDriven):
-    """WHILE: the host evaluates the cond and runs the body until the cond is false (see the module docstring)."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.iterations = 0  # of the last run
-        self._loop: _ResidentLoop | None = None
-        if self.plan.resident is None:
-            self._loop = _ResidentLoop(self.compiled["cond"], self.compiled["body"], self.plan)
-
-    def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        state = [self._value(values, t) for t in self.op.inputs]
-        final = self._loop.run(state) if self._loop is not None else self._run_on_host(state)
-        if self._loop is not None:
-            self.iterations = self._loop.iterations
-        return dict(zip(self.op.outputs, final))
-
-    def _run_on_host(self, state: list[np.ndarray]) -> list[np.ndarray]:
-        cond, body = self.compiled["cond"], self.compiled["body"]
-        self.iterations = 0
-        while True:
-            flag = cond.run(dict(zip(cond.source.inputs, state)))[cond.graph.outputs[0]]
-            if not _truthy(flag):
-                return state
-            out = body.run(dict(zip(body.source.inputs, state)))
-            state = [np.asarray(out[t]) for t in body.graph.outputs]
-            self.iterations += 1
-
-
-class _ResidentLoop:
-    """The ping-pong loop of a WHILE whose cond and body are each one GPU program (module docstring)."""
-
-    def __init__(self, cond: CompiledGraph, body: CompiledGraph, plan: ControlPlan) -> None:
-        import wgpu
-
-        self.gpu = body.gpu
-        assert self.gpu is not None
-        bodies = [body.gpu_programs[0], _twin(body, plan.plans["body"])]
-        conds = [cond.gpu_programs[0], _twin(cond, plan.plans["cond"])]
-        graph, cond_graph = body.graph, cond.graph
-        self.result = cond_graph.outputs[0]
-        self.iterations = 0
-        self.bodies, self.conds = bodies, conds
-        # slot k: its buffer in set 0 and set 1; a variable the body passes through has one buffer of its own
-        self.outputs = list(graph.outputs)
-        self.own: dict[int, Any] = {}
-        buffers: list[list[Any]] = [[], []]
-        for k, (t_in, t_out) in enumerate(zip(graph.inputs, graph.outputs)):
-            if t_out == t_in:
-                size = max(16, -(-graph.tensors[t_in].size * 4 // 16) * 16)
-                self.own[k] = self.gpu.device.create_buffer(
-                    size=size, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
-                buffers[0].append(self.own[k])
-                buffers[1].append(self.own[k])
-            else:
-                buffers[0].append(bodies[1].output_buffer(t_out))  # instance 1 writes set 0
-                buffers[1].append(bodies[0].output_buffer(t_out))  # instance 0 writes set 1
-        for j in (0, 1):
-            for k, t in enumerate(graph.inputs):
-                if t in bodies[j].inputs:
-                    bodies[j].bind_input(t, buffers[j][k])
-            for k, t in enumerate(cond_graph.inputs):
-                if t in conds[j].inputs:
-                    conds[j].bind_input(t, buffers[j][k])
-
-    def run(self, state: list[np.ndarray]) -> list[np.ndarray]:
-        from .runtime.device import DEVICE_LOST
-
-        for k, value in enumerate(state):  # the initial values: set 0
-            if k in self.own:
-                if not self.gpu.alive():
-                    raise RuntimeError(DEVICE_LOST)
-                self.gpu.device.queue.write_buffer(self.own[k], 0, np.ascontiguousarray(value, np.float32))
-            else:
-                self.bodies[1].write_output(self.outputs[k], value)
-        current, last = 0, None
-        self.iterations = 0
-        while True:
-            if not self.gpu.alive():  # every input is bound, so no upload would find out before a submit
-                raise RuntimeError(DEVICE_LOST)
-            flag = self.conds[current].run({})[self.result]
-            if not _truthy(flag):
-                break
-            self.bodies[current].submit({}, read=False)
-            last, current = current, 1 - current
-            self.iterations += 1
-        if last is None:
-            return state
-        values = self.bodies[last].read_outputs()
-        return [state[k] if k in self.own else values[t] for k, t in enumerate(self.outputs)]
-
-
-def _twin(compiled: CompiledGraph, plan: Plan) -> GpuProgram:
-    """A second instance of a graph's one GPU program: same kernels (pipelines are shared by WGSL text), buffers
-    of its own."""
-    from .runtime.program import GpuProgram
-
-    first = compiled.gpu_programs[0]
-    part = plan.partitions[0]
-    return GpuProgram(plan.graph, part.ops, part.inputs, part.outputs, first.gpu, first.options,
-                      first.choices.tuned, first.target, first.precision)
-
-
-__all__ = ["CONTROL_OPS", "ControlPlan", "IfProgram", "WhileProgram", "control_program", "describe_control",
-           "float_condition", "float_if_conditions", "partition_report", "plan_control"]
