@@ -14,10 +14,11 @@ from collections.abc import Callable
 from .codegen import has_epilogue
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
-from .kernels.common import fake_quant, holds_integers, is_quantized
+from .kernels.common import fake_quant, holds_integers
 from .kernels.prologue import model_ops
 from .layout import to_bhwc
 from .model.ir import Graph, Op
+from .model.quantization import is_quantized
 
 Decide = Callable[[Variants], Decomposition]
 

@@ -18,12 +18,13 @@ from .errors import UnsupportedOpError
 from .fusion import lower
 from .kernels import convert, tiling
 from .kernels.base import Decomposition, KernelSpec, Variants
-from .kernels.kv_cache import KV_CACHE_WRITE, writes
+from .kernels.kv_cache import writes
 from .kernels.tuned import Tuned
 from .latency import policy
 from .latency.defaults import default_workgroup
 from .latency.target import Target
 from .model.ir import Graph
+from .model.ops import KV_CACHE_WRITE
 from .precision_plan import kept_f32, mark_exact, stores_tensor
 
 

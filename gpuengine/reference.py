@@ -25,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.mediapipe_landmarks import landmarks_options, matrix_options
+from .model import quantization
+from .model.densify import densify
 from .model.ir import Graph, Model, Op, Tensor
+from .model.mediapipe_options import landmarks_options, matrix_options
+from .model.ops import SAME, VALID, out_size
+from .model.quantization import INT4, unpack_int4
 from .model.reader import read_model
 from .model.validate import validate_model
-from .passes.densify import densify
-from .passes.fold_constants import unpack_int4
 
 F64 = np.float64
 Fn = Callable[["Node"], list[np.ndarray]]
@@ -47,23 +49,11 @@ def is_real(t: Tensor) -> bool:
 
 def dequantize(t: Tensor, data: np.ndarray) -> np.ndarray:
     """Stored values of tensor t (int8/uint8/int16/int32 with scale and zero point, or floats) as float64."""
-    data = np.asarray(data)
-    if not np.issubdtype(data.dtype, np.integer) or not is_real(t):
-        return data.astype(F64)
-    q = t.quantization
-    if q.blockwise:
-        return data.astype(F64) * np.repeat(q.block_scales.astype(F64), q.block_size, axis=-1)
-    shape = [1] * data.ndim
-    if q.per_channel and data.ndim:
-        shape[q.axis] = -1
-    scale = q.scale.astype(F64).reshape(shape) if q.per_channel else F64(q.scale.reshape(-1)[0])
-    zero = q.zero_point.astype(F64) if q.zero_point.size else np.zeros(1)
-    zero = zero.reshape(shape) if q.per_channel and zero.size > 1 else F64(zero.reshape(-1)[0])
-    return (data.astype(F64) - zero) * scale
+    return quantization.dequantize(t, data, F64)
 
 
 def _constant(t: Tensor) -> np.ndarray:
-    data = unpack_int4(t) if t.type_code == 17 else densify(t, t.shape) if t.sparsity is not None else t.data
+    data = unpack_int4(t) if t.type_code == INT4 else densify(t, t.shape) if t.sparsity is not None else t.data
     data = np.asarray(data).reshape(t.shape)
     return dequantize(t, data) if is_real(t) else data.astype(np.int64) if data.dtype.kind in "iu" else data
 
@@ -215,14 +205,6 @@ def _select(n: Node) -> list[np.ndarray]:
 
 
 # -- convolutions --------------------------------------------------------------------------------------------------
-SAME, VALID = 0, 1
-
-
-def out_size(padding: int, size: int, k: int, stride: int, dilation: int = 1) -> int:
-    effective = (k - 1) * dilation + 1
-    return (size + stride - 1) // stride if padding == SAME else (size + stride - effective) // stride
-
-
 def pad_before(size: int, k: int, stride: int, dilation: int, out: int) -> int:
     """TFLite's ComputePaddingWithOffset: the padding before the first element (the odd one goes after)."""
     return max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0) // 2

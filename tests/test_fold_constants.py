@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.folding import FOLDERS
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
-from gpuengine.passes.fold_constants import FOLDERS, _evaluate_litert, fold_constants
+from gpuengine.passes.fold_constants import _evaluate_litert, fold_constants
 from gpuengine.testing import assert_matches_litert, run_gpuengine, run_litert
 
 POSE = "/tmp/mp/mediapipe/modules/pose_detection/pose_detection.tflite"
@@ -51,7 +52,7 @@ def test_dequantize_int8(per_channel: bool) -> None:
 def test_int4_weights_unpack_low_nibble_first() -> None:
     """TFLite packs INT4 two a byte, the first value in the low nibble, both sign-extended."""
     from gpuengine.model.ir import Tensor
-    from gpuengine.passes.fold_constants import dequantize
+    from gpuengine.model.quantization import dequantize
 
     values = np.array([-8, 7, 3, -1, 0], np.int8)
     packed = np.zeros(3, np.uint8)

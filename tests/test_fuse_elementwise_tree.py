@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuengine.kernels.elementwise import TREE
-from gpuengine.kernels.prologue import TREE_OPTION
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Graph
+from gpuengine.model.ops import ELEMENTWISE_TREE as TREE
+from gpuengine.model.ops import TREE_OPTION
 from gpuengine.model.reader import read_model
 from gpuengine.passes import pipeline
 from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
@@ -277,8 +277,8 @@ def test_merge_needs_the_registrys_consent(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_malformed_tree_is_refused_by_the_kernel() -> None:
     from gpuengine.kernels import registry
-    from gpuengine.kernels.prologue import Step
     from gpuengine.model.ir import Tensor
+    from gpuengine.model.ops import ExpressionStep as Step
     from gpuengine.passes.graph_utils import with_fields
 
     _, graph = _apply(_model("hard_swish_mul"))

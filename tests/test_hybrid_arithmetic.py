@@ -18,8 +18,9 @@ from test_int8_weights import gated_mlp, hybrid_fcs, int8_weights, run
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
-from gpuengine.kernels.fully_connected import HYBRID, HYBRID_ARITHMETIC, HYBRID_FLOAT
+from gpuengine.kernels.fully_connected import HYBRID, HYBRID_FLOAT
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ops import HYBRID_ARITHMETIC
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 from gpuengine.passes.pipeline import run_passes

@@ -22,6 +22,7 @@ from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
+from gpuengine.model.quantization import INT4, int8_values
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 
@@ -81,7 +82,7 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     values, quant = channel_int4(rng, 30, 6, per_channel=False)
     names["gathered"] = mb.int4_const("gathered", values, quant)
     picked = mb.op("GATHER", [names["gathered"], ids], (5, 6), {"axis": 0}, dtype=np.int8)
-    mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
+    mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=INT4)
     outs.append(mb.op("DEQUANTIZE", [picked], (5, 6)))
     for prefix, k, make in (("", 24, channel_int4), ("b_", 64, lambda r, o, i: block_int4(r, o, i, 32))):
         x = mb.input(f"{prefix}mlp_x", (3, k))
@@ -111,9 +112,9 @@ def test_int4_forms_round_trip_through_the_builder():
     data, _, names = int4_model()
     tensors = read_model(data).main.tensors
     odd, b32 = tensors[names["odd"]], tensors[names["block32"]]
-    assert odd.type_code == packed_int8.INT4 and np.asarray(odd.data).size == (11 * 37 + 1) // 2
+    assert odd.type_code == INT4 and np.asarray(odd.data).size == (11 * 37 + 1) // 2
     assert b32.quantization.block_size == 32 and b32.quantization.block_scales.shape == (12, 3)
-    assert packed_int8.int8_values(b32).min() >= -8 and packed_int8.int8_values(b32).max() <= 7
+    assert int8_values(b32).min() >= -8 and int8_values(b32).max() <= 7
 
 
 def test_int4_model_equals_litert_on_the_gpu_with_weights_packed(compiled_int4):
@@ -141,7 +142,7 @@ def test_blockwise_scales_matter(compiled_int4):
     data, feeds, names, it = compiled_int4
     tensors = read_model(data).main.tensors
     w = tensors[names["block128"]]
-    q = packed_int8.int8_values(w).astype(np.float64)
+    q = int8_values(w).astype(np.float64)
     x = feeds[tensors.index(next(t for t in tensors if t.name == "block128_x"))]
     exact = x @ (q * np.repeat(w.quantization.block_scales.astype(np.float64), 128, axis=1)).T
     mean = x @ (q * w.quantization.block_scales.astype(np.float64).mean(axis=1, keepdims=True)).T
@@ -155,7 +156,7 @@ def test_int4_weight_bytes_within_5_percent_of_the_file(compiled_int4, tmp_path)
     data, _, _, it = compiled_int4
     weight_bytes = sum(sum(p.constant_buffers().values()) for p in it.compiled.gpu_programs)
     assert weight_bytes <= 1.05 * len(data), (weight_bytes, len(data))
-    int4_values = sum(int(np.prod(t.shape)) for t in read_model(data).main.tensors if t.type_code == packed_int8.INT4)
+    int4_values = sum(int(np.prod(t.shape)) for t in read_model(data).main.tensors if t.type_code == INT4)
     assert weight_bytes < int4_values  # below one byte a value: int8 unpacking would not fit
 
 
@@ -171,7 +172,7 @@ def test_fold_gather_dequantize_only_where_the_gather_has_one_reader():
         ids = mb.input("ids", (3,), np.int32)
         table = mb.int4_const("table", values, quant)
         picked = mb.op("GATHER", [table, ids], (3, 8), {"axis": 0}, dtype=np.int8)
-        mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
+        mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=INT4)
         out = mb.op("DEQUANTIZE", [picked], (3, 8))
         mb.output(*([out, picked] if also_output else [out]))
         after = fold_gather_dequantize(read_model(mb.build()).main)

@@ -19,6 +19,7 @@ from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
+from gpuengine.model.quantization import INT4
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 
@@ -290,7 +291,7 @@ def test_int4_weights_equal_litert():
     x = mb.input("x", (2, 40))
     w = mb.const("w", (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8), np.uint8,
                  Quantization(scale=scale, zero_point=np.zeros(12, np.int64), axis=0))
-    mb.tensors[w] = dataclasses.replace(mb.tensors[w], shape=(12, 40), type_code=packed_int8.INT4)
+    mb.tensors[w] = dataclasses.replace(mb.tensors[w], shape=(12, 40), type_code=INT4)
     mb.output(mb.op("FULLY_CONNECTED", [x, w, -1], (2, 12)))
     data = mb.build()
     feeds = {x: rng.standard_normal((2, 40)).astype(np.float32)}

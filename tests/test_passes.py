@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels.conv2d import out_size
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Graph
+from gpuengine.model.ops import out_size
 from gpuengine.model.reader import read_model
 from gpuengine.passes import pipeline
 from gpuengine.passes.conv_to_fully_connected import conv_to_fully_connected
@@ -908,7 +908,7 @@ def test_leaf_broadcast_over_space_is_not_absorbed() -> None:
 
 def test_malformed_prologue_is_refused_by_the_kernel() -> None:
     from gpuengine.kernels import registry
-    from gpuengine.kernels.prologue import Step
+    from gpuengine.model.ops import ExpressionStep as Step
     from gpuengine.passes.graph_utils import with_fields
 
     graph = apply(fuse_input_expression, _se_block(8, 4))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpuengine import zoo
-from gpuengine.kernels.elementwise import TREE
+from gpuengine.model.ops import ELEMENTWISE_TREE as TREE
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import litert_interpreter
 from gpuengine.testing import assert_matches_litert, random_inputs

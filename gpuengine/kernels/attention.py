@@ -30,20 +30,14 @@ import numpy as np
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
+from ..model.ops import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..model.ops import ATTENTION_VIEWS as VIEWS
 from . import layout_view, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import float_tensors
 from .fully_connected import READER_PARAMS, batch2, operand_reader, out_index, output_locator
 from .reduce import FLT_MAX
 
-ATTENTION = "ATTENTION"
-VIEWS = ("view_q", "view_k", "view_v")
-OUT_VIEW = "view_out"
-K_ADJ = "k_adj"
-SCALE = "scale"
-MASK_SCALE = "mask_scale"  # with a 4th input (an additive mask): logits = scale * QK^T + mask_scale * mask
-SOURCE_OPS = "source_ops"  # the model's op codes the pass replaced (named by inspect's labels)
-KV_GROUP = "kv_group"  # query heads per K/V head (grouped-query attention); absent or 1: K/V batch like Q's
 MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays of vec4)
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
 MIN_CHUNK = 32  # keys per flash-decoding chunk at least

@@ -10,6 +10,7 @@ import numpy as np
 from ..codegen import f32_literal
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op, Tensor
+from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from . import wgsl_math
 from .base import Binding, Code
 
@@ -53,18 +54,6 @@ def activation_supported(op: Op) -> str | None:
 
 def is_const(graph: Graph, t: int) -> bool:
     return t >= 0 and graph.tensors[t].data is not None
-
-
-QUANTIZED_TYPES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767)}
-
-
-def is_quantized(tensor: Tensor) -> bool:
-    """A run-time tensor of quantized integers with one scale and zero point. On the GPU it holds its real values
-    ((q - zero_point) * scale) as floats; the kernel writing it rounds them to its grid (`fake_quant`), as the
-    TFLite GPU delegate emulates quantized models."""
-    q = tensor.quantization
-    return (tensor.data is None and tensor.dtype in QUANTIZED_TYPES and q is not None and q.scale.size == 1
-            and float(q.scale[0]) > 0)
 
 
 def fake_quant(tensor: Tensor) -> Code:
@@ -286,8 +275,6 @@ def tensor_values(tensor: Tensor) -> np.ndarray:
     """A constant's real values as float32: quantized integers (int8/uint8/int16/int4, int32 biases; per tensor or
     per channel) dequantized, as LiteRT's kernels read them."""
     if tensor.quantization is not None and (tensor.dtype != np.float32 or tensor.type_code == 17):
-        from ..passes.fold_constants import dequantize
-
         return dequantize(tensor)
     return np.asarray(tensor.data, dtype=np.float32)
 

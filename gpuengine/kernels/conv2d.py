@@ -32,6 +32,7 @@ import numpy as np
 from .. import codegen
 from ..layout import slices
 from ..model.ir import Graph, Op
+from ..model.ops import SAME, VALID, out_size
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
@@ -49,16 +50,6 @@ from .common import (
     weights_requant,
 )
 from .prologue import input_reader, prologue_reason
-
-SAME, VALID = 0, 1
-
-
-def out_size(padding: int, size: int, k: int, stride: int, dil: int = 1) -> int:
-    """TFLite's ComputeOutSize."""
-    eff = (k - 1) * dil + 1
-    if padding == SAME:
-        return (size + stride - 1) // stride
-    return (size + stride - eff) // stride
 
 
 def pad_before(padding: int, size: int, k: int, stride: int, dil: int, out: int) -> int:

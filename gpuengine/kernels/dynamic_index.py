@@ -18,11 +18,12 @@ import numpy as np
 
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
+from ..model.quantization import INT4, int8_values
 from . import packed_int8
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors, tensor_values
 from .index_map import Ix, output_coords, storage_index
-from .packed_int8 import chunked_reader, chunked_rows, int8_values, pack_rows
+from .packed_int8 import chunked_reader, chunked_rows, pack_rows
 
 _DUMMY_GRID = tuple(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))
 
@@ -166,7 +167,7 @@ def build_gather(op: Op, graph: Graph) -> Lowering:
     spec = _spec(op, graph, [*bindings, _source(graph, indices, "indices")], lane)
     spec.functions = functions
     if _int8_table(graph, params, op.outputs[0]):
-        bits = 4 if graph.tensors[params].type_code == packed_int8.INT4 else 8
+        bits = 4 if graph.tensors[params].type_code == INT4 else 8
         spec.label += f" (int{bits} table read packed, times its scale)"
     return [spec]
 
@@ -227,7 +228,7 @@ class DynamicIndexKernel:
             spec.functions = functions
             if _int8_table(graph, table, op.outputs[0]):
                 t = graph.tensors[table]
-                bits = 4 if t.type_code == packed_int8.INT4 else 8
+                bits = 4 if t.type_code == INT4 else 8
                 scales = f"block scales ({t.quantization.block_size} a block)" if t.quantization.blockwise \
                     else "row scales"
                 spec.label += f" (int{bits} table read packed, times its {scales})"

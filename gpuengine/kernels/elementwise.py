@@ -16,6 +16,9 @@ import numpy as np
 from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op, Tensor
+from ..model.ops import ELEMENTWISE_TREE as TREE
+from ..model.ops import TREE_OPTION
+from ..model.quantization import is_quantized
 from .base import Binding, Code, Epilogue, KernelSpec, Lowering
 from .common import (
     CLAMPED_ACTIVATIONS,
@@ -26,12 +29,11 @@ from .common import (
     broadcastable,
     float_tensors,
     integer_requant,
-    is_quantized,
     keep_nan,
     operand,
     quantize_multiplier,
 )
-from .prologue import TREE_OPTION, input_reader, prologue_reason, tree_function
+from .prologue import input_reader, prologue_reason, tree_function
 from .wgsl_math import helpers_for
 
 # No intermediate may overflow where the result does not (found on an NVIDIA H100 with inputs +-1e30, 3e38):
@@ -71,7 +73,6 @@ _GELU_EXACT = "0.5 * a * (1.0 + erf4(a * 0.7071067811865476))"
 # a * a * a overflows for |a| > 1e12, harmlessly: tanh4(+-inf) is exactly +-1 and 0.5 * a stays finite.
 _GELU_TANH = "0.5 * a * (1.0 + tanh4(0.7978845608028654 * (a + 0.044715 * a * a * a)))"
 _FUSED = ("ADD", "SUB", "MUL", "DIV")  # the ops whose options carry a fused activation
-TREE = "ELEMENTWISE_TREE"  # its Steps are in option TREE_OPTION; leaf 0 is x, the others follow from input 1 on
 
 
 def elementwise_spec(op: Op, graph: Graph, operands: list[tuple[str, int, tuple[int, ...]]], expr: str,

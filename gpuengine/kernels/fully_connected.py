@@ -37,6 +37,9 @@ import numpy as np
 from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
+from ..model.ops import GATED_OPTION, HYBRID_ARITHMETIC, NORM, OUT_VIEW
+from ..model.ops import MATMUL_VIEWS as VIEW_OPTIONS
+from ..model.quantization import is_hybrid
 from . import layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
@@ -63,7 +66,6 @@ from .wgsl_math import helpers_for
 
 HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymmetric int8, i32 sums)"
 HYBRID_FLOAT = "int8 weights dequantized in registers, float activations, f32 sums (hybrid_arithmetic=float)"
-HYBRID_ARITHMETIC = "hybrid_arithmetic"  # FC option (passes/hybrid_arithmetic.py): "float", else integer arithmetic
 
 
 def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
@@ -223,7 +225,6 @@ class FullyConnectedKernel:
 
 # act(gate) * up with the elementwise kernel's own expressions (LOGISTIC, GELU exact / tanh); helpers apart, so codegen
 # emits each one once. The `gated` option names the activation: SiLU (LLaMA-style), GELU_TANH (Gemma), GELU.
-GATED_OPTION = "gated"
 GATE_ACTIVATIONS = {"SILU": f"a * {ELEMENTWISE_LOGISTIC}", "GELU_TANH": _GELU_TANH, "GELU": _GELU_EXACT}
 
 
@@ -267,8 +268,6 @@ def _outputs(o: int, gated: str | None) -> str:
 
 # -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
 
-NORM = "norm"  # FC option: (scale tensor, offset tensor, epsilon, eps_outside, label) of an RMS_NORM of the input
-
 
 def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, channels: int,
                    ) -> tuple[list[str], Code, list[Binding]]:
@@ -305,19 +304,6 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
 
 
 # -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
-
-
-def is_hybrid(op: Op, graph: Graph) -> bool:
-    """A float FULLY_CONNECTED with symmetric int8 (or int4) weights per output channel: LiteRT quantizes its
-    input rows and sums in integers, and so does the GPU by default (hybrid_in_float: in float); the weights stay
-    packed int8 on it either way."""
-    x, w = (graph.tensors[t] for t in op.inputs[:2])
-    out = graph.tensors[op.outputs[0]]
-    q = w.quantization
-    if q is not None and q.blockwise and x.shape[-1] % 4 and w.shape[1] != x.shape[-1] and q.block_size % x.shape[-1]:
-        return False  # a word (4 channels of one pixel) must lie in one block: pixels of 4k channels, or whole pixels
-    return (x.dtype == np.float32 and x.quantization is None and out.dtype == np.float32
-            and out.quantization is None and packed_int8.int8_values(w) is not None)
 
 
 def hybrid_in_float(op: Op) -> bool:
@@ -565,9 +551,8 @@ def _bmm_supports(op: Op, graph: Graph) -> str | None:
     return None
 
 
-# Option fields passes/fold_matmul_layout.py sets: layout_view Steps from the stored input (or the logical output)
-VIEW_OPTIONS = ("view_a", "view_b")
-OUT_VIEW = "view_out"
+# Option fields passes/fold_matmul_layout.py sets (model/ops.py MATMUL_VIEWS, OUT_VIEW): layout_view Steps from the
+# stored input (or the logical output)
 READER_PARAMS = {2: ("row",), 3: ("i1", "row"), 4: ("i0", "i1", "row")}  # operand reader coordinates by logical rank
 
 

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..layout import phwc4_elements, slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
+from ..model.quantization import is_quantized
 from .base import Alias, Binding, Code, KernelSpec, Lowering
-from .common import EXACT_TYPES, float_tensors, is_quantized, tensor_values
+from .common import EXACT_TYPES, float_tensors, tensor_values
 
 MAX_SOURCES = 7  # tensors read per dispatch: 7 + dst = 8, WebGPU's default storage-buffer limit
 _CHUNK = 1 << 21  # output elements evaluated at once by the numpy side

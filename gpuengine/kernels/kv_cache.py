@@ -24,19 +24,14 @@ import numpy as np
 
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
+from ..model.ops import GROUPS, KV_CACHE_WRITE, QUERY, ROPE, ROPE_TABLES, VIEW_UPDATE, VIEW_X
 from . import layout_view
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
 from .rope import KERNEL as ROPE_KERNEL
-from .rope import ROPE, VIEW_X, RowNorm, epsilon_of, norm_check, rope_check, rope_lanes, view_read
-
-KV_CACHE_WRITE = "KV_CACHE_WRITE"
-VIEW_UPDATE = "view_update"
-ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
-GROUPS = "groups"  # several writes in one dispatch: ((inputs, view, rope[, kind]), ...), one output each
-QUERY = "query"  # a group's kind: a rotated tensor (ROPE) rather than a cache write
+from .rope import RowNorm, epsilon_of, norm_check, rope_check, rope_lanes, view_read
 
 
 def writes(op: Op) -> list[Op]:
@@ -59,11 +54,6 @@ def writes(op: Op) -> list[Op]:
 def logical_update(op: Op, graph: Graph) -> tuple[int, ...]:
     steps = op.opt(VIEW_UPDATE)
     return tuple(steps[-1].out_shape) if steps else tuple(graph.tensors[op.inputs[1]].shape)
-
-
-def flat_shape(shape: tuple[int, ...]) -> tuple[int, int]:
-    """The rank-2 shape whose PHWC4 storage is the BHWC bytes of `shape` (last axis % 4 == 0)."""
-    return int(np.prod(shape[:-1], dtype=np.int64)), int(shape[-1])
 
 
 class KvCacheKernel:

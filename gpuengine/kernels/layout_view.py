@@ -11,27 +11,12 @@ and tells when 4 adjacent channels stay 4 aligned adjacent channels (vec4 loads 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.ops import STEP_KINDS
+from ..model.ops import ViewStep as Step
 from .index_map import Case, Ix, analyse, storage_index
-
-VIEW_OPS = ("RESHAPE", "TRANSPOSE")
-# SLICE: made by passes/merge_projections.py (a part of a merged output); BROADCAST: a BROADCAST_TO of the same rank
-# (grouped-query attention repeating each KV head, passes/fold_attention_operands.py): size-1 axes read index 0
-STEP_KINDS = (*VIEW_OPS, "SLICE", "BROADCAST")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One layout op: input shape -> output shape (TRANSPOSE: out axis j is input axis perm[j]; SLICE: `perm`
-    holds the begin offsets)."""
-
-    kind: str
-    in_shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    perm: tuple[int, ...] = ()
 
 
 def backward(steps: tuple[Step, ...], coords: list[Ix]) -> list[Ix]:

@@ -16,15 +16,10 @@ import numpy as np
 from ..codegen import lane_reduce, literal
 from ..layout import slices
 from ..model.ir import Graph, Op
+from ..model.ops import EPS_OUTSIDE, EPSILON, LAYER_NORM, RMS_NORM, SOURCE_OPS
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering
 from .common import bhwc, const_f32, float_tensors
-
-LAYER_NORM = "LAYER_NORM"
-RMS_NORM = "RMS_NORM"
-EPSILON = "epsilon"  # option: the constant added to the variance (or to its square root)
-EPS_OUTSIDE = "eps_outside"  # option: inv = 1 / (sqrt(var) + eps) instead of 1 / sqrt(var + eps)
-SOURCE_OPS = "source_ops"  # option: the model's op codes the pass replaced (named by inspect's labels)
 
 _SECOND_PASS = """let mean = first;
   var acc2 = vec4<f32>(0.0);

@@ -22,12 +22,12 @@ import numpy as np
 
 from ..layout import slices
 from ..model.ir import Tensor
+from ..model.quantization import INT4, int8_values
 from .base import Binding, Code
 
 # WebGPU's guaranteed maxStorageBufferBindingSize: every adapter binds this much, so a table split at it runs
 # anywhere (the device is opened with the adapter's own, usually larger, limits). Tests lower it.
 MAX_BINDING_BYTES = 1 << 27
-INT4 = 17  # TensorType INT4: two values per byte, low nibble first
 
 
 @dataclass(frozen=True)
@@ -49,32 +49,6 @@ class PackedRows:
     @property
     def row_words(self) -> int:
         return int(self.words.shape[1])
-
-
-def int8_values(tensor: Tensor) -> np.ndarray | None:
-    """The int8 values of a constant quantized symmetrically per row (axis 0) or per tensor, as int8 (int4 tables
-    unpacked): None for anything else (a nonzero zero point, another axis, another type)."""
-    q = tensor.quantization
-    if tensor.data is None or q is None or len(tensor.shape) < 1 or tensor.shape[0] < 1:
-        return None
-    if tensor.type_code == INT4:
-        from ..passes.fold_constants import unpack_int4
-
-        data = np.asarray(unpack_int4(tensor))
-    elif tensor.dtype == np.int8:
-        data = np.asarray(tensor.data)
-    else:
-        return None
-    if q.zero_point.size and np.any(q.zero_point != 0):
-        return None
-    if q.blockwise:
-        if len(tensor.shape) != 2 or not np.all(np.isfinite(q.block_scales)):
-            return None
-    elif q.scale.size not in (1, tensor.shape[0]) or (q.scale.size > 1 and q.axis != 0):
-        return None
-    if not np.all(np.isfinite(q.scale)):
-        return None
-    return data.astype(np.int8).reshape(tensor.shape)
 
 
 def pack_rows(tensor: Tensor, channels: int) -> PackedRows:

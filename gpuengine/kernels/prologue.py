@@ -16,28 +16,14 @@ leaf 0 is a value its host already holds (the producer's output in an epilogue):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from ..codegen import f32_literal
 from ..layout import slices, to_phwc4
 from ..model.ir import Graph, Op
+from ..model.ops import TREE_OPTION, leaf_kind
+from ..model.ops import ExpressionStep as Step
 from . import registry
 from .base import Binding, Code
 from .common import tensor_values
-
-
-@dataclass(frozen=True)
-class Step:
-    """One absorbed op. `op` gives its code and options (its tensors are not read again); `args` gives each
-    operand: k >= 0 is the consumer's input k, a negative value -1 - j the result of step j."""
-
-    op: Op
-    args: tuple[int, ...]
-
-
-TREE_OPTION = "tree"  # an ELEMENTWISE_TREE op's Steps (kernels/elementwise.py)
 
 
 def model_ops(op: Op) -> list[str]:
@@ -51,25 +37,6 @@ def expression_of(op: Op) -> tuple[list[Code], list[Code]] | None:
     """(statements, helper functions) evaluating `op` inline, when its kernel offers that."""
     as_expression = getattr(registry.find(op), "as_expression", None)
     return as_expression(op) if as_expression is not None else None
-
-
-def leaf_kind(graph: Graph, tensor: int, shape: tuple[int, ...]) -> str | None:
-    """How a leaf is read at an element of a rank-4 `shape`: 'full', 'channel', 'batch_channel', 'scalar', or
-    None when the prologue cannot read it."""
-    t = graph.tensors[tensor]
-    if t.dtype != np.float32 and t.data is None:
-        return None
-    if t.data is not None:
-        if t.size == 1:
-            return "scalar"
-        squeezed = tuple(t.shape[next((i for i, d in enumerate(t.shape) if d != 1), len(t.shape)):])
-        if squeezed == (shape[3],) and len(t.shape) <= 4:
-            return "channel"
-    if tuple(t.shape) == tuple(shape):
-        return "full"
-    if t.data is None and len(t.shape) == 4 and t.shape[1:] == (1, 1, shape[3]):
-        return "channel" if t.shape[0] == 1 else ("batch_channel" if t.shape[0] == shape[0] else None)
-    return None
 
 
 def prologue_reason(op: Op, graph: Graph, first_leaf: int, option: str = "prologue") -> str | None:

@@ -1,6 +1,6 @@
 """QUANTIZE and DEQUANTIZE of run-time tensors (constant ones are folded at load, passes/fold_constants.py).
 
-On the GPU a quantized tensor holds its real values as floats (kernels/common.py is_quantized), so:
+On the GPU a quantized tensor holds its real values as floats (model/quantization.py is_quantized), so:
 * QUANTIZE (float -> int8/uint8, or requantizing int8 -> int8): a copy whose epilogue rounds to the output's grid
   (fusion.requantize adds it, as for any kernel writing a quantized tensor);
 * DEQUANTIZE (int8/uint8 -> float): the values are already real: the output shares the input's storage.
@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.ir import Graph, Op
+from ..model.quantization import is_quantized
 from .base import Alias, Lowering
-from .common import float_tensors, is_quantized
+from .common import float_tensors
 from .elementwise import elementwise_spec
 
 

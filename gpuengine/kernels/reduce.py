@@ -18,9 +18,10 @@ import numpy as np
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
+from ..model.quantization import is_quantized
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
-from .common import float_tensors, integer_requant, is_quantized, quantize_multiplier
+from .common import float_tensors, integer_requant, quantize_multiplier
 from .prologue import input_reader, prologue_reason
 
 FLT_MAX = 3.4028234663852886e38

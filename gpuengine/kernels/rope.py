@@ -19,14 +19,12 @@ import numpy as np
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
+from ..model.ops import ROPE, VIEW_X
 from . import layout_view
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors
 from .dynamic_index import _source
 from .index_map import Ix, storage_index
-
-ROPE = "ROPE"
-VIEW_X = "view_x"
 
 
 def logical_x(op: Op, graph: Graph) -> tuple[int, ...]:

@@ -18,9 +18,10 @@ from .. import codegen
 from ..codegen import literal
 from ..layout import slices
 from ..model.ir import Graph, Op, Tensor
+from ..model.quantization import QUANTIZED_TYPES, is_quantized
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering
-from .common import QUANTIZED_TYPES, bhwc, float_tensors, is_quantized
+from .common import bhwc, float_tensors
 from .reduce import FLT_MAX
 from .wgsl_math import helpers_for
 

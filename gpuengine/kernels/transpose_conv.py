@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.ir import Graph, Op
+from ..model.ops import SAME, VALID, out_size
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import activation, activation_supported, bhwc, const_f32, float_tensors, is_const
-from .conv2d import SAME, VALID, bias_vec4, lines, out_size, pad_before, weight_blocks
+from .conv2d import bias_vec4, lines, pad_before, weight_blocks
 
 MEDIAPIPE = "Convolution2DTransposeBias"
 

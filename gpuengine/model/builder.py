@@ -20,6 +20,7 @@ from tflite.BuiltinOperator import BuiltinOperator
 from tflite.Padding import Padding
 
 from .ir import DTYPE_TO_TYPE, Graph, Model, Op, Options, Quantization, SignatureDef, Tensor
+from .quantization import INT4, pack_int4
 from .reader import OPTION2_NAMES, OPTION_NAMES, option_fields
 
 # Ops whose options table name is not the CamelCase of the op name.
@@ -424,11 +425,9 @@ class ModelBuilder:
     def int4_const(self, name: str, values: Any, quantization: Quantization) -> int:
         """A constant INT4 tensor (type 17): `values` in -8..7, written two a byte, the first in the low nibble;
         `quantization` per channel or blockwise (Quantization.block_size / block_scales)."""
-        from ..passes.fold_constants import pack_int4
-
         values = np.asarray(values)
         index = self.const(name, pack_int4(values).view(np.int8), np.int8, quantization)
-        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=17)
+        self.tensors[index] = dataclasses.replace(self.tensors[index], shape=tuple(values.shape), type_code=INT4)
         return index
 
     def op(self, code: str, inputs: list[int], shape: tuple[int, ...] | list[tuple[int, ...]],

@@ -17,6 +17,7 @@ from tflite.BuiltinOptions2 import BuiltinOptions2
 
 from ..errors import ModelError
 from .ir import TENSOR_TYPES, Graph, Model, Op, Options, Quantization, SignatureDef, Sparsity, Tensor
+from .quantization import INT4
 
 MAX_RANK = 16
 MAX_ELEMENTS = 1 << 34  # a declared tensor larger than this is a corrupt file, not a model
@@ -299,7 +300,7 @@ def _read_tensor(t: Any, i: int, gi: int, buffers: list[np.ndarray], data: bytes
     tensor_data = None
     raw = buffers[b] if buffers else np.zeros(0, np.uint8)
     if raw.size:
-        if sparsity is None and type_code == 17 and raw.size != (n_elem + 1) // 2:  # INT4: two values a byte
+        if sparsity is None and type_code == INT4 and raw.size != (n_elem + 1) // 2:  # INT4: two values a byte
             raise ModelError(f"{where} ({name_s!r}): buffer {b} holds {raw.size} bytes, shape {shape} of int4 "
                              f"needs {(n_elem + 1) // 2}")
         if sparsity is not None or type_code in (5, 13, 14, 17) or np_type is None:

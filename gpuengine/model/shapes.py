@@ -7,7 +7,7 @@ Op by op in execution order, an op's output shapes come from, in this order:
    has a -1 in its shape_signature: the declared shapes stand. What did not change is not recomputed;
 2. its values, for the small integer ops of shape chains (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, FILL, RANGE
    ...) whose inputs are constants or values known here: evaluated with the constant folder's numpy functions
-   (passes/fold_constants.py), so value-dependent shapes downstream (a RESHAPE to a computed target, a
+   (model/folding.py), so value-dependent shapes downstream (a RESHAPE to a computed target, a
    RESIZE_BILINEAR to sizes sliced from a SHAPE) are known at allocation;
 3. the op class's shape rule: the validator's table (model/validate.py RULES), which reads the values of 2.
    through the same view as constants; a few ops get rules of their own here (RESHAPE, FULLY_CONNECTED, the
@@ -29,11 +29,13 @@ import numpy as np
 
 from ..errors import ModelError
 from .builder import options_kind
+from .folding import FOLDERS, NEVER_FOLDED
 from .ir import Graph, Model, Op, Tensor
-from .validate import RULES, Invalid, OpView, out_size
+from .ops import SAME, VALID
+from .validate import RULES, Invalid, OpView, window_out_size
 
 MAX_VALUE_ELEMENTS = 4096  # values are tracked for shape-chain tensors, never for activations
-SAME, VALID = 0, 1
+SUBGRAPH_OPS = ("WHILE", "IF", "STABLEHLO_COMPOSITE")  # shapes propagated into the subgraphs they call
 _CALLS = {"WHILE": "body_subgraph_index", "STABLEHLO_COMPOSITE": "decomposition_subgraph_index"}
 
 
@@ -149,9 +151,7 @@ def _small(t: Tensor) -> bool:
 
 def _evaluate(op: Op, g: Graph, view_graph: _ValueGraph, values: dict[int, np.ndarray]) -> None:
     """The values of a shape-chain op whose inputs are known (constants or values computed here)."""
-    from ..passes.fold_constants import _NEVER, FOLDERS
-
-    if op.is_custom or op.code in _NEVER or not op.outputs or op.intermediates:
+    if op.is_custom or op.code in NEVER_FOLDED or not op.outputs or op.intermediates:
         return
     outs = [g.tensors[t] for t in op.outputs]
     if not all(_small(t) for t in outs):
@@ -183,11 +183,11 @@ def _evaluate(op: Op, g: Graph, view_graph: _ValueGraph, values: dict[int, np.nd
 
 def _output_shapes(op: Op, g: Graph, view_graph: _ValueGraph, model: Model | None) -> list[tuple[int, ...]] | str:
     """The op's output shapes from its class's rule, or why they cannot be known before a run."""
-    own = _OWN_RULES.get(op.code)
+    own = OWN_SHAPE_RULES.get(op.code)
     if own is not None:
         return own(OpView(op, view_graph, options_kind(op.code)), g)  # type: ignore[arg-type]
-    if op.code in ("WHILE", "IF", "STABLEHLO_COMPOSITE"):
-        return _called_shapes(op, g, model)
+    if op.code in SUBGRAPH_OPS:
+        return called_shapes(op, g, model)
     rule = RULES.get(op.code)
     if rule is None or rule.custom != op.is_custom or rule.shape is None:
         if _value_shapes_known(op, view_graph):
@@ -210,8 +210,6 @@ def _output_shapes(op: Op, g: Graph, view_graph: _ValueGraph, model: Model | Non
 def _value_shapes_known(op: Op, view_graph: _ValueGraph) -> bool:
     """FILL, RANGE and other shape-chain ops without a shape rule: their values (evaluated next) give the shapes;
     here only whether they can be evaluated."""
-    from ..passes.fold_constants import FOLDERS
-
     if op.code not in FOLDERS:
         return False
     outs = {t: view_graph.tensors[t] for t in op.outputs}
@@ -226,7 +224,7 @@ def _value_shapes_known(op: Op, view_graph: _ValueGraph) -> bool:
     return True
 
 
-def _called_shapes(op: Op, g: Graph, model: Model | None) -> list[tuple[int, ...]] | str:
+def called_shapes(op: Op, g: Graph, model: Model | None) -> list[tuple[int, ...]] | str:
     """WHILE (the body must keep its loop variables' shapes), IF (both branches must agree) and composites: the
     shapes their subgraphs give for the op's input shapes."""
     if model is None:
@@ -314,7 +312,7 @@ def _pool_with_argmax(v: OpView, g: Graph) -> list[tuple[int, ...]]:
     padding, sw, sh, fw, fh, _ = _custom_ints(v, 6)
     b, h, w, c = v.shape(0)
     p = SAME if padding == 1 else VALID
-    shape = (b, out_size(p, h, fh, sh, 1, "filter height"), out_size(p, w, fw, sw, 1, "filter width"), c)
+    shape = (b, window_out_size(p, h, fh, sh, 1, "filter height"), window_out_size(p, w, fw, sw, 1, "filter width"), c)
     return [shape] * len(v.op.outputs)
 
 
@@ -326,7 +324,8 @@ def _unpooling(v: OpView, g: Graph) -> list[tuple[int, ...]]:
     return [(b, (h - 1) * sh + fh, (w - 1) * sw + fw, c)]
 
 
-_OWN_RULES = {"RESHAPE": _reshape, "FULLY_CONNECTED": _fully_connected,
+# Ops whose shape rule is here rather than in the validator's table (model/validate.py RULES).
+OWN_SHAPE_RULES = {"RESHAPE": _reshape, "FULLY_CONNECTED": _fully_connected,
               "Convolution2DTransposeBias": _transpose_conv_bias, "MaxPoolingWithArgmax2D": _pool_with_argmax,
               "MaxUnpooling2D": _unpooling}
 

@@ -40,13 +40,13 @@ from flatbuffers.table import Table
 from ..errors import ModelError
 from .builder import _schema_module, options_kind
 from .ir import Graph, Model, Op, Tensor
+from .ops import SAME, VALID, out_size
 from .reader import _decode_options
 
 FLOAT = frozenset({np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)})
 INDEX = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
 BOOL = np.dtype(np.bool_)
 ACTIVATIONS = range(6)  # NONE, RELU, RELU_N1_TO_1, RELU6, TANH, SIGN_BIT
-SAME, VALID = 0, 1
 
 
 class Invalid(Exception):  # noqa: N818 - internal: what is wrong with one op, raised by a rule
@@ -233,12 +233,12 @@ def broadcast_inputs(v: OpView) -> list[tuple[int, ...]]:
     return [_broadcast(*(v.shape(i) for i in range(v.n_in) if v.has(i)))]
 
 
-def out_size(padding: int, size: int, k: int, stride: int, dilation: int, what: str) -> int:
-    """TFLite's ComputeOutSize, refusing the sizes it would compute as <= 0."""
-    effective = (k - 1) * dilation + 1
-    n = (size + stride - 1) // stride if padding == SAME else (size + stride - effective) // stride
+def window_out_size(padding: int, size: int, k: int, stride: int, dilation: int, what: str) -> int:
+    """TFLite's ComputeOutSize (model/ops.py out_size), refusing the sizes it would compute as <= 0."""
+    n = out_size(padding, size, k, stride, dilation)
     if n <= 0 and size > 0:
-        raise Invalid(f"the {what} window ({effective}) is larger than the input ({size}) with VALID padding")
+        raise Invalid(f"the {what} window ({(k - 1) * dilation + 1}) is larger than the input ({size}) with VALID "
+                      "padding")
     return max(n, 0)
 
 
@@ -246,7 +246,8 @@ def _spatial(v: OpView, kh: int, kw: int, dilated: bool = True) -> tuple[int, in
     _, h, w, _ = v.shape(0)
     dh, dw = (int(v.opt("dilation_h_factor")), int(v.opt("dilation_w_factor"))) if dilated else (1, 1)
     padding, sh, sw = int(v.opt("padding")), int(v.opt("stride_h")), int(v.opt("stride_w"))
-    return out_size(padding, h, kh, sh, dh, "filter height"), out_size(padding, w, kw, sw, dw, "filter width")
+    return (window_out_size(padding, h, kh, sh, dh, "filter height"),
+            window_out_size(padding, w, kw, sw, dw, "filter width"))
 
 
 def conv_shape(v: OpView) -> list[tuple[int, ...]]:
@@ -360,7 +361,8 @@ def _check_transposed(v: OpView, h: int, w: int, oh: int, ow: int, kh: int, kw: 
     padding = int(v.opt("padding")) if padding is None else padding
     sh = int(v.opt("stride_h")) if sh is None else sh
     sw = int(v.opt("stride_w")) if sw is None else sw
-    want = (out_size(padding, oh, kh, sh, 1, "filter height"), out_size(padding, ow, kw, sw, 1, "filter width"))
+    want = (window_out_size(padding, oh, kh, sh, 1, "filter height"),
+            window_out_size(padding, ow, kw, sw, 1, "filter width"))
     if (h, w) != want:
         raise Invalid(f"input spatial size {(h, w)} is not what output size {(oh, ow)} gives with filter "
                       f"{(kh, kw)}, strides {(sh, sw)} and padding {'SAME' if padding == SAME else 'VALID'} "

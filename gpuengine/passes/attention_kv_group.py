@@ -10,9 +10,9 @@ Runs after fuse_attention; ATTENTION ops whose operands were already folded othe
 
 from __future__ import annotations
 
-from ..kernels import registry
-from ..kernels.attention import ATTENTION, KV_GROUP
 from ..model.ir import Graph, Op, Options
+from ..model.ops import ATTENTION, KV_GROUP
+from . import kernel_support
 
 
 def attention_kv_group(graph: Graph) -> Graph:
@@ -30,7 +30,7 @@ def attention_kv_group(graph: Graph) -> Graph:
             fields[KV_GROUP] = group
         candidate = Op(index=op.index, code=op.code, inputs=[op.inputs[0], k, v, *op.inputs[3:]],
                        outputs=list(op.outputs), options=Options(op.options.kind, fields))
-        if registry.check(candidate, graph) is not None:
+        if kernel_support.check(candidate, graph) is not None:
             continue
         graph.ops[i] = candidate
         changed = True

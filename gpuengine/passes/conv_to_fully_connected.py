@@ -9,9 +9,9 @@ import dataclasses
 
 from tflite.BuiltinOperator import BuiltinOperator
 
-from ..kernels import registry
 from ..model.builder import make_options
 from ..model.ir import Graph, Op
+from . import kernel_support
 from .graph_utils import const, new_const
 
 
@@ -34,7 +34,7 @@ def _as_fully_connected(graph: Graph, op: Op) -> Op | None:
         "fused_activation_function": int(op.opt("fused_activation_function", 0) or 0), "keep_num_dims": True})
     fc = dataclasses.replace(op, code="FULLY_CONNECTED", builtin_code=BuiltinOperator.FULLY_CONNECTED,
                              inputs=[op.inputs[0], w2d, bias], outputs=list(op.outputs), options=options)
-    if registry.check(fc, graph) is not None:
+    if kernel_support.check(fc, graph) is not None:
         graph.tensors.pop()  # the reshaped weights are unused: keep the tensor list as it was
         return None
     return fc

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..kernels import registry
 from ..model.ir import Graph, Op, Options
+from . import kernel_support
 from .graph_utils import const, same_grid, sole_consumer
 
 TARGETS = {"CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions"}
@@ -99,7 +99,7 @@ def _rewrite(graph: Graph, s2b: Op) -> Op | None:
     merged = dataclasses.replace(conv, inputs=[s2b.inputs[0], *conv.inputs[1:]], outputs=list(b2s.outputs),
                                  options=Options(conv.options.kind, fields))
     # The conv kernels recompute the output size from padding and dilation: a mismatch is refused here.
-    if registry.check(merged, graph) is not None:
+    if kernel_support.check(merged, graph) is not None:
         return None
     return merged
 

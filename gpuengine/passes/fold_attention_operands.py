@@ -6,17 +6,18 @@ RESHAPE to [N, 1, T, H], BROADCAST_TO [N, G, T, H] (each KV head repeated for it
 ops each is a copy of a whole cache per step (the BROADCAST_TO one G times larger). Here each becomes a step of the
 operand's view (kernels/layout_view.py; BROADCAST_TO is a step reading index 0 on the repeated axis, so query head
 h reads KV head h // G without a copy) and a scalar MUL of Q or K joins the op's `scale`. Runs after
-fuse_attention; an op is changed only when the kernel accepts the result (registry.check).
+fuse_attention; an op is changed only when the kernel accepts the result (kernel_support.check).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.attention import ATTENTION, SCALE, VIEWS
-from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op
+from ..model.ops import ATTENTION, SCALE
+from ..model.ops import ATTENTION_VIEWS as VIEWS
+from ..model.ops import ViewStep as Step
+from . import kernel_support
 from .fold_matmul_layout import _step
 from .graph_utils import with_fields
 
@@ -35,7 +36,7 @@ def fold_attention_operands(graph: Graph) -> Graph:
             new, removed = op, []
             for position in (0, 1, 2):
                 candidate, chain = _fold_operand(graph, new, position, *maps)
-                if chain and registry.check(candidate, graph) is None:
+                if chain and kernel_support.check(candidate, graph) is None:
                     new, removed = candidate, removed + chain
             if new is not op:
                 gone = {id(o) for o in removed}

@@ -13,8 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from ..kernels.packed_int8 import int8_values
 from ..model.ir import Graph
+from ..model.quantization import int8_values
 
 
 def _same_scale(graph: Graph, a: int, b: int) -> bool:

@@ -6,7 +6,7 @@ writes and re-reads a whole tensor. Here a chain of such ops feeding a matmul op
 the next op alone) becomes the operand's view: the matmul reads the chain's input and maps coordinates itself.
 A chain after the matmul (its output read by the chain alone, no graph output on the way) becomes its output
 view: it writes the chain's last tensor directly. The fold happens only when the kernel accepts the result
-(vec4 stores for an output view; registry.check), so the op never lands where nothing could run it.
+(vec4 stores for an output view; kernel_support.check), so the op never lands where nothing could run it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import dataclasses
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.fully_connected import OUT_VIEW, VIEW_OPTIONS
-from ..kernels.layout_view import VIEW_OPS, Step
 from ..model.ir import Graph, Op
+from ..model.ops import MATMUL_VIEWS as VIEW_OPTIONS
+from ..model.ops import OUT_VIEW, VIEW_OPS
+from ..model.ops import ViewStep as Step
+from . import kernel_support
 from .graph_utils import with_fields
 
 MAX_STEPS = 4
@@ -43,12 +44,12 @@ def fold_matmul_layout(graph: Graph) -> Graph:
                     inputs = list(new.inputs)
                     inputs[position] = src
                     candidate = with_fields(new, inputs, **{VIEW_OPTIONS[position]: steps})
-                    if registry.check(candidate, graph) is None:
+                    if kernel_support.check(candidate, graph) is None:
                         new, removed = candidate, removed + chain
             final, steps, chain = _chain_after(graph, new.outputs[0], maps[1])
             if steps:
                 candidate = dataclasses.replace(with_fields(new, **{OUT_VIEW: steps}), outputs=[final])
-                if registry.check(candidate, graph) is None:
+                if kernel_support.check(candidate, graph) is None:
                     new, removed = candidate, removed + chain
             if new is not op:
                 gone = {id(o) for o in removed}

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.attention import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
-from ..kernels.common import is_quantized
-from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op, Options
+from ..model.ops import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ..model.ops import ViewStep as Step
+from ..model.quantization import is_quantized
+from . import kernel_support
 
 
 def fuse_attention(graph: Graph) -> Graph:
@@ -31,7 +31,7 @@ def fuse_attention(graph: Graph) -> Graph:
             if found is None:
                 continue
             fused, members = found
-            reason = _quantized_step(graph, members) or registry.check(fused, graph)
+            reason = _quantized_step(graph, members) or kernel_support.check(fused, graph)
             if reason is not None:  # the decomposed ops stay; inspect says why
                 remark = f"{ATTENTION} not fused at {graph.tensors[fused.outputs[0]].name!r}: {reason}"
                 if remark not in graph.remarks:

@@ -8,7 +8,7 @@ dispatch that writes and re-reads a full tensor. Merged, x has a single reader a
 
 A tree T qualifies when: its only run-time leaf is x, and only T reads x (x is no graph output); every tensor
 T computes is read by T alone except its one result (the root, which may be a graph output); every constant
-leaf is a scalar, per-channel or of x's shape (kernels/prologue.py `leaf_kind`); every op produces x's shape;
+leaf is a scalar, per-channel or of x's shape (model/ops.py `leaf_kind`); every op produces x's shape;
 and some tensor is read more than once inside T (a chain is left to epilogue fusion, which already takes it
 with its per-op labels). T is the largest such set, and the merge happens only when the registry accepts the
 merged op (which also keeps it off the CPU fallback, which could not run it).
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.elementwise import TREE
-from ..kernels.prologue import TREE_OPTION, Step, expression_of, leaf_kind
 from ..model.ir import Graph, Op, Options
+from ..model.ops import ELEMENTWISE_TREE as TREE
+from ..model.ops import TREE_OPTION, leaf_kind
+from ..model.ops import ExpressionStep as Step
+from . import kernel_support
 
 
 def fuse_elementwise_tree(graph: Graph) -> Graph:
@@ -36,7 +37,7 @@ def fuse_elementwise_tree(graph: Graph) -> Graph:
             if tree is None:
                 continue
             op = _merge(graph, x, tree)
-            if registry.check(op, graph) is not None:
+            if kernel_support.check(op, graph) is not None:
                 continue
             root_op = tree[-1]
             members = {id(o) for o in tree}
@@ -48,8 +49,8 @@ def fuse_elementwise_tree(graph: Graph) -> Graph:
 
 def _inline(graph: Graph, op: Op) -> bool:
     """op can be a step of a tree: one output, evaluated inline, supported on the GPU."""
-    return (len(op.outputs) == 1 and min(op.inputs, default=-1) >= 0 and expression_of(op) is not None
-            and registry.check(op, graph) is None)
+    return (len(op.outputs) == 1 and min(op.inputs, default=-1) >= 0 and kernel_support.expression_of(op) is not None
+            and kernel_support.check(op, graph) is None)
 
 
 def _candidates(graph: Graph, readers: dict[int, list[int]], inline: set[int]) -> list[int]:

@@ -11,16 +11,17 @@ accepts the merged op (which also keeps it off the CPU fallback, which could not
 
 from __future__ import annotations
 
-from ..kernels import registry
-from ..kernels.prologue import Step, expression_of, leaf_kind
 from ..model.ir import Graph, Op
+from ..model.ops import ExpressionStep as Step
+from ..model.ops import leaf_kind
+from . import kernel_support
 from .graph_utils import consumers, producer, rounds, sole_consumer, with_fields
 
 
 def fuse_input_expression(graph: Graph) -> Graph:
     graph = graph.copy()
     for consumer in list(graph.ops):
-        first_leaf = getattr(registry.find(consumer), "prologue_leaves_from", None)
+        first_leaf = kernel_support.prologue_leaves_from(consumer)
         if first_leaf is None or consumer.opt("prologue") or not consumer.inputs or consumer.inputs[0] < 0:
             continue
         root = consumer.inputs[0]
@@ -30,7 +31,7 @@ def fuse_input_expression(graph: Graph) -> Graph:
         if not tree:
             continue
         merged = _merge(graph, consumer, tree, first_leaf)
-        if merged is None or registry.check(merged, graph) is not None:
+        if merged is None or kernel_support.check(merged, graph) is not None:
             continue
         graph.ops = [merged if o is consumer else o for o in graph.ops if not any(o is t for t in tree)]
     return graph
@@ -39,8 +40,8 @@ def fuse_input_expression(graph: Graph) -> Graph:
 def _inline(graph: Graph, t: int, shape: tuple[int, ...]) -> Op | None:
     """The op producing t, when it can be evaluated inline with the result's shape."""
     op = producer(graph, t)
-    if op is None or len(op.outputs) != 1 or expression_of(op) is None or registry.check(op, graph) is not None \
-            or rounds(graph, t):
+    if op is None or len(op.outputs) != 1 or kernel_support.expression_of(op) is None \
+            or kernel_support.check(op, graph) is not None or rounds(graph, t):
         return None
     return op if graph.tensors[t].shape == shape else None
 

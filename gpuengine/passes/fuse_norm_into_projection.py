@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.dispatch_cost import op_ns
-from ..kernels.fully_connected import NORM
-from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM, SOURCE_OPS
 from ..latency.latency import Device
 from ..model.ir import Graph, Op
+from ..model.ops import EPS_OUTSIDE, EPSILON, NORM, RMS_NORM, SOURCE_OPS
+from . import kernel_support
 from .graph_utils import with_fields
 
 
@@ -53,14 +51,14 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
         label = f"{RMS_NORM}({'+'.join(norm.opt(SOURCE_OPS) or ())})"
         fused = with_fields(op, [x, *op.inputs[1:]], **{NORM: (scale, offset, float(norm.opt(EPSILON)),
                                                                 bool(norm.opt(EPS_OUTSIDE)), label)})
-        if registry.check(fused, graph) is not None:
+        if kernel_support.check(fused, graph) is not None:
             continue
         if device is not None:
             # identical layers ask the same question: build and predict each shape once (building packs weights)
             key = (_shape_key(fused, graph), _shape_key(norm, graph), _shape_key(op, graph))
             if key not in answers:
-                answers[key] = (op_ns(fused, graph, device)[0],
-                                op_ns(norm, graph, device)[0] + op_ns(op, graph, device)[0])
+                ns = kernel_support.op_ns
+                answers[key] = (ns(fused, graph, device)[0], ns(norm, graph, device)[0] + ns(op, graph, device)[0])
             with_prologue, separate = answers[key]
             tally = predicted[with_prologue < separate]
             tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + with_prologue, tally[2] + separate

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.normalization import EPS_OUTSIDE, EPSILON, LAYER_NORM, RMS_NORM, SOURCE_OPS
 from ..model.ir import Graph, Op, Options
+from ..model.ops import EPS_OUTSIDE, EPSILON, LAYER_NORM, RMS_NORM, SOURCE_OPS
+from . import kernel_support
 from .graph_utils import new_const
 
 Monomial = tuple[int, int, int]  # exponents of x, m (row mean), r (row normalizer)
@@ -99,7 +99,7 @@ def fuse_normalization(graph: Graph) -> Graph:
             if match is None:
                 continue
             op = _merged_op(graph, x, match)
-            if registry.check(op, graph) is not None:
+            if kernel_support.check(op, graph) is not None:
                 continue
             members = set(match.members)
             graph.ops = [op if i == match.root else o for i, o in enumerate(graph.ops)

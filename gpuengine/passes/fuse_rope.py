@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.layout_view import Step
-from ..kernels.normalization import EPS_OUTSIDE, EPSILON, RMS_NORM
-from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
+from ..model.ops import EPS_OUTSIDE, EPSILON, RMS_NORM, ROPE, VIEW_X
+from ..model.ops import ViewStep as Step
+from . import kernel_support
 from .fold_matmul_layout import _step
 from .graph_utils import new_const
 
@@ -38,10 +37,10 @@ def fuse_rope(graph: Graph) -> Graph:
         for cat in list(graph.ops):  # a fusion removes SLICE / MUL / SUB / ADD / RMS_NORM ops, never a CONCATENATION
             tensors_before = len(graph.tensors)
             found = _match(graph, cat, maps)
-            if found is not None and registry.check(found[0], graph) is not None and len(found[0].inputs) == 6:
+            if found is not None and kernel_support.check(found[0], graph) is not None and len(found[0].inputs) == 6:
                 del graph.tensors[tensors_before:]  # the norm's epsilon constant
                 found = _match(graph, cat, maps, with_norm=False)  # the ROPE with the norm refused: keep the norm apart
-            if found is None or registry.check(found[0], graph) is not None:
+            if found is None or kernel_support.check(found[0], graph) is not None:
                 continue
             fused, members = found
             gone = {id(m) for m in members}

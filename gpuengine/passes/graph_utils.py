@@ -9,6 +9,7 @@ import numpy as np
 
 from ..model.builder import options_kind
 from ..model.ir import Graph, Op, Options
+from ..model.quantization import is_quantized
 
 
 def consumers(graph: Graph, tensor: int) -> list[Op]:
@@ -42,8 +43,6 @@ def same_grid(graph: Graph, a: int, b: int) -> bool:
 
 def rounds(graph: Graph, tensor: int) -> bool:
     """A run-time quantized tensor: its writer rounds values to its grid, so a pass must not fuse it away."""
-    from ..kernels.common import is_quantized
-
     return is_quantized(graph.tensors[tensor])
 
 

@@ -11,8 +11,9 @@ and fusions that weigh kernels by predicted time (fuse_norm_into_projection) wei
 
 from __future__ import annotations
 
-from ..kernels.fully_connected import HYBRID_ARITHMETIC, is_hybrid
 from ..model.ir import Graph
+from ..model.ops import HYBRID_ARITHMETIC
+from ..model.quantization import is_hybrid
 from .graph_utils import with_fields
 
 ARITHMETICS = ("integer", "float")

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.attention import ATTENTION, VIEWS
-from ..kernels.kv_cache import GROUPS, KV_CACHE_WRITE, QUERY, ROPE_TABLES, VIEW_UPDATE, flat_shape
-from ..kernels.layout_view import Step
-from ..kernels.rope import ROPE, VIEW_X
 from ..model.ir import Graph, Op, Options
+from ..model.ops import ATTENTION, GROUPS, KV_CACHE_WRITE, QUERY, ROPE, ROPE_TABLES, VIEW_UPDATE, VIEW_X, flat_shape
+from ..model.ops import ATTENTION_VIEWS as VIEWS
+from ..model.ops import ViewStep as Step
+from . import kernel_support
 from .fold_matmul_layout import _step
 from .fuse_rope import _slice_step, drop_unread_views
 from .graph_utils import with_fields
@@ -66,7 +65,7 @@ def _join_queries(graph: Graph) -> Graph:
                         outputs=[*w.outputs, *r.outputs], options=Options("KvCacheWriteOptions", {
                             GROUPS: (*_groups(w), (len(r.inputs), r.opt(VIEW_X), True, QUERY)),
                             "source_ops": (*(w.opt("source_ops") or ()), ROPE)}))
-            if registry.check(merged, graph) is None:
+            if kernel_support.check(merged, graph) is None:
                 graph.ops = [merged if o is w else o for o in graph.ops if o is not r]
                 readers = graph.consumers()
                 break
@@ -90,7 +89,7 @@ def _pair_writes(graph: Graph) -> Graph:
                 merged = Op(index=b.index, code=KV_CACHE_WRITE, inputs=[*a.inputs, *b.inputs],
                             outputs=[*a.outputs, *b.outputs], options=Options("KvCacheWriteOptions", {
                                 GROUPS: groups, "source_ops": ("DYNAMIC_UPDATE_SLICE", "DYNAMIC_UPDATE_SLICE")}))
-                if registry.check(merged, graph) is None:
+                if kernel_support.check(merged, graph) is None:
                     graph.ops = [merged if o is b else o for o in graph.ops if o is not a]
                     i -= 1
                 break
@@ -112,7 +111,7 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
         return None
     write = Op(index=op.index, code=KV_CACHE_WRITE, inputs=list(op.inputs), outputs=[out],
                options=Options("KvCacheWriteOptions", {"source_ops": ("DYNAMIC_UPDATE_SLICE",)}))
-    if registry.check(write, graph) is not None:
+    if kernel_support.check(write, graph) is not None:
         return None
     write, absorbed = _read_update(graph, write)
     first = Step("RESHAPE", flat_shape(shape), shape)
@@ -127,7 +126,7 @@ def _rewrite(graph: Graph, i: int, op: Op, readers: dict[int, list[int]]) -> dic
             if reader.inputs[position] == out:
                 fields[VIEWS[position]] = (first, *(reader.opt(VIEWS[position]) or ()))
         candidate = with_fields(reader, **fields)
-        if registry.check(candidate, graph) is not None:
+        if kernel_support.check(candidate, graph) is not None:
             return None
         result[j] = candidate
     return result
@@ -154,7 +153,7 @@ def _read_update(graph: Graph, write: Op) -> tuple[Op, list[Op]]:
         return write, []
     inputs = [write.inputs[0], t, write.inputs[2], *(rope.inputs[1:] if rope else [])]
     candidate = with_fields(write, inputs, **{VIEW_UPDATE: steps or None, ROPE_TABLES: rope is not None})
-    if registry.check(candidate, graph) is None:
+    if kernel_support.check(candidate, graph) is None:
         return candidate, [rope] if rope else []
     return write, []
 

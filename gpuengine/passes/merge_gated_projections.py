@@ -21,10 +21,9 @@ import dataclasses
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.packed_int8 import INT4, int8_values
 from ..model.ir import Graph, Op, Quantization
-from .fold_constants import pack_int4
+from ..model.quantization import INT4, int8_values, pack_int4
+from . import kernel_support
 from .graph_utils import new_const, with_fields
 
 GATED = "gated"  # FULLY_CONNECTED option: "SILU" | "GELU_TANH" | "GELU" -> act(gate) * up of interleaved weights
@@ -177,7 +176,7 @@ def _merge(graph: Graph, fg: int, fu: int, logistic: int, m1: int | None, m2: in
                                 f"{name}/gated_bias"))
     merged = with_fields(gate, inputs, **{GATED: kind})
     merged = dataclasses.replace(merged, outputs=[graph.ops[m2].outputs[0]])
-    if registry.check(merged, graph) is not None:
+    if kernel_support.check(merged, graph) is not None:
         del graph.tensors[tensors_before:]
         return False
     gone = {fg, fu, logistic} | ({m1} if m1 is not None else set())

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import registry
 from ..model.ir import Graph
+from . import kernel_support
 from .graph_utils import const, consumers, same_grid, with_fields
 
 TARGETS = ("CONV_2D", "DEPTHWISE_CONV_2D")
@@ -35,7 +35,7 @@ def merge_padding(graph: Graph) -> Graph:
         (top, bottom), (left, right) = pads[1].tolist(), pads[2].tolist()
         merged = [with_fields(c, [pad.inputs[0], *c.inputs[1:]], explicit_padding=(top, bottom, left, right))
                   for c in readers]
-        if any(registry.check(m, graph) is not None for m in merged):
+        if any(kernel_support.check(m, graph) is not None for m in merged):
             continue
         for c, m in zip(readers, merged):
             c.inputs, c.options = m.inputs, m.options

@@ -14,12 +14,10 @@ import dataclasses
 
 import numpy as np
 
-from ..kernels import registry
-from ..kernels.attention import ATTENTION
-from ..kernels.attention import VIEWS as ATTENTION_VIEWS
-from ..kernels.fully_connected import VIEW_OPTIONS as MATMUL_VIEWS
-from ..kernels.layout_view import Step
 from ..model.ir import Graph, Op
+from ..model.ops import ATTENTION, ATTENTION_VIEWS, MATMUL_VIEWS
+from ..model.ops import ViewStep as Step
+from . import kernel_support
 from .graph_utils import new_const, with_fields
 
 _VIEWS = {ATTENTION: ATTENTION_VIEWS, "BATCH_MATMUL": MATMUL_VIEWS}
@@ -99,7 +97,7 @@ def _merge(graph: Graph, members: list[int], readers: dict[int, list[int]]) -> b
         inputs[position] = merged_t
         rewritten[r] = with_fields(reader, inputs, **{key: steps})
         offset += w.shape[0]
-    checks = [registry.check(merged, graph)] + [registry.check(op, graph) for op in rewritten.values()]
+    checks = [kernel_support.check(merged, graph)] + [kernel_support.check(op, graph) for op in rewritten.values()]
     if any(reason is not None for reason in checks):
         del graph.tensors[tensors_before:]
         graph.ops = ops_before

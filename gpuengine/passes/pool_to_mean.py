@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator
 
-from ..kernels import registry
 from ..model.builder import make_options
 from ..model.ir import Graph, Op
+from . import kernel_support
 from .graph_utils import new_const
 
 
@@ -24,6 +24,6 @@ def pool_to_mean(graph: Graph) -> Graph:
         axes = new_const(graph, op.inputs[0], np.array([1, 2], np.int32), graph.tensors[op.outputs[0]].name + "/axes")
         mean = Op(index=op.index, code="MEAN", inputs=[op.inputs[0], axes], outputs=list(op.outputs),
                   options=make_options("MEAN", {"keep_dims": True}), builtin_code=BuiltinOperator.MEAN)
-        if registry.check(mean, graph) is None:
+        if kernel_support.check(mean, graph) is None:
             graph.ops[i] = mean
     return graph

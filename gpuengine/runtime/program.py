@@ -23,7 +23,7 @@ from .. import codegen
 from ..errors import UnsupportedOpError
 from ..fusion import redecompose
 from ..kernels.base import Binding, Decomposition, KernelSpec
-from ..kernels.common import EXACT_LIMIT, QUANTIZED_TYPES, holds_integers, is_quantized
+from ..kernels.common import EXACT_LIMIT, holds_integers
 from ..kernels.tuned import Tuned
 from ..latency.target import Target
 from ..layout import phwc4_elements
@@ -38,6 +38,7 @@ from ..lowering_plan import (
 )
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
+from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..options import EngineOptions
 from ..precision_plan import mark_exact, stores_tensor
 from .device import DEVICE_LOST, GpuDevice, WorkDone
@@ -136,12 +137,6 @@ def typed(value: np.ndarray, tensor: Any) -> np.ndarray:
     if tensor.dtype == np.bool_:
         return value != 0
     return np.rint(value).astype(tensor.dtype)
-
-
-def dequantized(q: np.ndarray, tensor: Any) -> np.ndarray:
-    """Integers of a quantized tensor -> their real values."""
-    scale, zero = float(tensor.quantization.scale[0]), float(tensor.quantization.zero_point[0])
-    return (np.asarray(q, np.float32) - np.float32(zero)) * np.float32(scale)
 
 
 def quantized(real: np.ndarray, tensor: Any) -> np.ndarray:
@@ -519,7 +514,7 @@ class GpuProgram:
         uploaded = {}
         for t, buf in self.raw_in.items():
             if t not in self._resident:
-                value = dequantized(feeds[t], self._quantized[t]) if t in self._quantized else feeds[t]
+                value = dequantize(self._quantized[t], feeds[t]) if t in self._quantized else feeds[t]
                 if t in self._integers:
                     value = host_value(value, self._integers[t])
                 value = np.ascontiguousarray(value, dtype=np.float32)

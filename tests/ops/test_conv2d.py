@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels.conv2d import out_size
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ops import out_size
 from gpuengine.testing import (
     FUSED_ACTIVATIONS,
     assert_matches_litert,

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gpuengine.kernels.common import is_quantized
 from gpuengine.model.builder import ModelBuilder, write_model
 from gpuengine.model.ir import Quantization
+from gpuengine.model.quantization import is_quantized
 from gpuengine.model.reader import read_model
 from gpuengine.testing import (
     assert_matches_litert,

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("gpuengine.model",)),  # reader, IR, builder, shapes, validation, op vocabulary
     ("latency", ("gpuengine.latency",)),  # the latency model: prediction only (devices, policy, target classes)
     ("passes", ("gpuengine.passes",)),  # IR -> IR
-    ("reference", ("gpuengine.reference",)),  # the float64 executor (runs densified, inlined graphs)
+    ("reference", ("gpuengine.reference", "gpuengine.op_table")),  # the float64 executor; each op's four rules
     ("zoo", ("gpuengine.zoo",)),  # model builders (the int8 one calibrates on the float64 executor)
     ("lowering", ("gpuengine.lowering", "gpuengine.kernels", "gpuengine.codegen", "gpuengine.fusion",
                   "gpuengine.layout", "gpuengine.lowering_plan", "gpuengine.precision_plan")),

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.densify import densify
 from gpuengine.model.ir import Graph, Sparsity, Tensor
+from gpuengine.model.quantization import pack_int4, unpack_int4
 from gpuengine.passes.conv_to_fully_connected import conv_to_fully_connected
-from gpuengine.passes.densify import densify
 from gpuengine.passes.dilated_conv import dilated_conv
 from gpuengine.passes.drop_leading_units import drop_leading_units
-from gpuengine.passes.fold_constants import fold_constants, pack_int4, unpack_int4
+from gpuengine.passes.fold_constants import fold_constants
 from gpuengine.passes.fold_scale_into_conv import fold_scale_into_conv
 from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
 from gpuengine.passes.fuse_normalization import fuse_normalization

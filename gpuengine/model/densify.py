@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from ..model.ir import Tensor
+from .ir import Tensor
 
 DENSE, SPARSE_CSR = 0, 1
 
