@@ -50,7 +50,7 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
 def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
                   signature: str | None = None, hybrid: str = "integer") -> Any:
     """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
-    from gpuengine.latency.latency import predict_specs
+    from gpuengine.kernels.dispatch_cost import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:
