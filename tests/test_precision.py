@@ -96,7 +96,9 @@ def test_inspect_and_memplan_report_fp16(capsys):
 def test_classifiers_agree_with_litert_fp32(name, ties):
     """Within the fp16 tolerance of LiteRT's fp32 kernels, and the same class on 20 seeded inputs, except where
     LiteRT's two best classes are closer than fp16 can tell apart (MobileNet v3 seed 6: 0.08070 vs 0.08055, a
-    margin of 0.2 %; fp16 picks the second). The ties are counted, so a real disagreement still fails."""
+    margin of 0.2 %; fp16 picks the second). Whether such a near tie flips depends on LiteRT's own rounding, which
+    differs with the host's instruction set (AVX-512 or not): so each disagreement must be a near tie (margin
+    <= 1 %) and there may be at most `ties` of them; a real disagreement still fails."""
     data = zoo.get(name)
     it = Interpreter(model_content=data, precision="fp16")
     it.allocate_tensors()
@@ -113,7 +115,7 @@ def test_classifiers_agree_with_litert_fp32(name, ties):
         if np.argmax(got) != np.argmax(ref):
             assert first - second <= 0.01 * first, f"seed {seed}: classes {np.argmax(got)} vs {np.argmax(ref)}"
             near_ties += 1
-    assert near_ties == ties
+    assert near_ties <= ties
 
 
 @pytest.mark.parametrize("name", ["segmentation", "efficientnet_b0"])
