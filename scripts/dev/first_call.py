@@ -1,7 +1,7 @@
 """Where the first call of a language model's signatures goes: time from Interpreter() to the first result of
 prefill_N and of decode, split into phases.
 
-    python -m gpuengine.tools.first_call MODEL [--json] [--signatures prefill_32,decode]
+    python scripts/dev/first_call.py MODEL [--json] [--signatures prefill_32,decode]
 
 Each phase is timed exclusively (a phase nested in another is not counted twice) by wrapping the engine's own
 functions for the duration of the run: reading and validating the file, the passes and partitioning, lowering to
@@ -169,7 +169,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuengine.tools.first_call", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python scripts/dev/first_call.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--signatures", help="comma-separated, in call order (default: prefill_*, then decode)")
     parser.add_argument("--json", action="store_true")

@@ -6,19 +6,14 @@ dependency of gpuengine and this script is never imported by it.  Each model is 
 must handle: the real head dim, query-heads-per-KV-head ratio, norms, activations, RoPE, masks and cache layout.
 Weights are seeded random, 1/sqrt(fan_in); norm scales 1 (as ../shared/models/make_smollm_4l_int8.py).
 
-Usage: python tools/make_litert_torch_decoders.py OUTDIR [--only NAME] [--list]
+Usage: python scripts/dev/make_litert_torch_decoders.py OUTDIR [--only NAME] [--list]
 """
 from __future__ import annotations
 
-# ruff: noqa: E402 (the imports after the sys.path fix below must come after it)
 import argparse
 import copy
 import os
-import sys
 import time
-
-# tools/ holds profile.py, which would shadow the standard library's `profile` that torch imports.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 from collections.abc import Callable
 from dataclasses import dataclass
 

@@ -183,7 +183,7 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle or a .tflite + tokenizer "
                                           "(text on stdout, timings on stderr)")
     gen.add_argument("model")

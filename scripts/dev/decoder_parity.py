@@ -7,7 +7,7 @@ disagreement teacher forcing is exactly free-running greedy decoding, so `greedy
 argmax agrees) is the number of steps greedy generation gives LiteRT's tokens. The oracle is LiteRT's default
 interpreter (XNNPACK) or its builtin kernels (`oracle="builtin"`).
 
-Usage: python -m gpuengine.tools.decoder_parity MODEL [--steps 32] [--precision fp16] [--oracle builtin] [--json]
+Usage: python scripts/dev/decoder_parity.py MODEL [--steps 32] [--precision fp16] [--oracle builtin] [--json]
 """
 
 from __future__ import annotations
