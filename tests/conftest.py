@@ -1,11 +1,16 @@
-"""Shared fixtures: a bounded, seeded hypothesis profile (lavapipe is slow) and the oracle helpers."""
+"""Shared fixtures: a bounded, seeded hypothesis profile (lavapipe is slow), the GPU device, and the test
+matrix's switches (read here, not in the library): GPUENGINE_PRECISION=fp16 skips the fp32_only tests,
+GPUENGINE_TEST_MIXED=odd|even keeps half the tensors in f32 in helpers.run_gpuengine."""
 
 from __future__ import annotations
 
 import os
 
+import helpers
 import pytest
 from hypothesis import HealthCheck, settings
+
+helpers.mixed_parity = os.environ.get("GPUENGINE_TEST_MIXED", "").strip().lower()
 
 settings.register_profile(
     "gpuengine", max_examples=int(os.environ.get("GPUENGINE_EXAMPLES", "10")), deadline=None, derandomize=True,

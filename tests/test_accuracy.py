@@ -22,12 +22,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import random_inputs, relative_error, run_gpuengine
 
 from gpuengine import Interpreter
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.reference import run_reference
-from gpuengine.testing import random_inputs, relative_error, run_gpuengine
 from gpuengine.zoo import efficientnet
 from gpuengine.zoo.calibrated import CalibratedNet
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, run_gpuengine, run_litert
 
 from gpuengine.codegen import bound, is_baked, literal, render
 from gpuengine.kernels.base import Binding, Code, KernelSpec
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.runtime.program import GpuProgram
-from gpuengine.testing import assert_matches_litert, run_gpuengine, run_litert
 
 
 def test_literals_are_numbers_or_code_only():

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import relative_error, tolerance
 
 from gpuengine import Interpreter
 from gpuengine.control_flow import IfProgram, WhileProgram
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import relative_error, tolerance
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 LiteRT = litert.Interpreter

@@ -7,12 +7,12 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, run_gpuengine, run_litert
 
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 from gpuengine.passes.fold_constants import FOLDERS, _evaluate_litert, fold_constants
-from gpuengine.testing import assert_matches_litert, run_gpuengine, run_litert
 
 POSE = "/tmp/mp/mediapipe/modules/pose_detection/pose_detection.tflite"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, random_inputs, relative_error, run_gpuengine
 
 from gpuengine.kernels.elementwise import TREE
 from gpuengine.kernels.prologue import TREE_OPTION
@@ -16,7 +17,6 @@ from gpuengine.model.ir import Graph
 from gpuengine.model.reader import read_model
 from gpuengine.passes import pipeline
 from gpuengine.passes.fuse_elementwise_tree import fuse_elementwise_tree
-from gpuengine.testing import assert_matches_litert, random_inputs, relative_error, run_gpuengine
 
 CONVERTERS = ("bhwc_to_phwc4", "phwc4_to_bhwc")
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, random_inputs, relative_error, run_gpuengine, run_litert
 
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import assert_matches_litert, random_inputs, relative_error, run_gpuengine, run_litert
 
 CONVERTERS = ("bhwc_to_phwc4", "phwc4_to_bhwc")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import FP16_TOLERANCE
 from test_int8_weights import int8_weights  # same folder under pytest
 
 from gpuengine.engine import CompiledGraph, plan_graph
@@ -23,7 +24,6 @@ from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 from gpuengine.runtime.program import EngineOptions
-from gpuengine.testing import FP16_TOLERANCE
 from gpuengine.tuning import devices
 
 SMOLLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm_4l_int8.tflite"

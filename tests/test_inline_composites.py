@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flatbuffers import flexbuffers
+from helpers import assert_matches_litert
 
 from gpuengine.engine import plan_graph
 from gpuengine.model.builder import ModelBuilder
@@ -13,7 +14,6 @@ from gpuengine.model.reader import read_model
 from gpuengine.passes.inline_composites import inline_composites
 from gpuengine.passes.pipeline import run_passes
 from gpuengine.runtime.program import EngineOptions
-from gpuengine.testing import assert_matches_litert
 
 SHAPE = (1, 2, 3, 8)
 NO_ATTRIBUTES = list(flexbuffers.Dumps({}))  # LiteRT requires composite_attributes, an empty flexbuffer map will do

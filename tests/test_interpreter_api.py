@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 from gpuengine.tools import fetch
+from helpers import relative_error
 
 from gpuengine import Interpreter, ModelError
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization, SignatureDef
-from gpuengine.testing import relative_error
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 LiteRT = litert.Interpreter

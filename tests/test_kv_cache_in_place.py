@@ -133,7 +133,7 @@ def test_rotary_pattern_becomes_rope_and_joins_the_key_write():
 def test_fuse_rope_alone_matches_litert():
     """A rotation with per-row tables (prefill: one angle per position) over a tensor sliced from a wider one (the
     fused QKV projection's output): one ROPE dispatch reading the wide tensor through its view."""
-    from gpuengine.testing import assert_matches_litert
+    from helpers import assert_matches_litert
 
     mb = ModelBuilder()
     qkv = mb.input("qkv", (1, 4, 3 * 16))
@@ -152,7 +152,8 @@ def test_query_key_norm_joins_the_rope(norm_read_elsewhere: bool):
     """Gemma 3 / Qwen 3: the head-wise RMSNorm between the QKV split and the rotation (SLICE, RESHAPE to heads,
     RMSNorm over the head, rotation) becomes the ROPE's row-norm inputs, one dispatch reading the projection's
     output in place; a norm whose result is also read elsewhere keeps its own op. Both equal LiteRT."""
-    from gpuengine.testing import assert_matches_litert
+    from helpers import assert_matches_litert
+
     from gpuengine.zoo.vit import rms_norm
 
     rng = np.random.default_rng(3)
@@ -240,7 +241,7 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
 def planned_signature(path: Path, key: str) -> list:
     """The dispatches of every GPU partition of a signature, planned without compiling (nothing touches a GPU);
     planned for the cpu class throughout: its fusions too (the latency model's lavapipe description)."""
-    from gpuengine.tools.decoder_parity import planned_dispatches
+    from decoder_parity import planned_dispatches
 
     return planned_dispatches(str(path), key)
 

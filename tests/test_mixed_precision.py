@@ -11,13 +11,13 @@ import json
 
 import numpy as np
 import pytest
+from helpers import FP16_TOLERANCE, assert_matches_litert, random_inputs, relative_error, run_gpuengine
 
 from gpuengine import Interpreter, zoo
 from gpuengine.mixed_precision import f32_tensor_names, search, stored_tensor_names
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.reference import run_reference
-from gpuengine.testing import FP16_TOLERANCE, assert_matches_litert, random_inputs, relative_error, run_gpuengine
 
 OFFSET = 1000.0  # f16's spacing at 1000 is 0.5: a tensor holding x + 1000 keeps x only to +-0.25
 

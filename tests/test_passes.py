@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, random_inputs, run_gpuengine, run_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from gpuengine.passes.merge_channel_pad import merge_channel_pad
 from gpuengine.passes.merge_padding import merge_padding
 from gpuengine.passes.pool_to_mean import pool_to_mean
 from gpuengine.passes.remove_noops import remove_noops
-from gpuengine.testing import assert_matches_litert, random_inputs, run_gpuengine, run_litert
 
 CONVERTERS = ("bhwc_to_phwc4", "phwc4_to_bhwc")
 

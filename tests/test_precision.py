@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import FP16_TOLERANCE, assert_matches_litert
 
 from gpuengine import Interpreter, zoo
 from gpuengine.codegen import element_bytes, preamble
@@ -16,7 +17,6 @@ from gpuengine.model.reader import read_model
 from gpuengine.oracle import random_inputs, relative_error, run_litert
 from gpuengine.runtime.device import GpuDevice
 from gpuengine.runtime.program import Choices, EngineOptions, partition_specs, usage_records
-from gpuengine.testing import FP16_TOLERANCE, assert_matches_litert
 from gpuengine.tuning.target import named
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from gpuengine.tools.cli import ops_markdown
+from gpuengine.tools.ops import ops_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import random_inputs, relative_error, run_litert
 
 from gpuengine import zoo
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.reference import reference_ops, run_reference
-from gpuengine.testing import random_inputs, relative_error, run_litert
 
 F = np.float32
 RNG = np.random.default_rng(0)

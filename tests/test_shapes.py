@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import relative_error
 
 from gpuengine import Interpreter, ModelError, zoo
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import SignatureDef
 from gpuengine.model.reader import read_model
 from gpuengine.model.shapes import propagate
-from gpuengine.testing import relative_error
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 LiteRT = litert.Interpreter

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import random_inputs, run_gpuengine, run_litert
 
 from gpuengine import Interpreter, ModelError, zoo
 from gpuengine.model import validate
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
-from gpuengine.testing import random_inputs, run_gpuengine, run_litert
 
 TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
 REFERENCE_MODELS = ["face_detection_short_range", "face_landmark", "selfie_segmentation", "hand_landmark_lite",

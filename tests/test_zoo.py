@@ -10,12 +10,12 @@ import collections
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, random_inputs
 
 from gpuengine import zoo
 from gpuengine.kernels.elementwise import TREE
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import litert_interpreter
-from gpuengine.testing import assert_matches_litert, random_inputs
 from gpuengine.zoo import bert
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")

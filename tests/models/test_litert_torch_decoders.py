@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpuengine.tools.decoder_parity import compare, decode_step_vs_float64, dispatches_per_layer, planned_dispatches
+from decoder_parity import compare, decode_step_vs_float64, dispatches_per_layer, planned_dispatches
 
 from gpuengine.oracle import litert_interpreter
 

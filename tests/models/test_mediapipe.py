@@ -6,12 +6,12 @@ import functools
 
 import numpy as np
 import pytest
+from helpers import random_inputs, relative_error, run_gpuengine, run_litert
 
 from gpuengine import Interpreter
 from gpuengine.layout import to_bhwc
 from gpuengine.memory import STRATEGIES
 from gpuengine.runtime.program import GpuProgram
-from gpuengine.testing import random_inputs, relative_error, run_gpuengine, run_litert
 
 REFERENCE_MODELS = ["face_detection_short_range", "face_landmark", "selfie_segmentation", "hand_landmark_lite",
                     "palm_detection_lite", "pose_detection"]
@@ -114,7 +114,7 @@ def test_memory_strategies_give_identical_outputs():
 def test_matches_litert_in_fp16(name):
     """f16 tensors and weights, f32 sums: within the fp16 tolerance of LiteRT's fp32 kernels (face detection has
     the largest difference of the reference models, 5.5e-3), in half the memory."""
-    from gpuengine.testing import FP16_TOLERANCE
+    from helpers import FP16_TOLERANCE
 
     data = reference_model(name)
     feeds = random_inputs(data, seed=1, low=0.0, high=1.0)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 
 from gpuengine import Interpreter
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import relative_error, run_litert
-from gpuengine.testing import assert_matches_litert
 
 NEG = -3.0e38  # what converters put in a causal mask
 

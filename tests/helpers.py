@@ -1,29 +1,33 @@
 """Test helpers: run a model on gpuengine and compare with the oracle (gpuengine/oracle.py), look at a kernel's
-lowering. Library code never imports this module.
+lowering. Only tests import this module (tests/ is on pytest's pythonpath: `from helpers import ...`).
 
 The acceptance rule everywhere: max |gpu - ref| <= tol * max(1, max |ref|), per output.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from .interpreter import Interpreter
-from .model.reader import read_model
-from .oracle import random_inputs, relative_error, run_litert
+from gpuengine import Interpreter
+from gpuengine.model.reader import read_model
+from gpuengine.oracle import random_inputs, relative_error, run_litert
 
 __all__ = ["FP16_TOLERANCE", "FUSED_ACTIVATIONS", "QUANTIZED_SHARE", "QUANTIZED_STEPS", "assert_matches_litert",
            "lowering", "quantized_agreement", "random_inputs", "relative_error", "run_gpuengine", "run_litert",
            "support_reason", "tolerance"]
 
+# The test matrix's mixed-precision switch, set by tests/conftest.py from env GPUENGINE_TEST_MIXED: "odd" or
+# "even" keeps the tensors of that index parity in f32 in every run_gpuengine (with fp16), "" none.
+mixed_parity = ""
+
 
 def run_gpuengine(model: bytes, feeds: dict[int, np.ndarray], **options: Any) -> tuple[dict[int, np.ndarray], Any]:
-    """Run `model` once. Env GPUENGINE_TEST_MIXED=odd|even (the test suite's switch, with fp16) keeps the tensors
-    of odd or even index in f32: every kernel then reads and writes both storage types beside each other."""
-    parity = os.environ.get("GPUENGINE_TEST_MIXED", "").strip().lower()
+    """Run `model` once. `mixed_parity` odd|even (the test suite's switch GPUENGINE_TEST_MIXED, with fp16) keeps
+    the tensors of odd or even index in f32: every kernel then reads and writes both storage types beside each
+    other."""
+    parity = mixed_parity
     if parity in ("odd", "even") and "f32_tensors" not in options:
         tensors = read_model(model).main.tensors
         options["f32_tensors"] = [t.index for t in tensors if t.index % 2 == (parity == "odd")]
@@ -85,9 +89,9 @@ FUSED_ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]  # the ones the GP
 def lowering(model: bytes, op: int = 0, decide: Any = None) -> list:
     """The dispatch specs (and aliases) the kernel builds for op `op` of the model, no passes applied; a
     dispatch offered in several decompositions is resolved by `decide` (default: the first candidate)."""
-    from .fusion import first_candidate
-    from .kernels import registry
-    from .kernels.base import Variants
+    from gpuengine.fusion import first_candidate
+    from gpuengine.kernels import registry
+    from gpuengine.kernels.base import Variants
 
     graph = read_model(model).main
     items = registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
@@ -97,7 +101,7 @@ def lowering(model: bytes, op: int = 0, decide: Any = None) -> list:
 
 def support_reason(model: bytes, op: int = 0) -> str | None:
     """Why op `op` of the model cannot run on the GPU, or None."""
-    from .kernels import registry
+    from gpuengine.kernels import registry
 
     graph = read_model(model).main
     return registry.check(graph.ops[op], graph)
