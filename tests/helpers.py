@@ -6,9 +6,11 @@ The acceptance rule everywhere: max |gpu - ref| <= tol * max(1, max |ref|), per 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from gpuengine import Interpreter
 from gpuengine.model.reader import read_model
@@ -17,6 +19,11 @@ from gpuengine.oracle import random_inputs, relative_error, run_litert
 __all__ = ["FP16_TOLERANCE", "FUSED_ACTIVATIONS", "QUANTIZED_SHARE", "QUANTIZED_STEPS", "assert_matches_litert",
            "lowering", "quantized_agreement", "random_inputs", "relative_error", "run_gpuengine", "run_litert",
            "support_reason", "tolerance"]
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+FIXTURES = TESTS_DIR / "fixtures"
+SHARED_MODELS = REPO_ROOT.parent / "shared" / "models"  # models kept beside the repository, not in git
 
 # The test matrix's mixed-precision switch, set by tests/conftest.py from env GPUENGINE_TEST_MIXED: "odd" or
 # "even" keeps the tensors of that index parity in f32 in every run_gpuengine (with fp16), "" none.
@@ -105,3 +112,40 @@ def support_reason(model: bytes, op: int = 0) -> str | None:
 
     graph = read_model(model).main
     return registry.check(graph.ops[op], graph)
+
+
+def run(it: Any, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Set `feeds`, invoke, and return every output of an allocated interpreter."""
+    for t, v in feeds.items():
+        it.set_tensor(t, v)
+    it.invoke()
+    return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+
+
+def decode_feeds(runner, seed: int = 0, position: int = 5) -> dict[str, np.ndarray]:
+    """Inputs of a litert-torch SmolLM decode step: a random token at `position`, caches random before it."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, d in runner.get_input_details().items():
+        if name == "tokens":
+            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
+        elif name == "input_pos":
+            feeds[name] = np.array([position], np.int32)
+        else:
+            cache = np.zeros(d["shape"], np.float32)
+            cache[:, :position] = rng.standard_normal(cache[:, :position].shape)
+            feeds[name] = cache
+    return feeds
+
+
+REFERENCE_MODELS = ["face_detection_short_range", "face_landmark", "selfie_segmentation", "hand_landmark_lite",
+                    "palm_detection_lite", "pose_detection"]
+
+
+def reference_model(name: str) -> bytes:
+    from gpuengine.tools import fetch
+
+    try:
+        return fetch.model_path(name).read_bytes()
+    except fetch.ModelsUnavailable as e:
+        pytest.skip(f"reference models unavailable (offline?): {e}")

@@ -21,15 +21,14 @@ step alone: 0.6-1.65, both are int8 rounding noise); asserted <= 1.5.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from decoder_parity import compare, decode_step_vs_float64, dispatches_per_layer, planned_dispatches
+from helpers import FIXTURES
 
 from gpuengine.oracle import litert_interpreter
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "litert_torch"
+FIXTURES = FIXTURES / "litert_torch"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.tflite"))
 GREEDY_STEPS = 8
 TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT| / range(LiteRT's logits)

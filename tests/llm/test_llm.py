@@ -17,11 +17,13 @@ pytest.importorskip("ai_edge_litert.interpreter")
 spm = pytest.importorskip("sentencepiece")
 builder = pytest.importorskip("litert_lm_builder.litertlm_builder")
 
+from helpers import SHARED_MODELS  # noqa: E402
+
 from gpuengine.errors import ModelError  # noqa: E402
 from gpuengine.llm import Engine, SamplerConfig, open_bundle  # noqa: E402
 from gpuengine.llm.reference import LiteRTDecoder  # noqa: E402
 
-TOY = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+TOY = SHARED_MODELS / "toy_decoder_kv.tflite"
 pytestmark = pytest.mark.skipif(not TOY.is_file(), reason=f"shared model {TOY.name} not found")
 
 TEXT = """The quick brown fox jumps over the lazy dog.

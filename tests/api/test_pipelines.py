@@ -5,22 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import wgpu
-from wgpu.backends.wgpu_native import GPUBuffer as NativeBuffer
+from builders import conv_model, cpu_partition_model
 
 import gpuengine
 from gpuengine import Interpreter
-from gpuengine.model.builder import ModelBuilder
-
-
-def conv_model(seed: int, cin: int, cout: int, size: int = 8) -> bytes:
-    rng = np.random.default_rng(seed)
-    mb = ModelBuilder()
-    x = mb.input("x", (1, size, size, cin))
-    w = mb.const("w", (rng.standard_normal((cout, 3, 3, cin)) / 5).astype(np.float32))
-    b = mb.const("b", rng.standard_normal(cout).astype(np.float32))
-    mb.output(mb.op("CONV_2D", [x, w, b], (1, size, size, cout),
-                    {"padding": "SAME", "stride_w": 1, "stride_h": 1, "fused_activation_function": "RELU"}))
-    return mb.build()
 
 
 def _pair(device=None):
@@ -47,19 +35,6 @@ def _sequential(frames: list[np.ndarray]) -> list[np.ndarray]:
         b.invoke()
         out.append(b.get_tensor(b.get_output_details()[0]["index"]))
     return out
-
-
-@pytest.fixture
-def count_maps(monkeypatch):
-    counter = {"maps": 0}
-    original = NativeBuffer.map_async
-
-    def counting(self, *args, **kwargs):
-        counter["maps"] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(NativeBuffer, "map_async", counting)
-    return counter
 
 
 def test_one_device_for_many_models():
@@ -153,18 +128,6 @@ def test_buffers_are_checked():
         b.input_buffer(3)
     with pytest.raises(ValueError, match="needs a wgpu.GPUBuffer"):
         b.set_input_buffer(0, np.zeros(320, np.float32))
-
-
-def cpu_partition_model(rng: np.random.Generator) -> tuple[bytes, np.ndarray]:
-    """CONV_2D (1x1, 3 -> 2 channels, weights drawn from rng) on the GPU, then CUMSUM, which LiteRT runs on the
-    CPU; and the conv's weights."""
-    mb = ModelBuilder()
-    x = mb.input("x", (1, 4, 4, 3))
-    w = rng.standard_normal((2, 1, 1, 3)).astype(np.float32)
-    y = mb.op("CONV_2D", [x, mb.const("w", w), mb.const("b", np.zeros(2, np.float32))], (1, 4, 4, 2),
-              {"padding": "VALID", "stride_w": 1, "stride_h": 1})
-    mb.output(mb.op("CUMSUM", [y, mb.const("axis", np.array(3, np.int32))], (1, 4, 4, 2)))
-    return mb.build(), w
 
 
 def test_models_with_cpu_partitions():

@@ -5,7 +5,7 @@ baked), a deeper model must compile no pipeline a shallower one of the same laye
 of layout views are evaluated once per distinct view, and the passes copy the graph a number of times that does
 not grow with the layers (a pass starting over after every rewrite made a 30-layer decoder's planning quadratic:
 25 s for its decode signature on the dev box, 3 s after). The builder's decoder at the zoo's tiny size stands
-for SmolLM's shape (tools/first_call.py measures the real one).
+for SmolLM's shape (scripts/dev/first_call.py measures the real one).
 """
 
 from __future__ import annotations

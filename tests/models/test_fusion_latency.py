@@ -12,12 +12,11 @@ take the prologue by the same rule: fused, the norm's sums stay f32 in fp16 mode
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FP16_TOLERANCE
-from test_int8_weights import int8_weights  # same folder under pytest
+from builders import int8_weights
+from helpers import FP16_TOLERANCE, SHARED_MODELS
 
 from gpuengine.engine import CompiledGraph, plan_graph
 from gpuengine.model.builder import ModelBuilder
@@ -26,7 +25,7 @@ from gpuengine.oracle import relative_error, run_litert
 from gpuengine.runtime.program import EngineOptions
 from gpuengine.tuning import devices
 
-SMOLLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm_4l_int8.tflite"
+SMOLLM = SHARED_MODELS / "smollm_4l_int8.tflite"
 H100 = devices.built_in("h100")
 # a GPU whose dispatches cost nothing: only the recomputation is left to weigh against the second dispatch
 FREE_DISPATCHES = dataclasses.replace(H100, name="h100 without fixed costs", dispatch_ns=0.0, record_ns=0.0,

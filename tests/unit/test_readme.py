@@ -1,10 +1,10 @@
 """The README's supported-op table is the registry's: regenerate it with `gpuengine ops` when ops change."""
 
-from pathlib import Path
 
 from gpuengine.tools.ops import ops_markdown
+from helpers import REPO_ROOT
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 def test_readme_lists_exactly_the_registered_ops():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_pipelines import conv_model, count_maps, cpu_partition_model  # noqa: F401 - count_maps is a fixture; same folder under pytest
+from builders import conv_model, cpu_partition_model
+from helpers import REPO_ROOT, SHARED_MODELS
 
 import gpuengine
 from gpuengine import CompiledModel, HardwareAccelerator, Interpreter, TensorBuffer
@@ -21,8 +21,8 @@ litert_cm = pytest.importorskip("ai_edge_litert.compiled_model")
 litert_tb = pytest.importorskip("ai_edge_litert.tensor_buffer")
 litert_hw = pytest.importorskip("ai_edge_litert.hardware_accelerator")
 
-TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "compiled_model.py"
+TOY_LLM = SHARED_MODELS / "toy_decoder_kv.tflite"
+EXAMPLE = REPO_ROOT / "examples" / "compiled_model.py"
 OURS = types.SimpleNamespace(CompiledModel=CompiledModel, TensorBuffer=TensorBuffer,
                              HardwareAccelerator=HardwareAccelerator, accel=HardwareAccelerator.GPU)
 LITERT = types.SimpleNamespace(CompiledModel=litert_cm.CompiledModel, TensorBuffer=litert_tb.TensorBuffer,

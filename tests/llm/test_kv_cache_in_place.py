@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import SHARED_MODELS
 
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import range_error
@@ -16,7 +17,7 @@ from gpuengine.passes.fold_attention_operands import fold_attention_operands
 from gpuengine.passes.kv_cache_in_place import kv_cache_in_place
 from gpuengine.passes.pipeline import run_passes
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+SHARED = SHARED_MODELS
 T, KV_HEADS, GROUP, DIM = 16, 2, 2, 64  # cache length, KV heads, query heads per KV head, head dim
 
 

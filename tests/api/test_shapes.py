@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import relative_error
+from helpers import SHARED_MODELS, relative_error
 
 from gpuengine import Interpreter, ModelError, zoo
 from gpuengine.model.builder import ModelBuilder
@@ -21,7 +21,7 @@ from gpuengine.model.shapes import propagate
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 LiteRT = litert.Interpreter
 TOL = 1e-4
-TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+TOY_LLM = SHARED_MODELS / "toy_decoder_kv.tflite"
 SAME1 = {"padding": "SAME", "stride_h": 1, "stride_w": 1}
 
 

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from gpuengine.tools import fuzz
+from helpers import TESTS_DIR
 
 from gpuengine import zoo
 
-CORPUS = Path(__file__).parent / "fuzz_corpus"
+CORPUS = TESTS_DIR / "fuzz_corpus"
 
 
 def test_every_corpus_case_ends_as_model_error_or_clean_run() -> None:

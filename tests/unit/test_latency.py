@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import FIXTURES
 
 from gpuengine import zoo
 from gpuengine.engine import planned_dispatches
@@ -28,7 +28,7 @@ from gpuengine.runtime.program import EngineOptions
 from gpuengine.tuning import calibrate, devices, latency
 from gpuengine.tuning.target import named
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h100"
+FIXTURES = FIXTURES / "h100"
 GOAL_ERROR = 0.25
 GOAL_SPEARMAN = 0.8
 

@@ -10,10 +10,10 @@ SmolLM export in ../shared/models.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from builders import gated_mlp, hybrid_fcs, int8_weights
+from helpers import SHARED_MODELS, decode_feeds, run
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
@@ -22,45 +22,8 @@ from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
 
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+MODELS = SHARED_MODELS
 SMOLLM = MODELS / "smollm_4l_int8.tflite"
-
-
-def int8_weights(rng: np.random.Generator, rows: int, cols: int, per_channel: bool = True,
-                 ) -> tuple[np.ndarray, Quantization]:
-    """Symmetric int8 weights as converters write them (per output channel, or per tensor)."""
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    scale = np.abs(w).max(axis=1) / 127 if per_channel else np.array([np.abs(w).max() / 127])
-    q = np.clip(np.round(w / scale.reshape(-1, 1)), -127, 127).astype(np.int8)
-    return q, Quantization(scale=scale.astype(np.float32), zero_point=np.zeros(scale.size, np.int64), axis=0)
-
-
-def hybrid_fcs() -> tuple[bytes, list[int]]:
-    """Hybrid FCs of several widths in one model (one compile): odd sizes, K not a multiple of 4, rows holding
-    several input pixels (P > 1), per-tensor scales, a fused RELU, no bias."""
-    rng = np.random.default_rng(1)
-    mb = ModelBuilder()
-    outs, inputs = [], []
-    cases = [((3, 37), 11, True, "NONE", True), ((1, 576), 130, True, "NONE", False), ((5, 64), 7, False, "RELU", True),
-             ((2, 3, 5), 9, True, "NONE", True), ((1, 1, 6), 1, True, "RELU6", True)]
-    for k, (shape, o, per_channel, act, bias) in enumerate(cases):
-        x = mb.input(f"x{k}", shape)
-        inputs.append(x)
-        i = int(np.prod(shape[-2:])) if len(shape) == 3 and shape[1] == 3 else shape[-1]
-        q, quant = int8_weights(rng, o, i, per_channel)
-        w = mb.const(f"w{k}", q, np.int8, quant)
-        b = mb.const(f"b{k}", rng.standard_normal(o).astype(np.float32)) if bias else -1
-        rows = int(np.prod(shape)) // i
-        outs.append(mb.op("FULLY_CONNECTED", [x, w, b], (rows, o), {"fused_activation_function": act}))
-    mb.output(*outs)
-    return mb.build(), inputs
-
-
-def run(it: Interpreter, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    for t, v in feeds.items():
-        it.set_tensor(t, v)
-    it.invoke()
-    return {d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
 
 
 def test_hybrid_fully_connected_equals_litert():
@@ -155,22 +118,6 @@ def test_constants_larger_than_one_binding_are_split(monkeypatch):
         assert relative_error(got[t], r) <= 1e-5, t
 
 
-def decode_feeds(runner, seed: int = 0, position: int = 5) -> dict[str, np.ndarray]:
-    """Inputs of a litert-torch SmolLM decode step: a random token at `position`, caches random before it."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, d in runner.get_input_details().items():
-        if name == "tokens":
-            feeds[name] = np.array([[rng.integers(0, 49152)]], np.int32)
-        elif name == "input_pos":
-            feeds[name] = np.array([position], np.int32)
-        else:
-            cache = np.zeros(d["shape"], np.float32)
-            cache[:, :position] = rng.standard_normal(cache[:, :position].shape)
-            feeds[name] = cache
-    return feeds
-
-
 @pytest.mark.skipif(not SMOLLM.exists(), reason=f"{SMOLLM} is absent")
 def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
     """litert-torch's SmolLM (4 layers, dynamic_int8): the decode signature is one GPU partition, its logits
@@ -190,35 +137,6 @@ def test_smollm_int8_decode_equals_litert_with_weights_kept_int8():
     assert got["logits"].argmax() == ref["logits"].argmax()
     weight_bytes = sum(sum(p.constant_buffers().values()) for p in compiled.gpu_programs)
     assert weight_bytes <= 1.05 * SMOLLM.stat().st_size
-
-
-def gated_mlp(hybrid: bool, bias: bool, gate_kind: str = "SILU") -> tuple[bytes, int]:
-    """A pre-norm gated MLP as litert-torch writes it: RMSNorm (MUL, MEAN, ADD, RSQRT, MUL, MUL), gate = FC(y),
-    up = FC(y), LOGISTIC(gate), MUL(gate, ·), MUL(·, up) (gate_kind "GELU_TANH": GELU(gate, approximate), MUL(·, up),
-    as for Gemma), then the down projection; 3 rows of 24 -> 16 -> 24."""
-    from gpuengine.zoo.vit import rms_norm
-
-    rng = np.random.default_rng(7)
-    mb = ModelBuilder()
-    x = mb.input("x", (3, 24))
-    y = rms_norm(mb, x, (3, 24), rng.uniform(0.5, 1.5, 24))
-
-    def fc(name: str, src: int, o: int, i: int) -> int:
-        if hybrid:
-            q, quant = int8_weights(rng, o, i)
-            w = mb.const(name, q, np.int8, quant)
-        else:
-            w = mb.const(name, (rng.standard_normal((o, i)) / 4).astype(np.float32))
-        b = mb.const(f"{name}_b", rng.standard_normal(o).astype(np.float32)) if bias else -1
-        return mb.op("FULLY_CONNECTED", [src, w, b], (3, o))
-
-    gate, up = fc("gate", y, 16, 24), fc("up", y, 16, 24)
-    if gate_kind == "SILU":
-        activated = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
-    else:
-        activated = mb.op("GELU", [gate], (3, 16), {"approximate": True})
-    mb.output(fc("down", mb.op("MUL", [activated, up], (3, 16)), 24, 16))
-    return mb.build(), x
 
 
 @pytest.mark.parametrize("hybrid,bias,gate_kind", [(True, False, "SILU"), (False, True, "SILU"),

@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 import pytest
-from test_int4_weights import int4_model  # same folder under pytest
-from test_int8_weights import gated_mlp, hybrid_fcs, int8_weights, run
+from builders import gated_mlp, hybrid_fcs, int4_model, int8_weights
+from helpers import run
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8

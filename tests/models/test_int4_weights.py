@@ -12,87 +12,17 @@ run).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_int8_weights import decode_feeds  # same folder under pytest
+from builders import block_int4, channel_int4, int4_model
+from helpers import SHARED_MODELS, decode_feeds
 
 from gpuengine import Interpreter
 from gpuengine.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
-
-
-def channel_int4(rng: np.random.Generator, rows: int, cols: int, per_channel: bool = True,
-                 ) -> tuple[np.ndarray, Quantization]:
-    """Symmetric int4 values in -8..7 (the full range, -8 included) with a scale per row or per tensor."""
-    q = rng.integers(-8, 8, (rows, cols)).astype(np.int8)
-    scale = rng.uniform(0.01, 0.05, rows if per_channel else 1).astype(np.float32)
-    return q, Quantization(scale=scale, zero_point=np.zeros(scale.size, np.int64), axis=0)
-
-
-def block_int4(rng: np.random.Generator, rows: int, cols: int, block: int) -> tuple[np.ndarray, Quantization]:
-    """Blockwise int4 as ai-edge-quantizer writes it: float16 scales rounded to bfloat16 (XNNPACK reads them so)."""
-    q = rng.integers(-8, 8, (rows, cols)).astype(np.int8)
-    scale = rng.uniform(0.01, 0.05, (rows, cols // block)).astype(np.float32)
-    scale = (scale.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float16)
-    return q, Quantization(scale=np.zeros(0, np.float32), zero_point=np.zeros(0, np.int64), block_size=block,
-                           block_scales=scale)
-
-
-def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
-    """FCs of odd widths (K = 37, 20, 18 as 3 pixels of 6; not multiples of 8), bias or none, a fused RELU, a
-    per-tensor scale, blockwise FCs (blocks of 32 and 128; rows of 16 pixels of 2 channels), int4 embedding tables
-    (per row and blockwise), an int4 GATHER with its DEQUANTIZE, and gated MLPs (per-row and blockwise scales)
-    whose gate and up projections merge into one int4 weight."""
-    rng = np.random.default_rng(22)
-    mb = ModelBuilder()
-    feeds: dict[int, np.ndarray] = {}
-    names: dict[str, int] = {}
-
-    def fc(name: str, shape: tuple[int, ...], o: int, weights: tuple[np.ndarray, Quantization], bias: bool,
-           act: str = "NONE", src: int | None = None) -> int:
-        if src is None:
-            src = mb.input(f"{name}_x", shape)
-            feeds[src] = rng.standard_normal(shape).astype(np.float32)
-        w = mb.int4_const(f"{name}_w", *weights)
-        names[name] = w
-        b = mb.const(f"{name}_b", rng.standard_normal(o).astype(np.float32)) if bias else -1
-        rows = int(np.prod(shape)) // weights[0].shape[1]
-        return mb.op("FULLY_CONNECTED", [src, w, b], (rows, o), {"fused_activation_function": act})
-
-    outs = [fc("odd", (3, 37), 11, channel_int4(rng, 11, 37), True),
-            fc("relu", (1, 20), 16, channel_int4(rng, 16, 20), False, "RELU"),
-            fc("pixels", (2, 3, 6), 9, channel_int4(rng, 9, 18, per_channel=False), True),
-            fc("wide", (1, 512), 64, channel_int4(rng, 64, 512), True),
-            fc("block32", (2, 96), 12, block_int4(rng, 12, 96, 32), True),
-            fc("block128", (1, 512), 64, block_int4(rng, 64, 512, 128), False),
-            fc("block_pixels", (1, 16, 2), 8, block_int4(rng, 8, 32, 32), False)]
-    ids = mb.input("ids", (5,), np.int32)
-    feeds[ids] = np.array([0, 29, 3, 3, 17], np.int32)
-    for name, (values, quant) in (("table", channel_int4(rng, 30, 20)), ("table_b32", block_int4(rng, 30, 64, 32))):
-        names[name] = mb.int4_const(name, values, quant)
-        outs.append(mb.op("EMBEDDING_LOOKUP", [ids, names[name]], (5, values.shape[1])))
-    # GATHER keeps the type in LiteRT: int4 rows gathered, then DEQUANTIZE; one scale for the table (LiteRT 2.3
-    # gathers int4 along axis 0 only: other axes come out as zeros)
-    values, quant = channel_int4(rng, 30, 6, per_channel=False)
-    names["gathered"] = mb.int4_const("gathered", values, quant)
-    picked = mb.op("GATHER", [names["gathered"], ids], (5, 6), {"axis": 0}, dtype=np.int8)
-    mb.tensors[picked] = dataclasses.replace(mb.tensors[picked], quantization=quant, type_code=packed_int8.INT4)
-    outs.append(mb.op("DEQUANTIZE", [picked], (5, 6)))
-    for prefix, k, make in (("", 24, channel_int4), ("b_", 64, lambda r, o, i: block_int4(r, o, i, 32))):
-        x = mb.input(f"{prefix}mlp_x", (3, k))
-        feeds[x] = rng.standard_normal((3, k)).astype(np.float32)
-        gate = fc(f"{prefix}gate", (3, k), 16, make(rng, 16, k), False, src=x)
-        up = fc(f"{prefix}up", (3, k), 16, make(rng, 16, k), False, src=x)
-        silu = mb.op("MUL", [gate, mb.op("LOGISTIC", [gate], (3, 16))], (3, 16))
-        outs.append(fc(f"{prefix}down", (3, 16), 24, channel_int4(rng, 24, 16), True,
-                       src=mb.op("MUL", [silu, up], (3, 16))))
-    mb.output(*outs)
-    return mb.build(), feeds, names
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +110,7 @@ def test_fold_gather_dequantize_only_where_the_gather_has_one_reader():
         assert after.ops[0].outputs == ([picked] if also_output else [out])
 
 
-SMOLLM_INT4 = (Path(__file__).resolve().parents[2] / "shared" / "models" / "generated"
+SMOLLM_INT4 = (SHARED_MODELS / "generated"
                / "smollm_4l_int4_block32_q4_block32_ekv256.tflite")
 
 

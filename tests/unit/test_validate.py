@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import copy
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import random_inputs, run_gpuengine, run_litert
+from helpers import SHARED_MODELS, random_inputs, run_gpuengine, run_litert
 
 from gpuengine import Interpreter, ModelError, zoo
 from gpuengine.model import validate
@@ -18,7 +17,7 @@ from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 
-TOY_LLM = Path(__file__).resolve().parents[2] / "shared" / "models" / "toy_decoder_kv.tflite"
+TOY_LLM = SHARED_MODELS / "toy_decoder_kv.tflite"
 REFERENCE_MODELS = ["face_detection_short_range", "face_landmark", "selfie_segmentation", "hand_landmark_lite",
                     "palm_detection_lite", "pose_detection"]
 
