@@ -25,6 +25,9 @@ REPO_ROOT = TESTS_DIR.parent
 FIXTURES = TESTS_DIR / "fixtures"
 SHARED_MODELS = REPO_ROOT.parent / "shared" / "models"  # models kept beside the repository, not in git
 
+GOAL_ERROR = 0.25  # the latency model's goal: median relative error of its predictions
+GOAL_SPEARMAN = 0.8  # and rank correlation with the measured times
+
 # The test matrix's mixed-precision switch, set by tests/conftest.py from env GPUENGINE_TEST_MIXED: "odd" or
 # "even" keeps the tensors of that index parity in f32 in every run_gpuengine (with fp16), "" none.
 mixed_parity = ""
@@ -149,3 +152,13 @@ def reference_model(name: str) -> bytes:
         return fetch.model_path(name).read_bytes()
     except fetch.ModelsUnavailable as e:
         pytest.skip(f"reference models unavailable (offline?): {e}")
+
+
+def cached_reference_model(name: str) -> bytes:
+    """A reference model if it is cached (no download); skips the test otherwise."""
+    from gpuengine.tools import fetch
+
+    try:
+        return fetch.model_path(name, download=False).read_bytes()
+    except (fetch.ModelsUnavailable, KeyError) as e:
+        pytest.skip(f"reference model {name} not cached: {e}")

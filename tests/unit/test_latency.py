@@ -1,9 +1,9 @@
 """The latency model (tuning/latency.py): held to measurements.
 
-* lavapipe (here): probe kernels in several decompositions are timed, the model is fitted on two thirds of the
-  dispatches and predicts the other third (3-fold cross-validation, every dispatch held out once, all in one
-  run): median error <= 25 %, and the order of each dispatch's decompositions, where their times differ beyond
-  noise, matches the measured order (Spearman >= 0.8, median over dispatches).
+* lavapipe (tests/api/test_latency_measured.py): probe kernels in several decompositions are timed, the model is
+  fitted on two thirds of the dispatches and predicts the other third (3-fold cross-validation, every dispatch held
+  out once, all in one run): median error <= 25 %, and the order of each dispatch's decompositions, where their
+  times differ beyond noise, matches the measured order (Spearman >= 0.8, median over dispatches).
 * NVIDIA H100 (tests/fixtures/h100, copied from ../shared/perf/h100, commit 41c54c8): the dispatch floor of a
   chain of dependent dispatches, and the four decompositions of MobileNet v2's 7x7 960 -> 160 1x1 conv. The
   built-in description's cycles per work unit were taken from decomposition A, so B, C and D are the held-out
@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, GOAL_ERROR, GOAL_SPEARMAN
 
 from gpuengine import zoo
 from gpuengine.engine import planned_dispatches
@@ -28,9 +28,7 @@ from gpuengine.runtime.program import EngineOptions
 from gpuengine.tuning import calibrate, devices, latency
 from gpuengine.tuning.target import named
 
-FIXTURES = FIXTURES / "h100"
-GOAL_ERROR = 0.25
-GOAL_SPEARMAN = 0.8
+H100 = FIXTURES / "h100"
 
 
 # -- NVIDIA H100 fixtures ---------------------------------------------------------------------------------------
@@ -44,7 +42,7 @@ def _late_conv(target: str = "discrete"):
 
 def test_h100_conv1x1_decompositions():
     measured = {m.group(1): float(m.group(2)) for m in
-                re.finditer(r"^([ABCD]) .*?([\d.]+) us per dispatch", (FIXTURES / "conv1x1_decompositions.txt")
+                re.finditer(r"^([ABCD]) .*?([\d.]+) us per dispatch", (H100 / "conv1x1_decompositions.txt")
                             .read_text(), re.M)}
     assert sorted(measured) == ["A", "B", "C", "D"]
     # The script's four kernels, as today's conv2d_1x1 decompositions (same tiles, splits, workgroups: the
@@ -66,7 +64,7 @@ def test_h100_conv1x1_decompositions():
 def test_h100_dispatch_floor():
     """A trivial dispatch depending on the previous one costs the chain's barrier: 2.2-2.3 us per dispatch in
     chains of 60-300 dispatches (the n=1 and n=10 figures include the pass's own timestamps)."""
-    text = (FIXTURES / "dispatch_floor.txt").read_text()
+    text = (H100 / "dispatch_floor.txt").read_text()
     per = [float(m.group(2)) for m in re.finditer(r"^dependent\s+n=\s*(\d+):.*\(\s*([\d.]+) us/dispatch\)", text, re.M)
            if int(m.group(1)) >= 60]
     assert len(per) == 3
@@ -124,57 +122,3 @@ def test_fit_file_round_trip(tmp_path):
         devices.load_fit(path)
     path.write_text("{not json")
     assert devices.load_fits(path) == {}
-
-
-# -- lavapipe: fitted and held out ---------------------------------------------------------------------------------
-
-
-def _probe_samples() -> list[calibrate.Sample]:
-    from gpuengine import Interpreter
-
-    samples = []
-    for scale in (1, 2):
-        it = Interpreter(model_content=calibrate.probe_model(scale), workgroup_cache="/nonexistent/none.json",
-                         target="cpu")
-        it.allocate_tensors()
-        samples += calibrate.measure_program(it, f"probe{scale}", runs=8, alternatives=3, target_pass_ns=2e6)
-    return samples
-
-
-@pytest.mark.timing
-def test_fit_predicts_held_out_dispatches_on_lavapipe():
-    """Lavapipe's "GPU" is this machine's CPU, shared with whatever else runs: each sample is already the fastest
-    of 8 rounds of 2 ms passes. When the goal is missed, the probes are measured again and each sample keeps the
-    faster of the two (16 rounds over a longer time: more chances of a quiet moment); the goal never moves."""
-    samples = _probe_samples()
-    assert len({s.group for s in samples}) >= 15 and len(samples) >= 40
-    errors, order = calibrate.cross_validate(samples, devices.lavapipe())
-    if np.median(errors) > GOAL_ERROR or np.median(list(order.values())) < GOAL_SPEARMAN:
-        again = _probe_samples()
-        assert [(s.group, s.cost) for s in again] == [(s.group, s.cost) for s in samples]
-        samples = [calibrate.Sample(s.cost, min(s.measured_ns, t.measured_ns), s.group, s.default)
-                   for s, t in zip(samples, again)]
-        errors, order = calibrate.cross_validate(samples, devices.lavapipe())
-    assert len(errors) == len(samples) and len(order) >= 4
-    assert np.median(errors) <= GOAL_ERROR, f"held-out median error {np.median(errors):.1%}"
-    assert np.median(list(order.values())) >= GOAL_SPEARMAN, order
-
-
-def test_calibrate_saves_a_fit_that_predict_and_the_policy_use(tmp_path, capsys):
-    from gpuengine.tools.cli import main
-
-    from gpuengine import Interpreter
-
-    cache = tmp_path / "tuning.json"
-    assert main(["calibrate", "--scale", "1", "--alternatives", "1", "--runs", "2", "--cache", str(cache),
-                 "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["saved"] == str(tmp_path / "latency.json") and report["fit"]["samples"] >= 9
-    assert report["holdout"]["held_out"] >= 3 and report["fit"]["median_error"] is not None
-    assert main(["predict", "tiny", "--fit", report["saved"], "--json"]) == 0
-    predicted = json.loads(capsys.readouterr().out)
-    assert predicted["device_source"].startswith("fitted on") and predicted["predicted_ms"] > 0
-    it = Interpreter(model_content=zoo.get("tiny"), workgroup_cache=str(cache))
-    it.allocate_tensors()
-    fitted = it.compiled.gpu_programs[0].choices.tuned.latency
-    assert fitted is not None and fitted.source == predicted["device_source"]
