@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+from pathlib import Path
 
 import numpy as np
 
@@ -160,3 +162,98 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
                        src=mb.op("MUL", [silu, up], (3, 16))))
     mb.output(*outs)
     return mb.build(), feeds, names
+
+
+# -- language-model bundles (gpuengine.llm) -------------------------------------------------------------------------
+
+TOKENIZER_TEXT = """The quick brown fox jumps over the lazy dog.
+A language model reads tokens and writes tokens.
+The GPU runs the decode loop while the host streams text.
+Small models are good for tests because they compile quickly.
+Once upon a time there was a little engine that could.
+Rain falls on the green hills and the river runs to the sea.
+She sells sea shells by the sea shore every summer morning.
+Numbers like one two three four five six seven eight nine ten."""
+PROMPT = "The quick brown fox"
+
+
+def bnth_cache(data: bytes) -> bytes:
+    """The decoder with its KV-cache inputs and outputs in [B, N, T, H] (a TRANSPOSE at the signature boundary):
+    LiteRT-LM 0.18.1 reads the cache length from dimension 2 of the cache, the number of heads in litert-torch's
+    default [B, T, N, H] layout, so it runs the toy decoder only this way."""
+    from tflite.BuiltinOperator import BuiltinOperator
+
+    from gpuengine.model.builder import write_model
+    from gpuengine.model.ir import Op, Tensor
+    from gpuengine.model.reader import read_model
+
+    model = read_model(data)
+    for sig in model.signatures:
+        g = model.subgraphs[sig.subgraph]
+        perm = len(g.tensors)
+        g.tensors.append(Tensor(index=perm, name="bnth_perm", shape=(4,), dtype=np.dtype(np.int32),
+                                data=np.array([0, 2, 1, 3], np.int32)))
+        first, last = [], []
+        for names, is_input in ((sig.inputs, True), (sig.outputs, False)):
+            for name in sorted(n for n in names if n.startswith("kv_cache_")):
+                t = names[name]
+                old = g.tensors[t]
+                new = len(g.tensors)
+                b, positions, heads, width = old.shape
+                g.tensors.append(Tensor(index=new, name=f"{old.name}_bnth", shape=(b, heads, positions, width),
+                                        dtype=old.dtype))
+                edge = [new, perm] if is_input else [t, perm]
+                op = Op(index=0, code="TRANSPOSE", inputs=edge, outputs=[t] if is_input else [new],
+                        builtin_code=BuiltinOperator.TRANSPOSE)
+                (first if is_input else last).append(op)
+                if is_input:
+                    g.inputs = [new if x == t else x for x in g.inputs]
+                else:
+                    g.outputs = [new if x == t else x for x in g.outputs]
+                names[name] = new
+        g.ops = first + g.ops + last
+        for k, op in enumerate(g.ops):
+            op.index = k
+    return write_model(model)
+
+
+def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
+                 templates: bool = False, hf: bool = False) -> Path:
+    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer and LlmMetadata, with litert-lm-builder."""
+    import sentencepiece as spm
+    from litert_lm_builder import litertlm_builder as builder
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TOKENIZER_TEXT.splitlines() * 4), model_writer=proto,
+                                   vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+    tok = directory / "tokenizer.model"
+    tok.write_bytes(proto.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    md = llm_metadata_pb2.LlmMetadata()
+    md.start_token.token_ids.ids.append(sp.bos_id())
+    md.stop_tokens.add().token_ids.ids.append(sp.eos_id() if stop is None else stop)
+    md.max_num_tokens = max_tokens
+    if templates:
+        md.prompt_templates.user.prefix, md.prompt_templates.user.suffix = "user: ", "\n"
+        md.prompt_templates.model.prefix = "model: "
+    meta = directory / "metadata.pb"
+    meta.write_bytes(md.SerializeToString())
+    b = builder.LitertLmFileBuilder()
+    b.add_llm_metadata(str(meta))
+    if hf:
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+        hf_tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        hf_tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        hf_tok.train_from_iterator(TOKENIZER_TEXT.splitlines(), trainers.BpeTrainer(
+            vocab_size=140, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+        hf_tok.save(str(directory / "tokenizer.json"))
+        b.add_hf_tokenizer(str(directory / "tokenizer.json"))
+    else:
+        b.add_sentencepiece_tokenizer(str(tok))
+    b.add_tflite_model(str(model), builder.TfLiteModelType.PREFILL_DECODE)
+    out = directory / "toy.litertlm"
+    with open(out, "wb") as f:
+        b.build(f)
+    return out

@@ -5,9 +5,11 @@ GPUENGINE_TEST_MIXED=odd|even keeps half the tensors in f32 in helpers.run_gpuen
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import helpers
 import pytest
+from builders import bnth_cache, build_bundle
 from hypothesis import HealthCheck, settings
 
 helpers.mixed_parity = os.environ.get("GPUENGINE_TEST_MIXED", "").strip().lower()
@@ -17,6 +19,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=True,
 )
 settings.load_profile("gpuengine")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy decoder (../shared/models) as a .litertlm bundle, its KV cache in [B, N, T, H] (builders.py)."""
+    toy = helpers.SHARED_MODELS / "toy_decoder_kv.tflite"
+    directory = tmp_path_factory.mktemp("llm")
+    (directory / "toy_bnth.tflite").write_bytes(bnth_cache(toy.read_bytes()))
+    return build_bundle(directory, directory / "toy_bnth.tflite")
 
 
 @pytest.fixture(scope="session")
