@@ -164,6 +164,41 @@ def int4_model() -> tuple[bytes, dict[int, np.ndarray], dict[str, int]]:
     return mb.build(), feeds, names
 
 
+SAME1 = {"padding": "SAME", "stride_h": 1, "stride_w": 1}
+
+
+def _i32(mb: ModelBuilder, name: str, values: list[int]) -> int:
+    return mb.const(name, np.array(values, np.int32))
+
+
+def fcn_model() -> bytes:
+    """x [1, -1, -1, 3] -> conv stride 2 (RELU6) -> depthwise -> RESIZE_BILINEAR to SLICE(SHAPE(x), [1], [2]) -> 1x1
+    conv; and RESHAPE(depthwise, PACK(SHAPE(depthwise)[0], -1)) -> MEAN: shapes that depend on SHAPE's values."""
+    rng = np.random.default_rng(0)
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 8, 8, 3), shape_signature=(1, -1, -1, 3))
+    zero8 = mb.const("zero8", np.zeros(8, np.float32))
+    c = mb.op("CONV_2D", [x, mb.const("w", rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)), zero8],
+              (1, 4, 4, 8), {"padding": "SAME", "stride_h": 2, "stride_w": 2, "fused_activation_function": "RELU6"},
+              shape_signature=(1, -1, -1, 8))
+    d = mb.op("DEPTHWISE_CONV_2D", [c, mb.const("dw", rng.normal(0, 0.3, (1, 3, 3, 8)).astype(np.float32)), zero8],
+              (1, 4, 4, 8), {**SAME1, "depth_multiplier": 1}, shape_signature=(1, -1, -1, 8))
+    s = mb.op("SHAPE", [x], (4,), {"out_type": 2}, dtype=np.int32)
+    hw = mb.op("SLICE", [s, _i32(mb, "begin", [1]), _i32(mb, "size", [2])], (2,), dtype=np.int32)
+    up = mb.op("RESIZE_BILINEAR", [d, hw], (1, 8, 8, 8), shape_signature=(1, -1, -1, 8))
+    y = mb.op("CONV_2D", [up, mb.const("pw", rng.normal(0, 0.3, (2, 1, 1, 8)).astype(np.float32)),
+                          mb.const("pb", np.zeros(2, np.float32))], (1, 8, 8, 2),
+              {"padding": "VALID", "stride_h": 1, "stride_w": 1}, shape_signature=(1, -1, -1, 2))
+    sd = mb.op("SHAPE", [d], (4,), {"out_type": 2}, dtype=np.int32)
+    n = mb.op("STRIDED_SLICE", [sd, _i32(mb, "b0", [0]), _i32(mb, "e1", [1]), _i32(mb, "s1", [1])], (),
+              {"shrink_axis_mask": 1}, dtype=np.int32)
+    target = mb.op("PACK", [n, mb.const("minus1", np.array(-1, np.int32))], (2,), {"values_count": 2, "axis": 0},
+                   dtype=np.int32)
+    flat = mb.op("RESHAPE", [d, target], (1, 128), shape_signature=(1, -1))
+    mb.output(y, mb.op("MEAN", [flat, _i32(mb, "axis", [1])], (1,), {"keep_dims": False}))
+    return mb.build()
+
+
 # -- language-model bundles (gpuengine.llm) -------------------------------------------------------------------------
 
 TOKENIZER_TEXT = """The quick brown fox jumps over the lazy dog.

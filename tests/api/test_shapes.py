@@ -10,51 +10,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import SHARED_MODELS, relative_error
+from builders import fcn_model
+from helpers import relative_error
 
-from gpuengine import Interpreter, ModelError, zoo
+from gpuengine import Interpreter, ModelError
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import SignatureDef
-from gpuengine.model.reader import read_model
-from gpuengine.model.shapes import propagate
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 LiteRT = litert.Interpreter
 TOL = 1e-4
-TOY_LLM = SHARED_MODELS / "toy_decoder_kv.tflite"
-SAME1 = {"padding": "SAME", "stride_h": 1, "stride_w": 1}
-
-
-def _i32(mb: ModelBuilder, name: str, values: list[int]) -> int:
-    return mb.const(name, np.array(values, np.int32))
-
-
-def fcn_model() -> bytes:
-    """x [1, -1, -1, 3] -> conv stride 2 (RELU6) -> depthwise -> RESIZE_BILINEAR to SLICE(SHAPE(x), [1], [2]) -> 1x1
-    conv; and RESHAPE(depthwise, PACK(SHAPE(depthwise)[0], -1)) -> MEAN: shapes that depend on SHAPE's values."""
-    rng = np.random.default_rng(0)
-    mb = ModelBuilder()
-    x = mb.input("x", (1, 8, 8, 3), shape_signature=(1, -1, -1, 3))
-    zero8 = mb.const("zero8", np.zeros(8, np.float32))
-    c = mb.op("CONV_2D", [x, mb.const("w", rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)), zero8],
-              (1, 4, 4, 8), {"padding": "SAME", "stride_h": 2, "stride_w": 2, "fused_activation_function": "RELU6"},
-              shape_signature=(1, -1, -1, 8))
-    d = mb.op("DEPTHWISE_CONV_2D", [c, mb.const("dw", rng.normal(0, 0.3, (1, 3, 3, 8)).astype(np.float32)), zero8],
-              (1, 4, 4, 8), {**SAME1, "depth_multiplier": 1}, shape_signature=(1, -1, -1, 8))
-    s = mb.op("SHAPE", [x], (4,), {"out_type": 2}, dtype=np.int32)
-    hw = mb.op("SLICE", [s, _i32(mb, "begin", [1]), _i32(mb, "size", [2])], (2,), dtype=np.int32)
-    up = mb.op("RESIZE_BILINEAR", [d, hw], (1, 8, 8, 8), shape_signature=(1, -1, -1, 8))
-    y = mb.op("CONV_2D", [up, mb.const("pw", rng.normal(0, 0.3, (2, 1, 1, 8)).astype(np.float32)),
-                          mb.const("pb", np.zeros(2, np.float32))], (1, 8, 8, 2),
-              {"padding": "VALID", "stride_h": 1, "stride_w": 1}, shape_signature=(1, -1, -1, 2))
-    sd = mb.op("SHAPE", [d], (4,), {"out_type": 2}, dtype=np.int32)
-    n = mb.op("STRIDED_SLICE", [sd, _i32(mb, "b0", [0]), _i32(mb, "e1", [1]), _i32(mb, "s1", [1])], (),
-              {"shrink_axis_mask": 1}, dtype=np.int32)
-    target = mb.op("PACK", [n, mb.const("minus1", np.array(-1, np.int32))], (2,), {"values_count": 2, "axis": 0},
-                   dtype=np.int32)
-    flat = mb.op("RESHAPE", [d, target], (1, 128), shape_signature=(1, -1))
-    mb.output(y, mb.op("MEAN", [flat, _i32(mb, "axis", [1])], (1,), {"keep_dims": False}))
-    return mb.build()
 
 
 def _compare(ours: Interpreter, theirs: Any, seed: int) -> None:
@@ -120,45 +85,6 @@ def test_back_to_a_recent_shape_reuses_its_programs_and_stays_correct() -> None:
         it.allocate_tensors()
     assert ours.compiled is not built[shapes[0]]
     _compare(ours, theirs, seed=20)
-
-
-def test_value_dependent_shapes_are_known_at_allocation() -> None:
-    graph = read_model(fcn_model()).main
-    done = propagate(graph, {graph.inputs[0]: (1, 20, 14, 3)})
-    names = {t.name: tuple(t.shape) for t in done.graph.tensors}
-    assert not done.runtime
-    # the builder names an op's outputs "<code>_<op index>_<output>": op 4 is the RESIZE, op 9 the RESHAPE
-    assert [op.code for op in graph.ops[4:10:5]] == ["RESIZE_BILINEAR", "RESHAPE"]
-    assert names["conv_2d_0_0"] == (1, 10, 7, 8)
-    assert names["resize_bilinear_4_0"] == (1, 20, 14, 8)  # RESIZE to sizes sliced from SHAPE(x)
-    assert names["conv_2d_5_0"] == (1, 20, 14, 2)
-    assert names["reshape_9_0"] == (1, 10 * 7 * 8)  # RESHAPE to PACK(SHAPE(d)[0], -1)
-    assert done.values[graph.ops[3].outputs[0]].tolist() == [20, 14]  # the SLICE of SHAPE(x)
-
-
-@pytest.mark.parametrize("name", ["tiny", "mobilenet_v2", "mobilenet_v3_small"])
-def test_rules_reproduce_every_declared_shape(name: str) -> None:
-    """Deriving every op's shapes again (not only what changed) gives the converter's own shapes."""
-    model = read_model(zoo.get(name))
-    graph = model.main
-    done = propagate(graph, {t: graph.tensors[t].shape for t in graph.inputs}, model, recompute_all=True)
-    assert done.recomputed == len(graph.ops) and not done.runtime
-    assert [t.shape for t in done.graph.tensors] == [t.shape for t in graph.tensors]
-
-
-@pytest.mark.skipif(not TOY_LLM.exists(), reason="the toy decoder is not in ../shared/models")
-def test_rules_reproduce_the_toy_decoder_with_its_composites() -> None:
-    model = read_model(TOY_LLM)
-    for graph in model.subgraphs:
-        done = propagate(graph, {t: graph.tensors[t].shape for t in graph.inputs}, model, recompute_all=True)
-        assert not done.runtime
-        assert [t.shape for t in done.graph.tensors] == [t.shape for t in graph.tensors]
-
-
-def test_unchanged_ops_are_not_recomputed() -> None:
-    graph = read_model(zoo.get("mobilenet_v2")).main
-    done = propagate(graph, {t: graph.tensors[t].shape for t in graph.inputs})
-    assert done.recomputed == 0
 
 
 def runtime_reshape_model() -> bytes:
