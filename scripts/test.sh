@@ -37,8 +37,8 @@ stage ops-unoptimized "op tests again with passes and fusion off (GPUENGINE_OPTI
 stage ops-fp16 "op tests again in fp16 (GPUENGINE_PRECISION=fp16, the fp16 tolerance)" \
     env GPUENGINE_PRECISION=fp16 .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/ops "$@"
 stage ops-mixed "op tests again in fp16 with every odd-indexed tensor kept in f32 (mixed precision, \
-GPUENGINE_TEST_MIXED)" env GPUENGINE_PRECISION=fp16 GPUENGINE_TEST_MIXED=odd .venv/bin/python -m pytest -q -n "$workers" --dist loadfile \
-    tests/ops "$@"
+GPUENGINE_TEST_MIXED)" env GPUENGINE_PRECISION=fp16 GPUENGINE_TEST_MIXED=odd \
+    .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/ops "$@"
 
 status=0
 echo "test: summary"
