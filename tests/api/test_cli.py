@@ -123,7 +123,7 @@ def test_profile_times_add_up(capsys):
     assert sum(report[k] for k in parts) == pytest.approx(report["invoke_ms"], rel=0.35)
     assert report["host_encode_ms"] > 0 and report["target"] in ("discrete", "integrated", "cpu")
     assert all(d["invocations"] >= 1 for d in report["dispatches"])
-    # the latency model's prediction beside each measurement (tests/test_latency.py holds it to its accuracy)
+    # the latency model's prediction beside each measurement (tests/unit/test_latency.py holds it to its accuracy)
     assert all(d["predicted_ns"] > 0 and d["error"] is not None for d in report["dispatches"])
     assert report["predicted_ms"] == pytest.approx(sum(d["predicted_ns"] for d in report["dispatches"]) / 1e6)
 

@@ -254,7 +254,7 @@ def test_decode_step_structure(name: str, key: str, layers: int, per_layer: int)
     V rows into the caches in place and rotating q, ATTENTION (flash-decoding: partials and merge); no cache is
     converted to or from PHWC4 or copied. A whole layer: SmolLM's int8 projections take their RMSNorm as a prologue
     and its gate/up projections are one (7 dispatches: the issue's goal is at most 8; the latency model predicts
-    both prologues faster on lavapipe, tests/test_fusion_latency.py); the toy decoder's float projections take
+    both prologues faster on lavapipe, tests/models/test_fusion_latency.py); the toy decoder's float projections take
     theirs the same way (7; 9 when the float FC took no prologue)."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")
