@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuengine.oracle import relative_error
 
     if getattr(args, "llm", False):
-        from .llm import run_bench
+        from .generate import run_bench
 
         return run_bench(args)
     if getattr(args, "signature", None):
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="latency vs LiteRT CPU and LiteRT's GPU accelerator")
     bench.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
     bench.add_argument("--runs", type=int, default=100)
@@ -216,7 +216,7 @@ def add_subcommand(sub: Any) -> None:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--signature", help="time this signature's calls in a loop carrying its state (decode "
                                             "steps per second), beside LiteRT CPU")
-    from .llm import add_bench_options
+    from .generate import add_bench_options
 
     add_bench_options(bench)
     add_engine_options(bench)

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="fit the latency model to this device (probe kernels and models)")
     p.add_argument("models", nargs="*", help="models whose dispatches are timed too (default: the probes only)")
     p.add_argument("--runs", type=int, default=8, help="timed passes per sample (the fastest is kept)")

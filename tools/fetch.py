@@ -1,4 +1,5 @@
-"""Fetch the reference models: the .tflite files inside the mediapipe==0.10.14 wheel, cached locally.
+"""Fetch the reference models: the .tflite files inside the mediapipe==0.10.14 wheel, cached locally (and the
+`gpuengine fetch-models` command).
 
 The wheel is fetched with `pip download --no-deps` (PyPI is the only source) for a fixed platform tag, so
 every machine gets the same bytes. Cache: $GPUENGINE_MODELS, else ~/.cache/gpuengine/models.
@@ -6,11 +7,13 @@ every machine gets the same bytes. Cache: $GPUENGINE_MODELS, else ~/.cache/gpuen
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from gpuengine import settings
 
@@ -79,3 +82,21 @@ def model_path(name: str, download: bool = True) -> Path:
             raise ModelsUnavailable(f"reference models are not cached in {cache_dir()}; run `gpuengine fetch-models`")
         raise KeyError(f"no reference model named {name!r}; available: {sorted(models)}")
     return models[name]
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    try:
+        models = fetch(force=args.force, quiet=False)
+    except ModelsUnavailable as e:
+        print(f"gpuengine: {e}", file=sys.stderr)
+        return 1
+    print(f"{len(models)} models in {cache_dir()}:")
+    for name in models:
+        print(f"  {name}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("fetch-models", help="download the reference models (mediapipe==0.10.14) into the cache")
+    parser.add_argument("--force", action="store_true")
+    parser.set_defaults(func=cmd_fetch)

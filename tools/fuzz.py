@@ -726,7 +726,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if campaign.findings else 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("fuzz", help="mutate models and check every mutant ends as a ModelError or a clean run")
     p.add_argument("models", nargs="+", metavar="MODEL", help="a .tflite path, a zoo name or a reference model name "
                                                               "(with --replay: saved mutants, run unchanged)")

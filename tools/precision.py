@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("precision", help="accuracy vs LiteRT and vs the float64 reference, and memory, per precision")
     p.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
     p.add_argument("--seeds", type=int, default=5, help="seeded random inputs per model (default 5)")

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("predict", help="predicted GPU time per dispatch and in total, and the floor, without a GPU")
     p.add_argument("models", nargs="*", help="model(s) (default: the zoo's mobilenet_v2)")
     p.add_argument("--device", default=None,

@@ -155,7 +155,7 @@ def signature_loop(it: Any, args: argparse.Namespace) -> tuple[Any, Any, dict[st
     return runner, call, {"median_ms": float(np.median(times) * 1e3)}
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     prof = sub.add_parser("profile", help="GPU time per dispatch (timestamp queries) and host time per invoke")
     prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
     prof.add_argument("--runs", type=int, default=10)

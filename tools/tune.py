@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     tune = sub.add_parser("tune", help="search decompositions and workgroup sizes per kernel; results go to the "
                                        "tuning cache")
     tune.add_argument("models", nargs="*", help="models (default: the zoo's mobilenet_v2)")

@@ -17,10 +17,9 @@ sound there, and gpuengine must be within the tolerance of one of the two.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import SHARED_MODELS
 
 from gpuengine.oracle import litert_interpreter, range_error
 from gpuengine.zoo.decoder import DecoderConfig, decoder
@@ -169,7 +168,7 @@ def test_greedy_decoding_matches_litert(name: str):
         assert tokens[0] == tokens[1], step
 
 
-SMOLLM = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "smollm_4l_int8.tflite"
+SMOLLM = SHARED_MODELS / "smollm_4l_int8.tflite"
 
 
 @pytest.mark.skipif(not SMOLLM.exists(), reason=f"{SMOLLM} is absent (the shared test models)")

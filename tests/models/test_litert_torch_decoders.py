@@ -1,10 +1,10 @@
-"""litert-torch decoders of several families (tests/fixtures/litert_torch, made by tools/make_litert_torch_decoders.py
-with litert-torch 0.10.0 from random weights) against LiteRT.
+"""litert-torch decoders of several families (tests/fixtures/litert_torch, made by
+scripts/dev/make_litert_torch_decoders.py with litert-torch 0.10.0 from random weights) against LiteRT.
 
 Each family's real configuration cut to 1-2 layers, keeping its head dim, query-heads-per-KV-head ratio, norms,
 activation, RoPE, masks and cache layout (the fixtures' README lists them). For every fixture: both signatures are
 one GPU partition with every op on the GPU, and a prompt through the prefill signature followed by GREEDY_STEPS
-decode steps (tools/decoder_parity.py: both fed LiteRT's greedy token, so the leading agreeing steps are exactly
+decode steps (scripts/dev/decoder_parity.py: both fed LiteRT's greedy token, so the leading agreeing steps are exactly
 free-running greedy decoding) gives LiteRT's tokens, with the logits of every step within the tolerance below.
 
 The oracle is LiteRT's builtin kernels: LiteRT 2.3's default XNNPACK delegate is far from the float64 answer on
@@ -21,15 +21,14 @@ step alone: 0.6-1.65, both are int8 rounding noise); asserted <= 1.5.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from gpuengine.tools.decoder_parity import compare, decode_step_vs_float64, dispatches_per_layer, planned_dispatches
+from decoder_parity import compare, decode_step_vs_float64, dispatches_per_layer, planned_dispatches
+from helpers import FIXTURES
 
 from gpuengine.oracle import litert_interpreter
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "litert_torch"
+FIXTURES = FIXTURES / "litert_torch"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.tflite"))
 GREEDY_STEPS = 8
 TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT| / range(LiteRT's logits)

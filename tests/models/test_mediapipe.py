@@ -6,24 +6,20 @@ import functools
 
 import numpy as np
 import pytest
+from helpers import (
+    REFERENCE_MODELS,
+    REPO_ROOT,
+    random_inputs,
+    reference_model,
+    relative_error,
+    run_gpuengine,
+    run_litert,
+)
 
 from gpuengine import Interpreter
 from gpuengine.layout import to_bhwc
 from gpuengine.memory import STRATEGIES
 from gpuengine.runtime.program import GpuProgram
-from gpuengine.testing import random_inputs, relative_error, run_gpuengine, run_litert
-
-REFERENCE_MODELS = ["face_detection_short_range", "face_landmark", "selfie_segmentation", "hand_landmark_lite",
-                    "palm_detection_lite", "pose_detection"]
-
-
-def reference_model(name: str) -> bytes:
-    from gpuengine.tools import fetch
-
-    try:
-        return fetch.model_path(name).read_bytes()
-    except fetch.ModelsUnavailable as e:
-        pytest.skip(f"reference models unavailable (offline?): {e}")
 
 pytestmark = pytest.mark.models
 
@@ -114,7 +110,7 @@ def test_memory_strategies_give_identical_outputs():
 def test_matches_litert_in_fp16(name):
     """f16 tensors and weights, f32 sums: within the fp16 tolerance of LiteRT's fp32 kernels (face detection has
     the largest difference of the reference models, 5.5e-3), in half the memory."""
-    from gpuengine.testing import FP16_TOLERANCE
+    from helpers import FP16_TOLERANCE
 
     data = reference_model(name)
     feeds = random_inputs(data, seed=1, low=0.0, high=1.0)
@@ -133,11 +129,10 @@ def test_example_pipeline_runs(monkeypatch, capsys, api):
     Interpreter's GPU buffers and through CompiledModel's TensorBuffers."""
     import importlib.util
     import sys
-    from pathlib import Path
 
     reference_model("selfie_segmentation")
     reference_model("face_detection_short_range")
-    path = Path(__file__).resolve().parents[2] / "examples" / "segment_then_detect.py"
+    path = REPO_ROOT / "examples" / "segment_then_detect.py"
     spec = importlib.util.spec_from_file_location("segment_then_detect", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

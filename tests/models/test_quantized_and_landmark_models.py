@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert, relative_error, run_gpuengine, run_litert, tolerance
 
 from gpuengine.model.builder import write_model
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import random_inputs
 from gpuengine.reference import run_reference
-from gpuengine.testing import assert_matches_litert, relative_error, run_gpuengine, run_litert, tolerance
 
 
 def test_zoo_mobilenet_v2_int8_matches_litert() -> None:

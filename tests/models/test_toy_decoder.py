@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REPO_ROOT
 
 MODEL = Path(os.environ.get("GPUENGINE_SHARED_MODELS", "/work/shared/models")) / "toy_decoder_kv.tflite"
 
@@ -126,7 +127,7 @@ def test_out_of_range_token_or_position_raises_as_litert(interpreters, key: str,
 def load_generate():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "examples" / "generate.py"
+    path = REPO_ROOT / "examples" / "generate.py"
     spec = importlib.util.spec_from_file_location("generate_example", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,12 +7,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+from helpers import QUANTIZED_SHARE, QUANTIZED_STEPS, quantized_agreement
 
 from gpuengine.model.builder import write_model
 from gpuengine.model.ir import Graph, Model
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import litert_interpreter
-from gpuengine.testing import QUANTIZED_SHARE, QUANTIZED_STEPS, quantized_agreement
 from gpuengine.zoo.quantize import vit_tiny_int8
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")

@@ -10,7 +10,7 @@ ones a GPU program builds (runtime/program.py partition_specs), planned without 
 from __future__ import annotations
 
 import pytest
-from test_mediapipe import REFERENCE_MODELS, reference_model  # same folder: on sys.path under pytest
+from helpers import REFERENCE_MODELS, reference_model
 
 from gpuengine import zoo
 from gpuengine.latency.target import named

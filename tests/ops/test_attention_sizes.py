@@ -3,18 +3,18 @@
 hundreds of keys: flash-decoding, keys split across workgroups and merged by a second dispatch) and prefill (32
 queries: rows sharing K/V blocks through workgroup memory, or keys split within a workgroup), with and without an
 additive mask. Each decomposition family runs at least once (forced with GpuProgram.replace, as
-tests/test_decompositions.py does). Few distinct shapes: lavapipe compiles each shader in seconds.
+tests/models/test_decompositions.py does). Few distinct shapes: lavapipe compiles each shader in seconds.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 
 from gpuengine import Interpreter
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import relative_error, run_litert
-from gpuengine.testing import assert_matches_litert
 
 NEG = -3.0e38  # what converters put in a causal mask
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert, lowering, support_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import assert_matches_litert, lowering, support_reason
 
 DIMS = [1, 2, 3, 5, 7]
 CHANNELS = [1, 3, 4, 5, 7, 8]

@@ -4,12 +4,7 @@ paddings, fused activations, odd channel counts, batches, groups, a merged PAD, 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
-from hypothesis import strategies as st
-
-from gpuengine.model.builder import ModelBuilder
-from gpuengine.model.ops import out_size
-from gpuengine.testing import (
+from helpers import (
     FUSED_ACTIVATIONS,
     assert_matches_litert,
     lowering,
@@ -20,6 +15,11 @@ from gpuengine.testing import (
     support_reason,
     tolerance,
 )
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ops import out_size
 
 CHANNELS = [1, 3, 5, 7, 8, 12]
 

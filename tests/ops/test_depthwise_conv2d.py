@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import FUSED_ACTIVATIONS, assert_matches_litert, lowering, support_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ops import out_size
-from gpuengine.testing import FUSED_ACTIVATIONS, assert_matches_litert, lowering, support_reason
 
 CHANNELS = [1, 3, 4, 5, 7, 8, 13]
 

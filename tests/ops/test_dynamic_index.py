@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import assert_matches_litert
 
 
 def lookup_model(vocab: int, width: tuple[int, ...], n: int, table_input: bool = False) -> tuple[bytes, int, int]:

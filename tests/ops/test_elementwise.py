@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +13,6 @@ from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.reference import run_reference
-from gpuengine.testing import assert_matches_litert
 
 UNARY = ["ABS", "CEIL", "COS", "ELU", "EXP", "FLOOR", "HARD_SWISH", "LOGISTIC", "NEG", "RELU", "RELU6",
          "RELU_N1_TO_1", "RELU_0_TO_1", "SIN", "SQUARE", "TANH"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
 
 DIMS = [1, 2, 3, 5, 7]
 

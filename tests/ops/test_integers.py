@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import run_gpuengine, tolerance
 
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import run_litert
-from gpuengine.testing import run_gpuengine, tolerance
 
 
 def check(model: bytes, feeds: dict[int, np.ndarray], tol: float = 1e-5) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 
 from gpuengine import Interpreter
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.oracle import relative_error, run_litert
-from gpuengine.testing import assert_matches_litert
 
 
 def _shaders(it: Interpreter) -> list[str]:

@@ -15,13 +15,13 @@ import math
 import numpy as np
 import pytest
 from flatbuffers import flexbuffers
+from helpers import relative_error, run_gpuengine, tolerance
 
 from gpuengine import Interpreter, ModelError, UnsupportedOpError
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.reference import run_reference
-from gpuengine.testing import relative_error, run_gpuengine, tolerance
 
 F = np.float32
 

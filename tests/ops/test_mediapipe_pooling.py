@@ -9,13 +9,13 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import relative_error, run_gpuengine, tolerance
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import relative_error, run_gpuengine, tolerance
 
 SAME, VALID = 1, 2
 LOWEST = np.finfo(np.float32).min

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 
 from gpuengine import Interpreter
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import random_inputs, relative_error, run_litert
-from gpuengine.testing import assert_matches_litert
 from gpuengine.zoo.vit import layer_norm, rms_norm
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,7 +12,6 @@ from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
 
 ACTIVATIONS = ["NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT"]
 

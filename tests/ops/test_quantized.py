@@ -1,6 +1,6 @@
 """int8-quantized models on the GPU against LiteRT's integer kernels: each op the int8 path meets in converted
 models, quantized by gpuengine.zoo.quantize (weights per channel, int32 biases, activation ranges calibrated on
-random inputs), compared in quantization steps (testing.QUANTIZED_STEPS on >= QUANTIZED_SHARE of the elements),
+random inputs), compared in quantization steps (helpers.QUANTIZED_STEPS on >= QUANTIZED_SHARE of the elements),
 with every op on the GPU."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-
-from gpuengine.model.builder import ModelBuilder, write_model
-from gpuengine.model.ir import Quantization
-from gpuengine.model.quantization import is_quantized
-from gpuengine.model.reader import read_model
-from gpuengine.testing import (
+from helpers import (
     assert_matches_litert,
     quantized_agreement,
     random_inputs,
     run_gpuengine,
     run_litert,
 )
+
+from gpuengine.model.builder import ModelBuilder, write_model
+from gpuengine.model.ir import Quantization
+from gpuengine.model.quantization import is_quantized
+from gpuengine.model.reader import read_model
 from gpuengine.zoo.quantize import calibration_ranges, quantize_model
 
 SHAPE = (1, 9, 11, 6)

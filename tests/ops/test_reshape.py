@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert, lowering, support_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels.base import Alias, KernelSpec
 from gpuengine.kernels.reshape import same_storage
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import assert_matches_litert, lowering, support_reason
 
 DIMS = [1, 2, 3, 5, 7]
 

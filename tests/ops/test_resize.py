@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +13,6 @@ from gpuengine.kernels import registry
 from gpuengine.kernels.resize import nearest_table
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
 
 OPS = ["RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"]
 

@@ -7,11 +7,11 @@ None, Ellipsis); numpy gives the expected output shape, the TFLite begin/end/str
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert, support_reason
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from gpuengine.model.builder import ModelBuilder
-from gpuengine.testing import assert_matches_litert, support_reason
 
 DIMS = [1, 2, 3, 5, 7, 8]
 

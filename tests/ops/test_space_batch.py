@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert
 
 CHANNELS = [1, 3, 4, 5, 7, 8]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert, lowering
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -10,7 +11,6 @@ from gpuengine.kernels import registry
 from gpuengine.kernels.base import Alias
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert, lowering
 
 DIMS = [1, 2, 3, 5, 7]
 

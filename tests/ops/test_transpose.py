@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import assert_matches_litert, lowering
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert, lowering
 
 DIMS = [1, 2, 3, 4, 5, 7, 8]
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from helpers import assert_matches_litert, relative_error, run_gpuengine, support_reason, tolerance
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuengine.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
-from gpuengine.testing import assert_matches_litert, relative_error, run_gpuengine, support_reason, tolerance
 
 CHANNELS = [1, 3, 4, 5, 7, 9]
 

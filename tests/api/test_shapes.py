@@ -1,0 +1,173 @@
+"""Dynamic shapes (model/shapes.py, the shape cache in engine.py): resize_tensor_input + allocate_tensors derive every
+shape op by op, value-dependent ones included, compile for it and keep the plan per input shapes; outputs equal
+LiteRT's at every shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from builders import fcn_model
+from helpers import relative_error
+
+from gpuengine import Interpreter, ModelError
+from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ir import SignatureDef
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+LiteRT = litert.Interpreter
+TOL = 1e-4
+
+
+def _compare(ours: Interpreter, theirs: Any, seed: int) -> None:
+    x = np.random.default_rng(seed).uniform(-1, 1, theirs.get_input_details()[0]["shape"]).astype(np.float32)
+    for it in (ours, theirs):
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+    for d in theirs.get_output_details():
+        got, ref = ours.get_tensor(d["index"]), theirs.get_tensor(d["index"])
+        assert got.shape == ref.shape
+        assert relative_error(got, ref) <= TOL, d["name"]
+
+
+def test_resizes_run_on_the_gpu_match_litert_and_hit_the_cache() -> None:
+    data = fcn_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    ours.allocate_tensors()
+    shapes = [(1, 16, 12, 3), (1, 9, 7, 3), (1, 16, 12, 3), (1, 8, 8, 3)]
+    seen = {(1, 8, 8, 3)}
+    for k, shape in enumerate(shapes):
+        pipelines = len(ours.compiled.gpu.pipelines)
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        if shape in seen:  # back to a shape planned before: no kernel compiled again (pipelines keyed by WGSL)
+            assert len(ours.compiled.gpu.pipelines) == pipelines
+        seen.add(shape)
+        plan = ours.compiled.plan
+        assert [p.device for p in plan.partitions] == ["gpu"], plan.unsupported  # fully convolutional: all GPU
+        assert not any(op.code in ("SHAPE", "SLICE", "PACK") for op in plan.graph.ops)  # the chains folded
+        _compare(ours, theirs, seed=k)
+        # (LiteRT knows the RESIZE's output shape once it ran; we know it at allocation)
+        assert [d["shape"].tolist() for d in ours.get_output_details()] == \
+            [d["shape"].tolist() for d in theirs.get_output_details()] == [[*shape[:3], 2], [1]]
+    # declared (1, 8, 8, 3), then three new shapes; back to (1, 16, 12, 3) and (1, 8, 8, 3): no plan made again
+    assert ours.shape_cache == {"hits": 2, "misses": 3, "entries": 3}
+    assert "shape cache: 3 input shapes planned, 2 hits, 3 misses" in ours.describe()
+
+
+def test_back_to_a_recent_shape_reuses_its_programs_and_stays_correct() -> None:
+    """The last COMPILED_SHAPES input shapes keep their compiled programs (buffers included): going back to one
+    builds nothing and still equals LiteRT; an older one is built again."""
+    from gpuengine.api.interpreter import COMPILED_SHAPES
+
+    data = fcn_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    shapes = [(1, 8 + 2 * k, 6 + k, 3) for k in range(COMPILED_SHAPES + 1)]
+    built = {}
+    for k, shape in enumerate(shapes):
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        built[shape] = ours.compiled
+        _compare(ours, theirs, seed=k)
+    for k, shape in enumerate(reversed(shapes[1:])):  # the most recent COMPILED_SHAPES, newest first
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        assert ours.compiled is built[shape]
+        _compare(ours, theirs, seed=10 + k)
+    for it in (ours, theirs):  # evicted when the fifth shape came
+        it.resize_tensor_input(0, list(shapes[0]))
+        it.allocate_tensors()
+    assert ours.compiled is not built[shapes[0]]
+    _compare(ours, theirs, seed=20)
+
+
+def runtime_reshape_model() -> bytes:
+    """x [-1, 6] -> RELU -> RESHAPE to a target given as an int32 input -> TANH: a shape only a run tells."""
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 6), shape_signature=(-1, 6))
+    target = mb.input("target", (2,), np.int32)
+    r = mb.op("RELU", [x], (2, 6), shape_signature=(-1, 6))
+    y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
+    mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
+    return mb.build()
+
+
+def test_shapes_known_only_at_run_time_fall_back_with_the_reason() -> None:
+    data = runtime_reshape_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    x = np.random.default_rng(1).uniform(-1, 1, (4, 6)).astype(np.float32)
+    target = np.array([3, 8], np.int32)
+    for it in (ours, theirs):
+        it.resize_tensor_input(0, [4, 6])
+        it.allocate_tensors()
+        it.set_tensor(0, x)
+        it.set_tensor(1, target)
+        it.invoke()
+    out = theirs.get_output_details()[0]["index"]
+    np.testing.assert_allclose(ours.get_tensor(out), theirs.get_tensor(out), rtol=1e-6)
+    plan = ours.compiled.plan
+    devices = {plan.graph.ops[i].code: p.device for p in plan.partitions for i in p.ops}
+    assert devices == {"RELU": "gpu", "RESHAPE": "cpu", "TANH": "cpu"}
+    assert "known only at run time" in plan.unsupported["TANH"]
+    assert "computed at run time" in plan.unsupported["RESHAPE"]
+
+
+def test_a_resize_the_model_cannot_take_is_a_model_error() -> None:
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 6, 6, 2), shape_signature=(1, -1, -1, 2))
+    w = mb.const("w", np.ones((2, 5, 5, 2), np.float32))
+    mb.output(mb.op("CONV_2D", [x, w, mb.const("b", np.zeros(2, np.float32))], (1, 2, 2, 2),
+                    {"padding": "VALID", "stride_h": 1, "stride_w": 1}, shape_signature=(1, -1, -1, 2)))
+    it = Interpreter(model_content=mb.build())
+    it.resize_tensor_input(0, [1, 3, 3, 2])
+    with pytest.raises(ModelError, match=r"cannot run with input shapes 'x' \(1, 3, 3, 2\): op 0 \(CONV_2D\): the "
+                                         r"filter height window \(5\) is larger than the input \(3\)"):
+        it.allocate_tensors()
+    with pytest.raises(RuntimeError, match="allocate_tensors"):
+        it.invoke()
+    it.resize_tensor_input(0, [1, 7, 7, 2])
+    it.allocate_tensors()
+    assert it.get_output_details()[0]["shape"].tolist() == [1, 3, 3, 2]
+
+
+def signature_model() -> bytes:
+    """A signature whose input has a dynamic batch: LiteRT's runner resizes to what it is given."""
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 4), shape_signature=(-1, 4))
+    w = mb.const("w", np.random.default_rng(2).normal(0, 1, (3, 4)).astype(np.float32))
+    y = mb.op("FULLY_CONNECTED", [x, w, mb.const("b", np.zeros(3, np.float32))], (1, 3), shape_signature=(-1, 3))
+    z = mb.op("TANH", [y], (1, 3), shape_signature=(-1, 3))
+    mb.output(z)
+    mb.signatures.append(SignatureDef("serve", 0, {"x": x}, {"y": z}))
+    return mb.build()
+
+
+def test_signature_runner_resizes_like_litert() -> None:
+    data = signature_model()
+    ours = Interpreter(model_content=data).get_signature_runner("serve")
+    theirs = LiteRT(model_content=data).get_signature_runner("serve")
+    for batch in (3, 1, 3):
+        x = np.random.default_rng(batch).uniform(-1, 1, (batch, 4)).astype(np.float32)
+        got, ref = ours(x=x)["y"], theirs(x=x)["y"]
+        assert got.shape == ref.shape == (batch, 3)
+        assert relative_error(got, ref) <= TOL
+    assert ours._shape_cache.report() == {"hits": 1, "misses": 2, "entries": 2}  # noqa: SLF001
+
+
+def test_inspect_resize_reports_the_plan_at_that_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuengine.tools.cli import main
+
+    path = tmp_path / "fcn.tflite"
+    path.write_bytes(fcn_model())
+    assert main(["inspect", str(path), "--json", "--resize", "0=1,12,10,3"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["input_shapes"] == [[1, 12, 10, 3]]
+    assert report["shape_cache"] == {"hits": 0, "misses": 2, "entries": 2}
+    assert [p["device"] for p in report["partitions"]] == ["gpu"]
+
