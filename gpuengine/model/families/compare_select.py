@@ -35,6 +35,7 @@ CODES: tuple[str, ...] = (
     "EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "LOGICAL_AND", "LOGICAL_NOT",
     "LOGICAL_OR", "SELECT", "SELECT_V2", "WHERE")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def select_shape(v: OpView) -> list[tuple[int, ...]]:
     """SELECT_V2 broadcasts all three; SELECT takes x and y of one shape and a condition of that shape, a
@@ -59,17 +60,19 @@ COMPARE = _r(2, 1, checks=[same_dtype([0, 1], outputs=False), bool_output], shap
 
 
 RULES: dict[str, Rule] = {
-    **dict.fromkeys(["LOGICAL_NOT"], UNARY),
+    "LOGICAL_NOT": UNARY,
     **dict.fromkeys(["LOGICAL_AND", "LOGICAL_OR"], BINARY),
     **dict.fromkeys(["EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"], COMPARE),
     "SELECT": _r(3, 1, checks=[select_types], shape=select_shape),
     "SELECT_V2": _r(3, 1, checks=[select_types], shape=select_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "WHERE": ((1, 1), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "LOGICAL_NOT": ("b", ""),
@@ -84,7 +87,9 @@ TYPES: dict[str, tuple[str, str]] = {
     "SELECT": ("*", ""),
     "SELECT_V2": ("*", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

@@ -26,9 +26,8 @@ NAME = "control flow and state"
 CODES: tuple[str, ...] = (
     "WHILE", "IF", "CALL_ONCE", "STABLEHLO_COMPOSITE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
-
-
 # Subgraph calls: arity and references are checked against the callee in validate.py's _check_calls.
 RULES: dict[str, Rule] = {
     "CALL_ONCE": Rule((0, 0), (0, 0), checks=(options_present,), options="CallOnceOptions"),
@@ -37,17 +36,21 @@ RULES: dict[str, Rule] = {
     "STABLEHLO_COMPOSITE": Rule((0, None), (1, None), optional=_ANY, checks=(options_present,),
                                 options="StableHLOCompositeOptions"),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "VAR_HANDLE": ((0, 0), (1, 1)),
     "READ_VARIABLE": ((1, 1), (1, 1)),
     "ASSIGN_VARIABLE": ((2, 2), (0, 0)),
     "CALL_ONCE": ((0, 0), (0, 0)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {}
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
@@ -60,5 +63,3 @@ FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 BUILTIN_OPS: dict[str, Fn] = {}
 CUSTOM_OPS: dict[str, Fn] = {}
 builtin, custom = registrar(BUILTIN_OPS), registrar(CUSTOM_OPS)
-
-

@@ -47,6 +47,7 @@ CODES: tuple[str, ...] = (
     "CONV_2D", "CONV_3D", "CONV_3D_TRANSPOSE", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "Convolution2DTransposeBias",
     "FULLY_CONNECTED", "BATCH_MATMUL")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def conv_shape(v: OpView) -> list[tuple[int, ...]]:
     b, _, _, c = v.shape(0)
@@ -230,17 +231,21 @@ RULES: dict[str, Rule] = {
                                   bias_size(2, 0)], shape=fully_connected_shape),
     "BATCH_MATMUL": _r(2, 1, checks=[ranks(in0=(2, 5), in1=(2, 5)), same_dtype([0])], shape=batch_matmul_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "CONV_3D": ((2, 3), (1, 1)),
     "CONV_3D_TRANSPOSE": ((3, 4), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "BATCH_MATMUL": ("f16 f32 i16 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {
     "FULLY_CONNECTED": _fully_connected_own_shape,

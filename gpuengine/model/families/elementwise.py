@@ -40,6 +40,7 @@ CODES: tuple[str, ...] = (
     "PRELU", "RELU", "RELU6", "RELU_0_TO_1", "RELU_N1_TO_1", "RIGHT_SHIFT", "ROUND", "RSQRT", "SIGN", "SIN", "SQRT",
     "SQUARE", "SQUARED_DIFFERENCE", "SUB", "TANH", ops.ELEMENTWISE_TREE)
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def prelu_shape(v: OpView) -> list[tuple[int, ...]]:
     """alpha broadcasts to the input; the output has the input's shape (LiteRT's activations.cc)."""
@@ -58,14 +59,16 @@ RULES: dict[str, Rule] = {
                      "SQUARED_DIFFERENCE"], BINARY),
     "PRELU": _r(2, 1, checks=[same_dtype([0, 1])], shape=prelu_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "ADD_N": ((2, None), (1, 1)),
     "ATAN2": ((2, 2), (1, 1)),
     "BITWISE_XOR": ((2, 2), (1, 1)),
     "RIGHT_SHIFT": ((2, 2), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "ABS": ("f16 f32 i16 i32 i8", "i8"),
@@ -103,7 +106,9 @@ TYPES: dict[str, tuple[str, str]] = {
     "SQUARED_DIFFERENCE": ("f16 f32 i32 i8", "i8"),
     "PRELU": ("f32 i16 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

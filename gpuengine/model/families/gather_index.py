@@ -31,6 +31,7 @@ NAME = "gather and index"
 CODES: tuple[str, ...] = (
     "GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "SCATTER_ND", "DYNAMIC_UPDATE_SLICE", "UNIQUE")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def gather_shape(v: OpView) -> list[tuple[int, ...]]:
     params, indices = v.shape(0), v.shape(1)
@@ -79,12 +80,14 @@ RULES: dict[str, Rule] = {
     "EMBEDDING_LOOKUP": _r(2, 1, checks=[index_dtype(0)], shape=embedding_lookup_shape),
     "DYNAMIC_UPDATE_SLICE": _r(3, 1, checks=[index_dtype(2), same_dtype([0, 1])], shape=dynamic_update_slice_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "SCATTER_ND": ((3, 3), (1, 1)),
     "UNIQUE": ((1, 1), (2, 2)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "GATHER": ("s b f16 f32 i16 i32 i64 i8 u8", ""),
@@ -92,7 +95,9 @@ TYPES: dict[str, tuple[str, str]] = {
     "DYNAMIC_UPDATE_SLICE": ("*", ""),
     "EMBEDDING_LOOKUP": ("*", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

@@ -33,6 +33,7 @@ NAME = "MediaPipe landmarks"
 CODES: tuple[str, ...] = (
     "Landmarks2TransformMatrix", "TransformLandmarks", "TransformTensor", "TransformTensorBilinear")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def _flex_map(v: OpView) -> dict[str, Any]:
     """The op's flexbuffer options map ({} when absent); a missing key reads as 0, as in MediaPipe."""
@@ -109,12 +110,16 @@ RULES: dict[str, Rule] = {
     **dict.fromkeys(["TransformTensorBilinear", "TransformTensor"],
                     _r(2, 1, checks=[ranks(in0=(4, 4), out0=(4, 4)), mp_float32, mp_transform_tensor], custom=True)),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {}
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {}
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

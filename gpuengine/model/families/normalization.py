@@ -33,6 +33,7 @@ NAME = "normalization"
 CODES: tuple[str, ...] = (
     "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION", ops.LAYER_NORM, ops.RMS_NORM)
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 SOFTMAX_LIKE = _r(1, 1, checks=[ranks(in0=(1, 6)), same_dtype([0])], shape=same_as_input)
 
@@ -42,18 +43,22 @@ RULES: dict[str, Rule] = {
     "LOG_SOFTMAX": SOFTMAX_LIKE,
     "L2_NORMALIZATION": _r(1, 1, checks=[ranks(in0=(1, 6)), same_dtype([0]), ACTIVATION], shape=same_as_input),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "LOCAL_RESPONSE_NORMALIZATION": ((1, 1), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "SOFTMAX": ("f16 f32 i16 i8 u8", ""),
     "LOG_SOFTMAX": ("f32 i8 u8", ""),
     "L2_NORMALIZATION": ("f32 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

@@ -40,6 +40,7 @@ NAME = "pooling"
 CODES: tuple[str, ...] = (
     "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D", "MaxPoolingWithArgmax2D", "MaxUnpooling2D")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def pool_shape(v: OpView) -> list[tuple[int, ...]]:
     b, _, _, c = v.shape(0)
@@ -83,16 +84,20 @@ RULES: dict[str, Rule] = {
     "MAX_POOL_2D": POOL,
     "L2_POOL_2D": POOL,
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {}
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "AVERAGE_POOL_2D": ("f16 f32 i16 i8 u8", ""),
     "MAX_POOL_2D": ("f32 i16 i8 u8", ""),
     "L2_POOL_2D": ("f32", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {
     "MaxPoolingWithArgmax2D": _pool_with_argmax,

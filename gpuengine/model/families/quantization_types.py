@@ -31,17 +31,17 @@ NAME = "quantization and types"
 CODES: tuple[str, ...] = (
     "QUANTIZE", "DEQUANTIZE", "FAKE_QUANT", "CAST", "BITCAST", "DENSIFY", "COMPLEX_ABS", "REAL", "IMAG", "RFFT2D")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
-
-
 RULES: dict[str, Rule] = {
     "DEQUANTIZE": _r(1, 1, checks=[float_output], shape=same_as_input),
     "QUANTIZE": _r(1, 1, shape=same_as_input),
     "DENSIFY": _r(1, 1, checks=[same_dtype([0])], shape=same_as_input),
     "CAST": _r(1, 1, shape=same_as_input),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "FAKE_QUANT": ((1, 1), (1, 1)),
     "RFFT2D": ((2, 2), (1, 1)),
@@ -50,11 +50,14 @@ COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "IMAG": ((1, 1), (1, 1)),
     "BITCAST": ((1, 1), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "DEQUANTIZE": ("f16 i16 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
@@ -71,5 +74,7 @@ FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {
 BUILTIN_OPS: dict[str, Fn] = {}
 CUSTOM_OPS: dict[str, Fn] = {}
 builtin, custom = registrar(BUILTIN_OPS), registrar(CUSTOM_OPS)
+
+
 builtin("QUANTIZE", "DEQUANTIZE", "DENSIFY")(lambda n: [n.x()])  # values are real numbers already
 builtin("CAST")(lambda n: [n.x()])  # the executor converts to the output's type (reference.py _as_declared)

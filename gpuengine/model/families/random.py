@@ -24,20 +24,23 @@ NAME = "random"
 CODES: tuple[str, ...] = (
     "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
-
-
 RULES: dict[str, Rule] = {}
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "MULTINOMIAL": ((2, 2), (1, 1)),
     "RANDOM_UNIFORM": ((1, 1), (1, 1)),
     "RANDOM_STANDARD_NORMAL": ((1, 1), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {}
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
@@ -50,5 +53,3 @@ FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 BUILTIN_OPS: dict[str, Fn] = {}
 CUSTOM_OPS: dict[str, Fn] = {}
 builtin, custom = registrar(BUILTIN_OPS), registrar(CUSTOM_OPS)
-
-

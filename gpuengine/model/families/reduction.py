@@ -36,6 +36,7 @@ CODES: tuple[str, ...] = (
     "CUMSUM", "SEGMENT_SUM", "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN", "UNSORTED_SEGMENT_PROD",
     "UNSORTED_SEGMENT_SUM", "TOPK_V2")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def reduce_shape(v: OpView) -> list[tuple[int, ...]] | None:
     axes = v.ints(1)
@@ -67,8 +68,9 @@ RULES: dict[str, Rule] = {
     "ARG_MAX": _r(2, 1, checks=[index_dtype(1), dtype_in(-1, INDEX, "int32 or int64")], shape=arg_shape),
     "ARG_MIN": _r(2, 1, checks=[index_dtype(1), dtype_in(-1, INDEX, "int32 or int64")], shape=arg_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "TOPK_V2": ((2, 2), (2, 2)),
     "CUMSUM": ((2, 2), (1, 1)),
@@ -78,6 +80,7 @@ COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "UNSORTED_SEGMENT_MAX": ((3, 3), (1, 1)),
     "UNSORTED_SEGMENT_MIN": ((3, 3), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "MEAN": ("f16 f32 i16 i32 i64 i8 u8", ""),
@@ -91,7 +94,9 @@ TYPES: dict[str, tuple[str, str]] = {
     "ARG_MAX": ("b f32 i32 i8 u8", ""),
     "ARG_MIN": ("b f32 i32 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 

@@ -42,6 +42,7 @@ CODES: tuple[str, ...] = (
     "DEPTH_TO_SPACE", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "REVERSE_V2", "REVERSE_SEQUENCE", "RESIZE_BILINEAR",
     "RESIZE_NEAREST_NEIGHBOR", "MATRIX_DIAG", "MATRIX_SET_DIAG")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def concat_shape(v: OpView) -> list[tuple[int, ...]]:
     shapes = [v.shape(i) for i in range(v.n_in)]
@@ -401,14 +402,16 @@ RULES: dict[str, Rule] = {
                             shape=batch_to_space_shape),
     "BROADCAST_TO": _r(2, 1, checks=[index_dtype(1), same_dtype([0])], shape=broadcast_to_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "REVERSE_V2": ((2, 2), (1, 1)),
     "MATRIX_DIAG": ((1, 1), (1, 1)),
     "MATRIX_SET_DIAG": ((2, 2), (1, 1)),
     "REVERSE_SEQUENCE": ((2, 2), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "RESIZE_BILINEAR": ("f32 i16 i8 u8", ""),
@@ -434,7 +437,9 @@ TYPES: dict[str, tuple[str, str]] = {
     "BATCH_TO_SPACE_ND": ("*", ""),
     "REVERSE_V2": ("b f16 f32 i16 i32 i64 i8 u8", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {
     "RESHAPE": _reshape_own_shape,

@@ -30,17 +30,19 @@ NAME = "shape values"
 CODES: tuple[str, ...] = (
     "SHAPE", "RANK", "FILL", "RANGE", "ZEROS_LIKE", "BROADCAST_ARGS", "ONE_HOT")
 
+
 # -- validation and shape rules ---------------------------------------------------------------------------------------
 def shape_shape(v: OpView) -> list[tuple[int, ...]]:
     return [(v.rank(0),)]
 
 
 RULES: dict[str, Rule] = {
-    **dict.fromkeys(["ZEROS_LIKE"], UNARY),
+    "ZEROS_LIKE": UNARY,
     "SHAPE": _r(1, 1, checks=[dtype_in(-1, INDEX, "int32 or int64")], shape=shape_shape),
 }
-# Builtins no GPU kernel claims and no reference model uses: their input and output counts, as LiteRT's kernels
-# check them.
+
+# Ops checked by their input and output counts only, as LiteRT's kernels check them (no GPU kernel claims them,
+# no reference model uses them).
 COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "FILL": ((2, 2), (1, 1)),
     "RANGE": ((3, 3), (1, 1)),
@@ -48,11 +50,14 @@ COUNTS: dict[str, tuple[tuple[int, int | None], tuple[int, int | None]]] = {
     "RANK": ((1, 1), (1, 1)),
     "BROADCAST_ARGS": ((2, 2), (1, 1)),
 }
+
 # Element types LiteRT runs, and those that need quantization parameters (see _common.finish_rules).
 TYPES: dict[str, tuple[str, str]] = {
     "ZEROS_LIKE": ("f32 i32 i64", ""),
 }
+
 finish_rules(RULES, COUNTS, TYPES)
+
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
@@ -87,5 +92,7 @@ FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {
 BUILTIN_OPS: dict[str, Fn] = {}
 CUSTOM_OPS: dict[str, Fn] = {}
 builtin, custom = registrar(BUILTIN_OPS), registrar(CUSTOM_OPS)
+
+
 builtin("SHAPE")(lambda n: [np.asarray(n.x().shape, np.int64)])
 builtin("ZEROS_LIKE")(lambda n, fn=np.zeros_like: [fn(n.x())])
