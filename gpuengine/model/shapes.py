@@ -10,8 +10,9 @@ Op by op in execution order, an op's output shapes come from, in this order:
    (model/folding.py), so value-dependent shapes downstream (a RESHAPE to a computed target, a
    RESIZE_BILINEAR to sizes sliced from a SHAPE) are known at allocation;
 3. the op class's shape rule: the validator's table (model/validate.py RULES), which reads the values of 2.
-   through the same view as constants; a few ops get rules of their own here (RESHAPE, FULLY_CONNECTED, the
-   MediaPipe custom ops); WHILE, IF and STABLEHLO_COMPOSITE propagate into the subgraphs they call.
+   through the same view as constants; a few ops have rules of their own (OWN_SHAPE_RULES: RESHAPE,
+   FULLY_CONNECTED, the MediaPipe custom ops); every rule is in its op family's module (model/families/);
+   WHILE, IF and STABLEHLO_COMPOSITE propagate into the subgraphs they call.
 
 What only a run can tell (a shape computed from a tensor's run-time values, an op without a rule whose inputs
 changed) is marked unknown: -1 in shape and shape_signature, with the reason in `Propagated.runtime`. The support
@@ -21,7 +22,6 @@ check then leaves every op touching such a tensor to LiteRT's CPU runtime, which
 from __future__ import annotations
 
 import dataclasses
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +29,10 @@ import numpy as np
 
 from ..errors import ModelError
 from .builder import options_kind
+from .families import merged
 from .folding import FOLDERS, NEVER_FOLDED
 from .ir import Graph, Model, Op, Tensor
-from .ops import SAME, VALID
-from .validate import RULES, Invalid, OpView, window_out_size
+from .validate import RULES, Invalid, OpView
 
 MAX_VALUE_ELEMENTS = 4096  # values are tracked for shape-chain tensors, never for activations
 SUBGRAPH_OPS = ("WHILE", "IF", "STABLEHLO_COMPOSITE")  # shapes propagated into the subgraphs they call
@@ -258,75 +258,8 @@ def _through(model: Model, index: Any, shapes: list[tuple[int, ...]], what: str)
     return [tuple(done.graph.tensors[t].shape) for t in sub.outputs]
 
 
-# -- rules of its own: ops whose validator rule reads the declared output shape ---------------------------------------
-def _reshape(v: OpView, g: Graph) -> list[tuple[int, ...]] | str:
-    n_in = int(np.prod(v.shape(0), dtype=np.int64))
-    target = v.ints(1) if v.n_in > 1 and v.has(1) and v.rank(1) == 1 else None
-    if target is None and v.n_in > 1 and v.has(1) and v.rank(1) == 1:
-        return f"its target shape {v.tensor(1).name!r} is computed at run time"
-    if target is None:
-        option = v.op.opt("new_shape")
-        target = [int(d) for d in option] if option else list(v.out_shape())
-    if target.count(-1) > 1 or min(target, default=0) < -1:
-        raise Invalid(f"shape {target} has more than one -1 or a negative size")
-    known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
-    if -1 in target:
-        if known == 0 or n_in % known:
-            raise Invalid(f"shape {target} cannot hold the input's {n_in} values ({v.shape(0)})")
-        target = [n_in // known if d == -1 else d for d in target]
-    elif known != n_in:
-        raise Invalid(f"input {v.shape(0)} has {n_in} values, shape {target} {known}")
-    return [tuple(target)]
-
-
-def _fully_connected(v: OpView, g: Graph) -> list[tuple[int, ...]]:
-    units, depth = v.shape(1)
-    x = v.shape(0)
-    n = int(np.prod(x, dtype=np.int64))
-    if depth <= 0 or n % depth:
-        raise Invalid(f"input of {n} values ({x}) does not split into rows of {depth} (weights {v.shape(1)})")
-    if v.op.opt("keep_num_dims", False):
-        return [(*x[:-1], units)]
-    declared = v.out_shape()
-    if len(declared) != 2 and int(np.prod(declared, dtype=np.int64)) == n // depth * units:
-        return [tuple(declared)]
-    return [(n // depth, units)]
-
-
-def _custom_ints(v: OpView, count: int) -> tuple[int, ...]:
-    return struct.unpack_from(f"<{count}i", v.op.custom_options or b"\0" * (4 * count))
-
-
-def _transpose_conv_bias(v: OpView, g: Graph) -> list[tuple[int, ...]]:
-    """MediaPipe's Convolution2DTransposeBias: TfLiteTransposeConvParams {padding (1 SAME, 2 VALID), stride_w,
-    stride_h}; the output is what a forward conv of it would give the input from."""
-    padding, sw, sh = _custom_ints(v, 3)
-    o, kh, kw, _ = v.shape(1)
-    b, h, w, _ = v.shape(0)
-    if padding == 1:
-        return [(b, h * sh, w * sw, o)]
-    return [(b, (h - 1) * sh + kh, (w - 1) * sw + kw, o)]
-
-
-def _pool_with_argmax(v: OpView, g: Graph) -> list[tuple[int, ...]]:
-    padding, sw, sh, fw, fh, _ = _custom_ints(v, 6)
-    b, h, w, c = v.shape(0)
-    p = SAME if padding == 1 else VALID
-    shape = (b, window_out_size(p, h, fh, sh, 1, "filter height"), window_out_size(p, w, fw, sw, 1, "filter width"), c)
-    return [shape] * len(v.op.outputs)
-
-
-def _unpooling(v: OpView, g: Graph) -> list[tuple[int, ...]]:
-    padding, sw, sh, fw, fh, _ = _custom_ints(v, 6)
-    b, h, w, c = v.shape(0)
-    if padding == 1:
-        return [(b, h * sh, w * sw, c)]
-    return [(b, (h - 1) * sh + fh, (w - 1) * sw + fw, c)]
-
-
-# Ops whose shape rule is here rather than in the validator's table (model/validate.py RULES).
-OWN_SHAPE_RULES = {"RESHAPE": _reshape, "FULLY_CONNECTED": _fully_connected,
-              "Convolution2DTransposeBias": _transpose_conv_bias, "MaxPoolingWithArgmax2D": _pool_with_argmax,
-              "MaxUnpooling2D": _unpooling}
+# Ops whose shape rule reads more than the validation rule's view (RESHAPE, FULLY_CONNECTED, the MediaPipe custom
+# ops): each family module's OWN_SHAPE_RULES.
+OWN_SHAPE_RULES = merged("OWN_SHAPE_RULES")
 
 __all__ = ["Propagated", "propagate", "shape_key"]
