@@ -10,9 +10,7 @@ ${READERS}
 ${PARTIALS}
 ${KV_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${ROW_STATE}
   if (k == 0u && has_row) {
     let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;

@@ -4,13 +4,11 @@
 // [out_slice][in_slice].
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   ${PIX}
   ${ACC_INIT}

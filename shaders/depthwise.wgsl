@@ -4,11 +4,9 @@ ${BINDINGS}
 
 ${LOAD}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   ${ACC_INIT}
   for (var ky = 0u; ky < ${KH}u; ky++) {

@@ -7,9 +7,7 @@ fn channel(y: u32, x: u32, c: u32) -> f32 {
   return f32(src[((c / 4u) * ${H}u + y) * ${W}u + x][c % 4u]);
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+#include "grid_main.wgsl"
   let ox = gid.x;
   let oy = gid.y;
   let os = gid.z;
