@@ -75,6 +75,14 @@ def snippet(path: str) -> str:
     return _load_snippet(path, "snippet()", ())
 
 
+def fill(path: str, params: dict[str, int | float | bool | Code], indent: str = "") -> Code:
+    """The snippet shaders/include/<path> with its placeholders filled (numbers as WGSL literals, Code as it is), for
+    a piece a kernel chooses per dispatch and passes as a template's placeholder; `indent` is put before every line
+    after the first (the placeholder's own indentation gives the first)."""
+    text = string.Template(snippet(path)).substitute({k: literal(v) for k, v in params.items()})
+    return Code(text.removesuffix("\n").replace("\n", "\n" + indent))
+
+
 @functools.cache
 def load_template(name: str) -> string.Template:
     """shaders/<name>.wgsl with its includes resolved."""

@@ -9,6 +9,8 @@
 ${BINDINGS}
 
 ${READERS}
+#include "attention/operands.wgsl"
+
 
 fn store(v: vec4<f32>, i0: u32, i1: u32, m: u32, ns: u32) {
   ${LOCATE}
@@ -18,7 +20,7 @@ ${PARTIALS}
 ${KV_MEMORY}
 
 #include "tile_main.wgsl"
-  ${ROW_STATE}
+  #include "attention/row.wgsl"
   if (k == 0u && has_row) {
     for (var s = 0u; s < ${VS}u; s++) {
       store(acc[s] / total, i0, i1, m, s);

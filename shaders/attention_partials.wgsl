@@ -6,12 +6,14 @@
 ${BINDINGS}
 
 ${READERS}
+#include "attention/operands.wgsl"
+
 
 ${PARTIALS}
 ${KV_MEMORY}
 
 #include "tile_main.wgsl"
-  ${ROW_STATE}
+  #include "attention/row.wgsl"
   if (k == 0u && has_row) {
     let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;
     partials[base] = vec4<f32>(mx, total, 0.0, 0.0);
