@@ -78,9 +78,9 @@ def snippet(path: str) -> str:
 def fill(path: str, params: dict[str, int | float | bool | Code], indent: str = "") -> Code:
     """The snippet shaders/include/<path> with its placeholders filled (numbers as WGSL literals, Code as it is), for
     a piece a kernel chooses per dispatch and passes as a template's placeholder; `indent` is put before every line
-    after the first (the placeholder's own indentation gives the first)."""
-    text = string.Template(snippet(path)).substitute({k: literal(v) for k, v in params.items()})
-    return Code(text.removesuffix("\n").replace("\n", "\n" + indent))
+    after the first (the placeholder's own indentation gives the first), before the values go in."""
+    text = snippet(path).removesuffix("\n").replace("\n", "\n" + indent)
+    return Code(string.Template(text).substitute({k: literal(v) for k, v in params.items()}))
 
 
 @functools.cache

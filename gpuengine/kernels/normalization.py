@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import codegen
 from ..codegen import lane_reduce, literal
 from ..layout import slices
 from ..model.ir import Graph, Op
@@ -25,16 +26,6 @@ RMS_NORM = "RMS_NORM"
 EPSILON = "epsilon"  # option: the constant added to the variance (or to its square root)
 EPS_OUTSIDE = "eps_outside"  # option: inv = 1 / (sqrt(var) + eps) instead of 1 / sqrt(var + eps)
 SOURCE_OPS = "source_ops"  # option: the model's op codes the pass replaced (named by inspect's labels)
-
-_SECOND_PASS = """let mean = first;
-  var acc2 = vec4<f32>(0.0);
-  for (var s = k; s < ${S}u; s += ${SPLIT}u) {
-    var d = vec4<f32>(src[base + s * plane]) - vec4<f32>(mean);
-    if (s == ${S}u - 1u) { d = select(vec4<f32>(0.0), d, last_mask); }
-    acc2 += d * d;
-  }
-  """
-
 
 class NormalizationKernel:
     ops = (LAYER_NORM, RMS_NORM)
@@ -88,9 +79,9 @@ class NormalizationKernel:
 
         def make(d: Decomposition) -> KernelSpec:
             shared, dispatch = tiling.split_params(d, tiles, ["acc"])
-            second = "let mean = 0.0;\n  " if rms else _SECOND_PASS.replace("${S}", str(s)).replace(
-                "${SPLIT}", str(d.split)) + lane_reduce(["acc2"], d, first=False)
-            params = {**fixed, **shared, "REDUCE_FIRST": shared["REDUCE"], "SECOND_PASS": Code(second)}
+            second = Code("let mean = 0.0;\n  ") if rms else codegen.fill("normalization/second_pass.wgsl", {
+                "S": s, "SPLIT": d.split, "REDUCE": lane_reduce(["acc2"], d, first=False)}, "  ")
+            params = {**fixed, **shared, "REDUCE_FIRST": shared["REDUCE"], "SECOND_PASS": second}
             fresh = [dataclasses.replace(b) for b in bindings]  # fusion edits a spec's bindings in place
             return KernelSpec("normalization", params, fresh, grid=(tiles * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,
