@@ -5,13 +5,7 @@
 // normalized.
 ${BINDINGS}
 
-${SRC_INDEX}
-
-${WEIGHTS_FN}
-
-fn store(v: vec4<f32>, r: u32, os: u32) {
-${STORE}
-#include "store_value.wgsl"
+#include "fully_connected/store.wgsl"
 
 ${LANE_MEMORY}
 

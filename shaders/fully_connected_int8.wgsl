@@ -7,13 +7,7 @@
 // rows' ranges (integer arithmetic), then for the dot products, and combine both.
 ${BINDINGS}
 
-${SRC_INDEX}
-
-${WEIGHTS_FN}
-
-fn store(v: vec4<f32>, r: u32, os: u32) {
-${STORE}
-#include "store_value.wgsl"
+#include "fully_connected/store.wgsl"
 
 fn lanes_min_negmax(x: vec4<f32>) -> vec4<f32> {
   return vec4<f32>(min(min(x.x, x.y), min(x.z, x.w)), -max(max(x.x, x.y), max(x.z, x.w)), 0.0, 0.0);

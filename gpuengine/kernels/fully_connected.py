@@ -66,24 +66,17 @@ HYBRID_FLOAT = "int8 weights dequantized in registers, float activations, f32 su
 HYBRID_ARITHMETIC = "hybrid_arithmetic"  # FC option (passes/hybrid_arithmetic.py): "float", else integer arithmetic
 
 
-def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
-    """`store(v, r, os)`: output row r (flattened b, y, x) and slice os; bounds-checked."""
-    return Code(
-        f"  if (r >= {rows}u || os >= {so}u) {{ return; }}\n"
-        f"  let ob = r / {oh * ow}u;\n  let oy = r % {oh * ow}u / {ow}u;\n  let ox = r % {ow}u;\n"
-        f"  let oi = ((ob * {so}u + os) * {oh}u + oy) * {ow}u + ox;"
-    )
+def _out_store(so: int, oh: int, ow: int, rows: int) -> dict[str, int]:
+    """The numbers of `store(v, r, os)` (shaders/include/fully_connected/store.wgsl): output rows, slices, shape."""
+    return {"OUT_ROWS": rows, "OUT_SLICES": so, "OUT_PLANE": oh * ow, "OUT_H": oh, "OUT_W": ow}
 
 
 def _src_index(ic: int, plane: int) -> Code:
-    """`src_index(q, sl)`: vec4 index of input pixel q (flattened b, y, x) in slice sl."""
+    """`src_index(q, sl)`'s expression: vec4 index of input pixel q (flattened b, y, x) in slice sl."""
     si = slices(ic)
     if plane == 1:
-        return Code(f"fn src_index(q: u32, sl: u32) -> u32 {{ return q * {si}u + sl; }}")
-    return Code(
-        f"fn src_index(q: u32, sl: u32) -> u32 {{ return q / {plane}u * {si * plane}u + sl * {plane}u"
-        f" + q % {plane}u; }}"
-    )
+        return Code(f"q * {si}u + sl")
+    return Code(f"q / {plane}u * {si * plane}u + sl * {plane}u + q % {plane}u")
 
 
 def fc_blocks(w: np.ndarray, ic: int, so_pad: int) -> np.ndarray:
@@ -160,7 +153,7 @@ class FullyConnectedKernel:
         gated = bool(op.opt("gated"))
         norm = op.opt(NORM)
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
-                 "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
+                 **_out_store(so // 2 if gated else so, rh, rw, rows)}
 
         def count(tile: tuple[int, int]) -> int:
             return -(-rows // tile[0]) * -(-so // tile[1])
@@ -230,7 +223,7 @@ GATE_ACTIVATIONS = {"SILU": f"a * {ELEMENTWISE_LOGISTIC}", "GELU_TANH": _GELU_TA
 def gate_fns(kind: str) -> list[Code]:
     """The WGSL function `gate(a, up)` = act(a) * up of a gated projection, and the helpers it calls."""
     expr = GATE_ACTIVATIONS[kind]
-    return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
+    return [Code(codegen.fill("fully_connected/gate.wgsl", {"ACTIVATION": Code(expr)}) + "\n"),
             *(Code(h) for h in helpers_for(expr))]
 
 
@@ -365,7 +358,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
     fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
-             "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
+             **_out_store(so // 2 if gated else so, rh, rw, rows)}
 
     def count(tile: tuple[int, int]) -> int:
         return -(-rows // tile[0]) * -(-so // tile[1])
