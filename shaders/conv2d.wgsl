@@ -11,23 +11,10 @@ ${LANE_MEMORY}
 #include "tile_main.wgsl"
   ${TILE}
   ${ACC_INIT}
-  for (var ky = 0u; ky < ${KH}u; ky++) {
-    let iy = i32(oy * ${SH}u + ky * ${DH}u) - ${PT};
-    if (iy < 0 || iy >= ${IH}) { continue; }
-    for (var kx = 0u; kx < ${KW}u; kx++) {
-      let ix0 = i32(ox0 * ${SW}u + kx * ${DW}u) - ${PL};
-      ${COLS}
+  #include "conv/window.wgsl"
       var wi = ((os0 * ${KH}u + ky) * ${KW}u + kx) * ${SI}u + k;
       var si = ((ob * ${SI}u + k) * ${IH}u + u32(iy)) * ${IW}u;
-      for (var sl = k; sl < ${SI}u; sl += ${SPLIT}u) {
-        ${TAPS}
-        wi += ${SPLIT}u;
-        si += ${SPLIT_PLANE}u;
-      }
+      #include "conv/slices.wgsl"
     }
   }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE}
-  }
-}
+#include "split_store.wgsl"

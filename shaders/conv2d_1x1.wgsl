@@ -14,13 +14,5 @@ ${LANE_MEMORY}
   ${ACC_INIT}
   var wi = os0 * ${SI}u + k;
   var si = (ob * ${SI}u + k) * ${PLANE}u;
-  for (var sl = k; sl < ${SI}u; sl += ${SPLIT}u) {
-    ${TAPS}
-    wi += ${SPLIT}u;
-    si += ${SPLIT_PLANE}u;
-  }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE}
-  }
-}
+  #include "conv/slices.wgsl"
+#include "split_store.wgsl"

@@ -9,18 +9,11 @@ ${BINDINGS}
 
 ${LANE_MEMORY}
 
-#include "tile_main.wgsl"
-  let r0 = tile % ${RTILES}u * ${RT}u;
-  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
-  ${NORM}
+#include "fully_connected/main.wgsl"
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
     let sl = q / ${P}u;
     let px = q % ${P}u;
     ${TAPS}
   }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE_ALL}
-  }
-}
+#include "split_store.wgsl"

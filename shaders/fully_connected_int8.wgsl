@@ -15,10 +15,7 @@ fn lanes_min_negmax(x: vec4<f32>) -> vec4<f32> {
 
 ${LANE_MEMORY}
 
-#include "tile_main.wgsl"
-  let r0 = tile % ${RTILES}u * ${RT}u;
-  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
-  ${NORM}
+#include "fully_connected/main.wgsl"
   ${ROW_RANGES}
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
@@ -27,8 +24,4 @@ ${LANE_MEMORY}
     ${TAPS}
   }
   ${TO_FLOAT}
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE_ALL}
-  }
-}
+#include "split_store.wgsl"

@@ -8,12 +8,7 @@ fn texel(s: u32, y: i32, x: i32) -> vec4<f32> {
   return vec4<f32>(src[(s * ${IH}u + u32(y)) * ${IW}u + u32(x)]);
 }
 
-#include "grid_main.wgsl"
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z;
-  let ob = 0u;
-  let oi = (os * ${H}u + oy) * ${W}u + ox;
+#include "batch0_main.wgsl"
   var xt = vec4<f32>(mat[0]);
   var yt = vec4<f32>(mat[1]);
   ${CORRECT}

@@ -64,8 +64,9 @@ def load_fn(g: ConvGeometry, mult: int) -> Code:
     """`load(ob, iy, ix, os)`: the input vec4 feeding output slice os at pixel (iy, ix), in storage precision."""
     plane = g.ih * g.iw
     numbers = {"IN_VOLUME": g.si * plane, "IW": g.iw, "PLANE": plane, "MULT": mult, "IC_LAST": g.ic - 1}
-    piece = "load" if mult == 1 else "load_multiplier4" if mult % 4 == 0 else "load_lanes"
-    return Code(codegen.fill(f"depthwise/{piece}.wgsl", numbers) + "\n")
+    piece = ("depthwise/load.wgsl" if mult == 1 else "depthwise/load_multiplier4.wgsl" if mult % 4 == 0
+             else "depthwise/load_lanes.wgsl")
+    return Code(codegen.fill(piece, numbers) + "\n")
 
 
 class DepthwiseConv2DKernel:

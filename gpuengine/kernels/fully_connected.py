@@ -191,7 +191,7 @@ class FullyConnectedKernel:
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                       "WEIGHTS_FN": reader, "NORM": norm_code, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
-                      "STORE_ALL": lines(store, 4)}
+                      "STORE": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
@@ -402,7 +402,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                     Binding("dst", tensor=out, writable=True)]
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                   "NORM": norm_code, "ROW_RANGES": row_ranges, "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
-                  "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
+                  "TO_FLOAT": lines(to_float, 2), "STORE": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
