@@ -194,7 +194,7 @@ class AttentionKernel:
             invocations = dec.invocations_per_workgroup
             block = _key_block(ds, vs, dec.group)
             params.update({**fixed, "LOCATE": Code(locate),
-                           "ROW": Code(_row_code(shared_kv, rows, unit, _padded(unit, dec.group))),
+                           "ROW": _row_code(shared_kv, rows, unit, _padded(unit, dec.group)),
                            "KEYS": _shared_keys("0u", f"{n}u", ds, vs, block, invocations) if shared_kv
                                    else _keys("0u", f"{n}u", dec.split, ds, vs),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
@@ -249,17 +249,16 @@ class AttentionKernel:
             block = _key_block(ds, vs, dec.group)
             if shared_kv:  # chunk-major, so a workgroup's rows (one KV head's) share their chunk: from wid alone
                 padded = _padded(unit, dec.group)
-                row = [f"let chunk_tiles = {units * padded}u;",
-                       f"let c = min((wid.x + wid.y * {dispatch[0]}u) * {dec.group}u / chunk_tiles, {chunks - 1}u);",
-                       f"let r = tile % {padded}u;",
-                       f"let row = min(tile % chunk_tiles / {padded}u * {unit}u + min(r, {unit - 1}u), {rows - 1}u);",
-                       f"let has_row = r < {unit}u && tile < {tiles}u;"]
+                row = codegen.fill("attention/chunk_shared.wgsl", {
+                    "CHUNK_TILES": units * padded, "DISPATCH_X": dispatch[0], "GROUP": dec.group,
+                    "CHUNKS_LAST": chunks - 1, "PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                    "ROWS_LAST": rows - 1, "TILES": tiles}, "  ")
             else:
-                row = [f"let t = min(tile, {tiles - 1}u);", f"let row = t / {chunks}u;", f"let c = t % {chunks}u;",
-                       f"let has_row = tile < {tiles}u;"]
+                row = codegen.fill("attention/chunk_tile.wgsl", {"TILES_LAST": tiles - 1, "CHUNKS": chunks,
+                                                                 "TILES": tiles}, "  ")
             chunk = -(-n // chunks)
             start, end = f"c * {chunk}u", f"min({n}u, (c + 1u) * {chunk}u)"
-            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": Code("\n  ".join(row)),
+            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": row,
                            "KEYS": _shared_keys(start, end, ds, vs, block, invocations) if shared_kv
                                    else _keys(start, end, dec.split, ds, vs),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
@@ -385,12 +384,12 @@ def _shared_candidates(unit: int, ds: int, vs: int, max_chunks: int = 1) -> list
     return result
 
 
-def _row_code(shared_kv: bool, rows: int, unit: int, padded: int) -> str:
-    """WGSL defining `row` (the query row of this tile) and `active` (whether it has one to store)."""
+def _row_code(shared_kv: bool, rows: int, unit: int, padded: int) -> Code:
+    """WGSL defining `row` (the query row of this tile) and `has_row` (whether it has one to store)."""
     if not shared_kv:
-        return f"let row = min(tile, {rows - 1}u);\n  let has_row = tile < {rows}u;"
-    return "\n  ".join([f"let r = tile % {padded}u;", f"let row = min(tile / {padded}u * {unit}u + min(r, {unit - 1}u),"
-                       f" {rows - 1}u);", f"let has_row = r < {unit}u && tile / {padded}u * {unit}u < {rows}u;"])
+        return codegen.fill("attention/row_tile.wgsl", {"ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
+    return codegen.fill("attention/row_shared.wgsl", {"PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                                                      "ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
 
 
 def _keys(start: str, end: str, split: int, ds: int, vs: int) -> Code:
