@@ -80,7 +80,10 @@ def fill(path: str, params: dict[str, int | float | bool | Code], indent: str = 
     a piece a kernel chooses per dispatch and passes as a template's placeholder; `indent` is put before every line
     after the first (the placeholder's own indentation gives the first), before the values go in."""
     text = snippet(path).removesuffix("\n").replace("\n", "\n" + indent)
-    return Code(string.Template(text).substitute({k: literal(v) for k, v in params.items()}))
+    try:
+        return Code(string.Template(text).substitute({k: literal(v) for k, v in params.items()}))
+    except KeyError as e:
+        raise ValueError(f"shader snippet {INCLUDE_DIR}/{path} needs parameter {e.args[0]!r}, not given") from e
 
 
 @functools.cache

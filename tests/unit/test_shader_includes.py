@@ -92,3 +92,15 @@ def test_an_include_outside_the_folder_is_refused(monkeypatch, path):
     _fake_files(monkeypatch, {})
     with pytest.raises(codegen.ShaderIncludeError, match="invalid include path"):
         codegen._resolve(f"#include \"{path}\"\n", "k.wgsl", ())
+
+
+def test_fill_indents_the_snippet_before_the_values_go_in(monkeypatch):
+    """A piece a kernel chooses per dispatch: numbers become literals, Code goes in as it is, and only the snippet's
+    own lines take the placeholder's indentation (a value's lines keep theirs)."""
+    monkeypatch.setattr(codegen, "snippet", lambda path: "// doc\nfor (var i = 0u; i < ${N}u; i++) {\n  ${BODY}\n}\n"
+                        .split("\n", 1)[1])
+    body = codegen.Code("a += 1.0;\n    b += 2.0;")
+    assert codegen.fill("x.wgsl", {"N": 3, "BODY": body}, "  ") == (
+        "for (var i = 0u; i < 3u; i++) {\n    a += 1.0;\n    b += 2.0;\n  }")
+    with pytest.raises(ValueError, match=r"include/x\.wgsl needs parameter 'BODY'"):
+        codegen.fill("x.wgsl", {"N": 3}, "")
