@@ -266,9 +266,8 @@ def lane_placeholders(d: Decomposition, accumulators: int, dispatch_x: int) -> d
     invocations of one tile are always inside one subgroup (or whole subgroups), whatever the adapter's
     subgroup size."""
     k, g = d.split, d.group
-    tile = f"let tile = (wid.x + wid.y * {dispatch_x}u) * {g}u + slot;"
     if k == 1:
-        return {"LANE_ARGS": Code(""), "LANE": Code(f"let k = 0u;\n  let slot = li;\n  {tile}"),
+        return {"LANE_ARGS": Code(""), "LANE": fill("lane_single.wgsl", {"DISPATCH_X": dispatch_x, "GROUP": g}, "  "),
                 "LANE_MEMORY": Code("")}
     if d.subgroup:
         args = (", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, "
@@ -277,8 +276,8 @@ def lane_placeholders(d: Decomposition, accumulators: int, dispatch_x: int) -> d
         size = (k * g // 4) * accumulators  # one partial per subgroup; subgroups have at least 4 invocations
     else:
         args, pos, size = "", "let pos = li;", k * g * accumulators
-    lane = f"{pos}\n  let k = pos % {k}u;\n  let slot = pos / {k}u;\n  {tile}"
-    return {"LANE_ARGS": Code(args), "LANE": Code(lane),
+    lane = fill("lane.wgsl", {"POS": Code(pos), "SPLIT": k, "DISPATCH_X": dispatch_x, "GROUP": g}, "  ")
+    return {"LANE_ARGS": Code(args), "LANE": lane,
             "LANE_MEMORY": Code(f"var<workgroup> lane_partials: array<vec4<f32>, {max(1, size)}>;")}
 
 
