@@ -605,15 +605,14 @@ def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | Non
     if inverse_scale is not None:
         fn, binding, shape, adj = operand_reader(graph, t, adj, name, view)
         raw = fn.replace(f"fn {name}_at(", f"fn {name}_real(", 1)
-        return (Code(raw + f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ "
-                     f"return round({name}_real(i0, i1, row, sl) * {codegen.literal(inverse_scale)}); }}\n"),
-                binding, shape, adj)
+        rounded = codegen.fill("matmul/operand_int8.wgsl", {"NAME": Code(name), "INVERSE_SCALE": inverse_scale})
+        return Code(raw + rounded + "\n"), binding, shape, adj
     tensor = graph.tensors[t]
     shape = tuple(tensor.shape)
     if view:
         shape = tuple(view[-1].out_shape)
         body, element, _ = layout_view.reader(view, name, READER_PARAMS[len(shape)])
-        fn = (f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n  {body}\n  return value;\n}}\n")
+        fn = codegen.fill("matmul/operand_view.wgsl", {"NAME": Code(name), "READ": Code(body)}) + "\n"
         return Code(fn), Binding(name, tensor=t, element=element), shape, adj
     if tensor.data is not None:
         data = const_f32(graph, t)
@@ -634,7 +633,7 @@ def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | Non
         index = f"({i1} * {s}u + sl) * {rows}u + row"
     else:
         index = f"(({i0} * {s}u + sl) * {d1}u + {i1}) * {rows}u + row"
-    fn = f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ return vec4<f32>({name}[{index}]); }}\n"
+    fn = codegen.fill("matmul/operand.wgsl", {"NAME": Code(name), "INDEX": Code(index)}) + "\n"
     return Code(fn), binding, shape, adj
 
 
