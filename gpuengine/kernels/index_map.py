@@ -31,8 +31,8 @@ def lanes(init: Code, lane: Code, channels: int) -> Code:
     """A copy.wgsl body setting `value` lane by lane: init, then `lane` per output channel c of the slice (those
     below `channels` where the last slice has padding lanes)."""
     if channels % 4:
-        return codegen.fill("copy/lanes_guarded.wgsl", {"INIT": init, "LANE": lane, "C": channels}, "  ")
-    return codegen.fill("copy/lanes.wgsl", {"INIT": init, "LANE": lane}, "  ")
+        return codegen.fill("lanes_guarded.wgsl", {"INIT": init, "LANE": lane, "C": channels}, "  ")
+    return codegen.fill("lanes.wgsl", {"INIT": init, "LANE": lane}, "  ")
 
 
 class Ix:
