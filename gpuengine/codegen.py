@@ -15,12 +15,83 @@ from .kernels.base import Binding, Code, Decomposition, KernelSpec
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# -- shader files ----------------------------------------------------------------------------------------------
+# Every kernel's WGSL is a file: shaders/<kernel>.wgsl, a string.Template whose ${PLACEHOLDERS} the kernel fills with
+# what varies per dispatch (baked numbers, generated expressions, unrolled lists). Pieces several shaders share are
+# snippet files under shaders/include/, pulled in by a line `#include "<path>"` (path relative to shaders/include/):
+# the line is replaced by the snippet, each of its lines indented as the include line is. A snippet's leading
+# comment lines are its documentation and are not included; a snippet may include others (not itself, directly or
+# not). Both are resolved once, when a file is first loaded.
+INCLUDE_DIR = "include"
+_INCLUDE = re.compile(r'^(?P<indent>[ \t]*)#include "(?P<path>[^"]*)"[ \t]*$')
+_INCLUDE_PATH = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*\.wgsl$")
+
+
+class ShaderIncludeError(ValueError):
+    """A shader file names an include that is missing, malformed or includes itself."""
+
+
+def _shader_file(path: str) -> str:
+    """The text of shaders/<path> as packaged."""
+    return resources.files("gpuengine.shaders").joinpath(path).read_text()
+
+
+def _resolve(text: str, where: str, stack: tuple[str, ...]) -> str:
+    """text with its #include lines replaced by the snippets they name (where: the file, for errors; stack: the
+    snippets being resolved, none of which may include itself)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        content = line.rstrip("\r\n")
+        match = _INCLUDE.match(content)
+        if match is None:
+            out.append(line)
+            continue
+        body = _load_snippet(match["path"], where, stack).removesuffix("\n")
+        if match["indent"]:
+            body = "\n".join(match["indent"] + piece if piece else piece for piece in body.split("\n"))
+        out.append(body + line[len(content):])
+    return "".join(out)
+
+
+def _load_snippet(path: str, where: str, stack: tuple[str, ...]) -> str:
+    if not _INCLUDE_PATH.match(path):
+        raise ShaderIncludeError(f"{where}: invalid include path {path!r}")
+    if path in stack:
+        raise ShaderIncludeError(f"{where}: include loop {' -> '.join((*stack, path))}")
+    try:
+        text = _shader_file(f"{INCLUDE_DIR}/{path}")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        raise ShaderIncludeError(f"{where}: included file {INCLUDE_DIR}/{path} not found") from e
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].lstrip().startswith("//"):
+        lines.pop(0)
+    return _resolve("".join(lines), f"{INCLUDE_DIR}/{path}", (*stack, path))
+
+
+@functools.cache
+def snippet(path: str) -> str:
+    """The shared WGSL piece shaders/include/<path>, its documentation comment dropped and its includes resolved
+    (for kernels that add a piece to a shader's text themselves, e.g. the math helpers an expression calls)."""
+    return _load_snippet(path, "snippet()", ())
+
+
+def fill(path: str, params: dict[str, int | float | bool | Code], indent: str = "") -> Code:
+    """The snippet shaders/include/<path> with its placeholders filled (numbers as WGSL literals, Code as it is), for
+    a piece a kernel chooses per dispatch and passes as a template's placeholder; `indent` is put before every line
+    after the first (the placeholder's own indentation gives the first), before the values go in."""
+    text = snippet(path).removesuffix("\n").replace("\n", "\n" + indent)
+    try:
+        return Code(string.Template(text).substitute({k: literal(v) for k, v in params.items()}))
+    except KeyError as e:
+        raise ValueError(f"shader snippet {INCLUDE_DIR}/{path} needs parameter {e.args[0]!r}, not given") from e
+
+
 @functools.cache
 def load_template(name: str) -> string.Template:
+    """shaders/<name>.wgsl with its includes resolved."""
     if not _NAME.match(name):
         raise ValueError(f"invalid shader template name {name!r}")
-    text = resources.files("gpuengine.shaders").joinpath(f"{name}.wgsl").read_text()
-    return string.Template(text)
+    return string.Template(_resolve(_shader_file(f"{name}.wgsl"), f"{name}.wgsl", ()))
 
 
 def literal(value: int | float | bool | Code) -> str:
@@ -151,41 +222,14 @@ def epilogue(spec: KernelSpec) -> str:
     return "\n    ".join(parts)
 
 
-# The head of main in kernels that compute one PHWC4 output vec4 per invocation (the elementwise and layout
-# family): gid = (x, y, batch * S + slice) over the output's S slices x H x W, out of range returns, and `oi`, the
-# vec4's index in `dst`. Templates open main with ${ELEMENT_MAIN} and go on from there.
-ELEMENT_MAIN = """@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z % ${S}u;
-  let ob = gid.z / ${S}u;
-  let oi = ((ob * ${S}u + os) * ${H}u + oy) * ${W}u + ox;"""
-
-# The shared store of kernels that write several output vec4s per invocation (the conv family): bounds
-# check against the output's SO slices x OH x OW, then the epilogue, then the write to `dst`.
-STORE_FN = """fn store(v: vec4<f32>, ob: u32, oy: u32, ox: u32, os: u32) {
-  if (os >= ${SO}u || ox >= ${OW}u || oy >= ${OH}u) { return; }
-  let oi = ((ob * ${SO}u + os) * ${OH}u + oy) * ${OW}u + ox;
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = D4(value);
-}"""
-
-
 def render(spec: KernelSpec, precision: str = "fp32") -> str:
     """The WGSL of a dispatch: the precision's preamble, then the template filled in."""
     params = {k: literal(v) for k, v in spec.params.items()}
     params.update(BINDINGS=bindings_decl(spec, precision), EPILOGUE=epilogue(spec))
-    if "SO" in params and "OH" in params and "OW" in params:
-        params["STORE_FN"] = string.Template(STORE_FN).substitute(params)
     params.update(
         WG_X=str(spec.workgroup[0]), WG_Y=str(spec.workgroup[1]), WG_Z=str(spec.workgroup[2]),
         GRID_X=f"{spec.grid[0]}u", GRID_Y=f"{spec.grid[1]}u", GRID_Z=f"{spec.grid[2]}u",
     )
-    if "S" in params and "H" in params and "W" in params:
-        params["ELEMENT_MAIN"] = string.Template(ELEMENT_MAIN).substitute(params)
     try:
         text = (preamble(dispatch_precision(spec, precision), precision == "fp16", store_precision(spec, precision))
                 + load_template(spec.shader).substitute(params))
@@ -222,9 +266,8 @@ def lane_placeholders(d: Decomposition, accumulators: int, dispatch_x: int) -> d
     invocations of one tile are always inside one subgroup (or whole subgroups), whatever the adapter's
     subgroup size."""
     k, g = d.split, d.group
-    tile = f"let tile = (wid.x + wid.y * {dispatch_x}u) * {g}u + slot;"
     if k == 1:
-        return {"LANE_ARGS": Code(""), "LANE": Code(f"let k = 0u;\n  let slot = li;\n  {tile}"),
+        return {"LANE_ARGS": Code(""), "LANE": fill("lane_single.wgsl", {"DISPATCH_X": dispatch_x, "GROUP": g}, "  "),
                 "LANE_MEMORY": Code("")}
     if d.subgroup:
         args = (", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, "
@@ -233,8 +276,8 @@ def lane_placeholders(d: Decomposition, accumulators: int, dispatch_x: int) -> d
         size = (k * g // 4) * accumulators  # one partial per subgroup; subgroups have at least 4 invocations
     else:
         args, pos, size = "", "let pos = li;", k * g * accumulators
-    lane = f"{pos}\n  let k = pos % {k}u;\n  let slot = pos / {k}u;\n  {tile}"
-    return {"LANE_ARGS": Code(args), "LANE": Code(lane),
+    lane = fill("lane.wgsl", {"POS": Code(pos), "SPLIT": k, "DISPATCH_X": dispatch_x, "GROUP": g}, "  ")
+    return {"LANE_ARGS": Code(args), "LANE": lane,
             "LANE_MEMORY": Code(f"var<workgroup> lane_partials: array<vec4<f32>, {max(1, size)}>;")}
 
 
@@ -284,7 +327,7 @@ def lane_reduce(names: list[str], d: Decomposition, combine: str = "{a} + {b}", 
 def has_epilogue(spec: KernelSpec) -> bool:
     """True when the template applies ${EPILOGUE} to its standard output vec4 (so ops can fuse into it)."""
     text = load_template(spec.shader).template
-    return "${EPILOGUE}" in text or "${STORE_FN}" in text
+    return "${EPILOGUE}" in text
 
 
 def dispatch_size(spec: KernelSpec) -> tuple[int, int, int]:

@@ -9,21 +9,18 @@
 ${BINDINGS}
 
 ${READERS}
+#include "attention/operands.wgsl"
+
 
 fn store(v: vec4<f32>, i0: u32, i1: u32, m: u32, ns: u32) {
   ${LOCATE}
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = D4(value);
-}
+#include "store_value.wgsl"
 
 ${PARTIALS}
 ${KV_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
-  ${ROW_STATE}
+#include "tile_main.wgsl"
+  #include "attention/row.wgsl"
   if (k == 0u && has_row) {
     for (var s = 0u; s < ${VS}u; s++) {
       store(acc[s] / total, i0, i1, m, s);

@@ -4,10 +4,7 @@ ${BINDINGS}
 
 fn store(v: vec4<f32>, i0: u32, i1: u32, m: u32, ns: u32) {
   ${LOCATE}
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = D4(value);
-}
+#include "store_value.wgsl"
 
 @compute @workgroup_size(${WG_X}, 1, 1)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -6,14 +6,14 @@
 ${BINDINGS}
 
 ${READERS}
+#include "attention/operands.wgsl"
+
 
 ${PARTIALS}
 ${KV_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
-  ${ROW_STATE}
+#include "tile_main.wgsl"
+  #include "attention/row.wgsl"
   if (k == 0u && has_row) {
     let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;
     partials[base] = vec4<f32>(mx, total, 0.0, 0.0);

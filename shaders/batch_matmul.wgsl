@@ -9,9 +9,7 @@ ${READERS}
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   let m = tile % ${M}u;
   let ns = tile / ${M}u % ${NS}u;
   let bi = min(tile / ${M}u / ${NS}u, ${BATCH_LAST}u);

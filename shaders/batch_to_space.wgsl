@@ -2,7 +2,7 @@
 // dy = Y % BH, dx = X % BW (crops skip the first TOP rows / LEFT columns). One PHWC4 vec4 per invocation.
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let y = oy + ${TOP}u;
   let x = ox + ${LEFT}u;
   let ib = ((y % ${BH}u) * ${BW}u + x % ${BW}u) * ${B}u + ob;

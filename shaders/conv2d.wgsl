@@ -4,32 +4,17 @@
 // Reads outside the input (padding) are zero; PT/PL may be any non-negative padding.
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   ${ACC_INIT}
-  for (var ky = 0u; ky < ${KH}u; ky++) {
-    let iy = i32(oy * ${SH}u + ky * ${DH}u) - ${PT};
-    if (iy < 0 || iy >= ${IH}) { continue; }
-    for (var kx = 0u; kx < ${KW}u; kx++) {
-      let ix0 = i32(ox0 * ${SW}u + kx * ${DW}u) - ${PL};
-      ${COLS}
+  #include "conv/window.wgsl"
       var wi = ((os0 * ${KH}u + ky) * ${KW}u + kx) * ${SI}u + k;
       var si = ((ob * ${SI}u + k) * ${IH}u + u32(iy)) * ${IW}u;
-      for (var sl = k; sl < ${SI}u; sl += ${SPLIT}u) {
-        ${TAPS}
-        wi += ${SPLIT}u;
-        si += ${SPLIT_PLANE}u;
-      }
+      #include "conv/slices.wgsl"
     }
   }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE}
-  }
-}
+#include "split_store.wgsl"

@@ -4,25 +4,15 @@
 // [out_slice][in_slice].
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   ${PIX}
   ${ACC_INIT}
   var wi = os0 * ${SI}u + k;
   var si = (ob * ${SI}u + k) * ${PLANE}u;
-  for (var sl = k; sl < ${SI}u; sl += ${SPLIT}u) {
-    ${TAPS}
-    wi += ${SPLIT}u;
-    si += ${SPLIT_PLANE}u;
-  }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE}
-  }
-}
+  #include "conv/slices.wgsl"
+#include "split_store.wgsl"

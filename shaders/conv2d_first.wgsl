@@ -2,11 +2,9 @@
 // vec4 feeds a tile of XT output columns x ST output slices (TILE). Weights are mat4x4 blocks [out_slice][ky][kx].
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   let iy0 = i32(oy * ${SH}u) - ${PT};
   let ix0 = i32(ox0 * ${SW}u) - ${PL};

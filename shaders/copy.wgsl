@@ -3,7 +3,7 @@
 // either one aligned vec4 at a time or lane by lane (`c` is the output channel of the lane).
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   ${BODY}
   ${EPILOGUE}
   dst[oi] = D4(value);

@@ -6,7 +6,7 @@ fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
   return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
 }
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let iy = oy / ${BLOCK}u;
   let ix = ox / ${BLOCK}u;
   let base = ((oy % ${BLOCK}u) * ${BLOCK}u + ox % ${BLOCK}u) * ${C}u;

@@ -4,19 +4,12 @@ ${BINDINGS}
 
 ${LOAD}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   ${ACC_INIT}
-  for (var ky = 0u; ky < ${KH}u; ky++) {
-    let iy = i32(oy * ${SH}u + ky * ${DH}u) - ${PT};
-    if (iy < 0 || iy >= ${IH}) { continue; }
-    for (var kx = 0u; kx < ${KW}u; kx++) {
-      let ix0 = i32(ox0 * ${SW}u + kx * ${DW}u) - ${PL};
-      ${COLS}
+  #include "conv/window.wgsl"
       let w = S4(weights[(os0 * ${KH}u + ky) * ${KW}u + kx]);
       ${TAPS}
     }

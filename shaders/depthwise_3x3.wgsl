@@ -2,11 +2,9 @@
 // columns of one slice (TILE); every input column of the window is loaded once and reused.
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   ${TILE}
   let iy_base = i32(oy * ${SH}u) - ${PT};
   let ix_base = i32(ox0 * ${SW}u) - ${PL};

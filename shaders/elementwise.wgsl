@@ -4,7 +4,7 @@ ${BINDINGS}
 
 ${READERS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   ${BODY}
   ${EPILOGUE}
   dst[oi] = D4(value);

@@ -5,33 +5,15 @@
 // normalized.
 ${BINDINGS}
 
-${SRC_INDEX}
-
-${WEIGHTS_FN}
-
-fn store(v: vec4<f32>, r: u32, os: u32) {
-${STORE}
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = D4(value);
-}
+#include "fully_connected/store.wgsl"
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
-  let r0 = tile % ${RTILES}u * ${RT}u;
-  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
-  ${NORM}
+#include "fully_connected/main.wgsl"
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
     let sl = q / ${P}u;
     let px = q % ${P}u;
     ${TAPS}
   }
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE_ALL}
-  }
-}
+#include "split_store.wgsl"

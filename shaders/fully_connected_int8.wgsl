@@ -7,16 +7,7 @@
 // rows' ranges (integer arithmetic), then for the dot products, and combine both.
 ${BINDINGS}
 
-${SRC_INDEX}
-
-${WEIGHTS_FN}
-
-fn store(v: vec4<f32>, r: u32, os: u32) {
-${STORE}
-  var value = v;
-  ${EPILOGUE}
-  dst[oi] = D4(value);
-}
+#include "fully_connected/store.wgsl"
 
 fn lanes_min_negmax(x: vec4<f32>) -> vec4<f32> {
   return vec4<f32>(min(min(x.x, x.y), min(x.z, x.w)), -max(max(x.x, x.y), max(x.z, x.w)), 0.0, 0.0);
@@ -24,12 +15,7 @@ fn lanes_min_negmax(x: vec4<f32>) -> vec4<f32> {
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
-  let r0 = tile % ${RTILES}u * ${RT}u;
-  let os0 = tile / ${RTILES}u % ${SG}u * ${ST}u;
-  ${NORM}
+#include "fully_connected/main.wgsl"
   ${ROW_RANGES}
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
@@ -38,8 +24,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ${TAPS}
   }
   ${TO_FLOAT}
-  ${REDUCE}
-  if (k == 0u && tile < ${TILES}u) {
-    ${STORE_ALL}
-  }
-}
+#include "split_store.wgsl"

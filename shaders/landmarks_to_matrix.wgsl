@@ -4,7 +4,7 @@
 // matrix Shift(centre) * R(-r) * Scale(scale * size / output size) * Shift(-output size / 2), one row per vec4.
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
 fn landmark(i: u32) -> vec2<f32> {
   return vec4<f32>(src[i]).xy;
@@ -14,9 +14,7 @@ fn rotated(p: vec2<f32>, c: f32, s: f32) -> vec2<f32> {
   return vec2<f32>(c * p.x - s * p.y, s * p.x + c * p.y);
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+#include "grid_main.wgsl"
   let left = landmark(${LEFT}u);
   let right = landmark(${RIGHT}u);
   let r = ${TARGET} - atan2(right.y - left.y, right.x - left.x);

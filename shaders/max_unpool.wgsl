@@ -4,7 +4,7 @@
 // window start lies within MAX_DY / MAX_DX before the output pixel can hit it; they are scanned in raster order.
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let ty = i32(oy) + ${PAD_T};
   let tx = i32(ox) + ${PAD_L};
   let iy0 = (max(ty - ${MAX_DY}, 0) + ${STRIDE_H} - 1) / ${STRIDE_H};

@@ -8,7 +8,7 @@ fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
   return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
 }
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let ib = map_b(ob);
   let iy = map_y(oy);
   let ix = map_x(ox);

@@ -1,9 +1,7 @@
 // Boundary converter: PHWC4 slices -> dense BHWC float array.
 ${BINDINGS}
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+#include "grid_main.wgsl"
   let ox = gid.x;
   let oy = gid.y;
   let os = gid.z % ${S}u;

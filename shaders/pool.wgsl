@@ -4,7 +4,7 @@
 // the accumulator, fold each input `v` (window offset fy, fx) into it, and set `value` from it.
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let y0 = i32(oy) * ${STRIDE_H} - ${PAD_T};
   let x0 = i32(ox) * ${STRIDE_W} - ${PAD_L};
   let fy0 = max(0, -y0);

@@ -8,9 +8,7 @@ ${FUNCS}
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
+#include "tile_main.wgsl"
   let ox = tile % ${W}u;
   let oy = tile / ${W}u % ${H}u;
   let os = tile / ${OUT_PLANE}u % ${S}u;

@@ -6,7 +6,7 @@ fn src_at(b: u32, s: u32, y: u32, x: u32) -> vec4<f32> {
   return vec4<f32>(src[((b * ${S}u + s) * ${IH}u + y) * ${IW}u + x]);
 }
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let ty = tab[oy];
   let tx = tab[${H}u + ox];
   let y0 = u32(ty.x);

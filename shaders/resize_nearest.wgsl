@@ -2,7 +2,7 @@
 // (column) index the host computed into tab[y].x (tab[H + x].x) with TFLite's float32 rounding.
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let iy = u32(tab[oy].x);
   let ix = u32(tab[${H}u + ox].x);
   var value = vec4<f32>(src[((ob * ${S}u + os) * ${IH}u + iy) * ${IW}u + ix]);

@@ -4,7 +4,7 @@
 // tables at logical channel `cx` / `j` of the output row (ob, oy, ox).
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   var value = vec4<f32>(0.0);
   for (var l = 0u; l < 4u; l++) {
     let c = os * 4u + l;

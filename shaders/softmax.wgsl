@@ -7,15 +7,7 @@ ${BINDINGS}
 
 ${LANE_MEMORY}
 
-@compute @workgroup_size(${WG_X}, 1, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32${LANE_ARGS}) {
-  ${LANE}
-  let ox = tile % ${W}u;
-  let oy = tile / ${W}u % ${H}u;
-  let ob = min(tile / ${W}u / ${H}u, ${BATCH_LAST}u);
-  let plane = ${H}u * ${W}u;
-  let base = ob * ${S}u * plane + oy * ${W}u + ox;
-  let last_mask = ${LAST_MASK};
+#include "row_main.wgsl"
   var m = vec4<f32>(${LOWEST});
   ${MAX_PASS}
   let mx = max(max(m.x, m.y), max(m.z, m.w));

@@ -2,7 +2,7 @@
 // where that falls in the padding. One PHWC4 vec4 per invocation (channels do not move).
 ${BINDINGS}
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   let b = ob % ${B}u;
   let blk = ob / ${B}u;
   let iy = i32(oy * ${BH}u + blk / ${BW}u) - ${TOP};

@@ -6,7 +6,7 @@ fn src_at(b: u32, s: u32, y: u32, x: u32) -> u32 {
   return ((b * ${IS}u + s) * ${IH}u + y) * ${IW}u + x;
 }
 
-${ELEMENT_MAIN}
+#include "element_main.wgsl"
   var value = vec4<f32>(0.0);
   if (${WHOLE}) {
     let blk = (os * 4u) / ${C}u;

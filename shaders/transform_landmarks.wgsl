@@ -7,14 +7,7 @@ fn channel(y: u32, x: u32, c: u32) -> f32 {
   return f32(src[((c / 4u) * ${H}u + y) * ${W}u + x][c % 4u]);
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z;
-  let ob = 0u;
-  let oi = (os * ${H}u + oy) * ${W}u + ox;
+#include "batch0_main.wgsl"
   var xt = vec4<f32>(mat[0]);
   var yt = vec4<f32>(mat[1]);
   xt.w = xt.w * ${SCALE};

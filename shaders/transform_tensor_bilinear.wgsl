@@ -8,14 +8,7 @@ fn texel(s: u32, y: i32, x: i32) -> vec4<f32> {
   return vec4<f32>(src[(s * ${IH}u + u32(y)) * ${IW}u + u32(x)]);
 }
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
-  let ox = gid.x;
-  let oy = gid.y;
-  let os = gid.z;
-  let ob = 0u;
-  let oi = (os * ${H}u + oy) * ${W}u + ox;
+#include "batch0_main.wgsl"
   var xt = vec4<f32>(mat[0]);
   var yt = vec4<f32>(mat[1]);
   ${CORRECT}

@@ -3,11 +3,9 @@
 // Weights are mat4x4 blocks [out_slice][ky][kx][in_slice]; each invocation computes ST output slices.
 ${BINDINGS}
 
-${STORE_FN}
+#include "store_fn.wgsl"
 
-@compute @workgroup_size(${WG_X}, ${WG_Y}, ${WG_Z})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  if (gid.x >= ${GRID_X} || gid.y >= ${GRID_Y} || gid.z >= ${GRID_Z}) { return; }
+#include "grid_main.wgsl"
   let ox = gid.x;
   let oy = gid.y;
   let os0 = (gid.z % ${SG}u) * ${ST}u;

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import string
 
 import numpy as np
 
+from .. import codegen
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
@@ -42,30 +42,6 @@ MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays 
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
 MIN_CHUNK = 32  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
-
-
-# The part of a row's work both key-loop templates share (attention.wgsl, attention_partials.wgsl): the row's
-# indices, its query, the online-softmax state, the key loop and the merge of a split; filled in per dispatch.
-ROW_STATE = string.Template("""${ROW}
-  let m = row % ${M}u;
-  let bi = row / ${M}u;
-  let i0 = bi / ${B1}u;
-  let i1 = bi % ${B1}u;
-  let kv1 = ${KV};
-  var q: array<vec4<f32>, ${DS}>;
-  for (var s = 0u; s < ${DS}u; s++) {
-    q[s] = xq_at(i0, i1, m, s);
-  }
-  var mx = ${LOWEST};
-  var total = 0.0;
-  var acc: array<vec4<f32>, ${VS}>;
-  let scale = ${SCALE};
-  ${KEYS}
-  ${COMBINE}""")
-
-
-def _row_state(params: dict) -> Code:
-    return Code(ROW_STATE.substitute({k: literal(v) for k, v in params.items()}))
 
 
 def logical(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
@@ -169,8 +145,6 @@ class AttentionKernel:
             key_body = "return xk_at(i0, i1, n, s);"
         # query head i1 reads KV head i1 / group: grouped-query attention without broadcasting K and V
         kv = "i1" if group == 1 else f"i1 / {group}u"
-        helpers = [f"fn key_at(i0: u32, i1: u32, n: u32, s: u32) -> vec4<f32> {{\n  {key_body}\n}}",
-                   "fn value_at(i0: u32, i1: u32, n: u32, s: u32) -> vec4<f32> {\n  return yv_at(i0, i1, n, s);\n}"]
         readers = fq + fk + fv
         mask_bindings = []
         mask_value = "0.0"
@@ -182,12 +156,12 @@ class AttentionKernel:
             mask_value = f"am_at(i0, i1, {row}, {sl})[{ln}] * {literal(float(op.opt(MASK_SCALE)))}"
             readers += fm
             mask_bindings = [bm]
-        helpers.append(f"fn mask_at(i0: u32, i1: u32, m: u32, n: u32) -> f32 {{\n  return {mask_value};\n}}")
         oc_ = to_bhwc(tuple(graph.tensors[out].shape))[3]
         locate = output_locator(graph, out, oshape, op.opt(OUT_VIEW), "\n  ")
         rows = b0 * b1 * m
         fixed = {
-            "READERS": Code(readers + "\n".join(helpers) + "\n"), "M": m, "B1": b1, "N": n, "DS": ds, "VS": vs,
+            "READERS": Code(readers.removesuffix("\n")), "KEY_BODY": Code(key_body), "MASK_VALUE": Code(mask_value),
+            "M": m, "B1": b1, "N": n, "DS": ds, "VS": vs,
             "KV": Code(kv), "SCALE": Code(literal(float(op.opt(SCALE)))), "LOWEST": Code(literal(-FLT_MAX)),
         }
         views = "+".join(k.split("_")[1] for k in (*VIEWS, OUT_VIEW) if op.opt(k))
@@ -214,14 +188,13 @@ class AttentionKernel:
             invocations = dec.invocations_per_workgroup
             block = _key_block(ds, vs, dec.group)
             params.update({**fixed, "LOCATE": Code(locate),
-                           "ROW": Code(_row_code(shared_kv, rows, unit, _padded(unit, dec.group))),
-                           "KEYS": Code(_shared_keys("0u", f"{n}u", ds, vs, block, invocations) if shared_kv
-                                        else _keys("0u", f"{n}u", dec.split, ds, vs)),
+                           "ROW": _row_code(shared_kv, rows, unit, _padded(unit, dec.group)),
+                           "KEYS": _shared_keys("0u", f"{n}u", ds, vs, block, invocations) if shared_kv
+                                   else _keys("0u", f"{n}u", dec.split, ds, vs),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
                                              if shared_kv else ""),
-                           "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
-                           "COMBINE": Code(_combine(dec.split, vs) if dec.split > 1 else "")})
-            params["ROW_STATE"] = _row_state(params)
+                           "PARTIALS": _partials(invocations, vs) if dec.split > 1 else Code(""),
+                           "COMBINE": _combine(dec.split, vs) if dec.split > 1 else Code("")})
             fresh = [dataclasses.replace(b) for b in (*inputs, dst)]  # fusion edits a spec's bindings in place
             return KernelSpec("attention", params, fresh, grid=(tiles * dec.split, 1, 1),
                               workgroup=(invocations, 1, 1), dispatch=dispatch, out_channels=oc_,
@@ -270,24 +243,22 @@ class AttentionKernel:
             block = _key_block(ds, vs, dec.group)
             if shared_kv:  # chunk-major, so a workgroup's rows (one KV head's) share their chunk: from wid alone
                 padded = _padded(unit, dec.group)
-                row = [f"let chunk_tiles = {units * padded}u;",
-                       f"let c = min((wid.x + wid.y * {dispatch[0]}u) * {dec.group}u / chunk_tiles, {chunks - 1}u);",
-                       f"let r = tile % {padded}u;",
-                       f"let row = min(tile % chunk_tiles / {padded}u * {unit}u + min(r, {unit - 1}u), {rows - 1}u);",
-                       f"let has_row = r < {unit}u && tile < {tiles}u;"]
+                row = codegen.fill("attention/chunk_shared.wgsl", {
+                    "CHUNK_TILES": units * padded, "DISPATCH_X": dispatch[0], "GROUP": dec.group,
+                    "CHUNKS_LAST": chunks - 1, "PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                    "ROWS_LAST": rows - 1, "TILES": tiles}, "  ")
             else:
-                row = [f"let t = min(tile, {tiles - 1}u);", f"let row = t / {chunks}u;", f"let c = t % {chunks}u;",
-                       f"let has_row = tile < {tiles}u;"]
+                row = codegen.fill("attention/chunk_tile.wgsl", {"TILES_LAST": tiles - 1, "CHUNKS": chunks,
+                                                                 "TILES": tiles}, "  ")
             chunk = -(-n // chunks)
             start, end = f"c * {chunk}u", f"min({n}u, (c + 1u) * {chunk}u)"
-            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": Code("\n  ".join(row)),
-                           "KEYS": Code(_shared_keys(start, end, ds, vs, block, invocations) if shared_kv
-                                        else _keys(start, end, dec.split, ds, vs)),
+            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": row,
+                           "KEYS": _shared_keys(start, end, ds, vs, block, invocations) if shared_kv
+                                   else _keys(start, end, dec.split, ds, vs),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
                                              if shared_kv else ""),
-                           "PARTIALS": Code(_partials(invocations, vs) if dec.split > 1 else ""),
-                           "COMBINE": Code(_combine(dec.split, vs) if dec.split > 1 else "")})
-            params["ROW_STATE"] = _row_state(params)
+                           "PARTIALS": _partials(invocations, vs) if dec.split > 1 else Code(""),
+                           "COMBINE": _combine(dec.split, vs) if dec.split > 1 else Code("")})
             fresh = [*(dataclasses.replace(b) for b in inputs), scratch(True)]
             return KernelSpec("attention_partials", params, fresh, grid=(tiles * dec.split, 1, 1),
                               workgroup=(invocations, 1, 1), dispatch=dispatch,
@@ -407,65 +378,36 @@ def _shared_candidates(unit: int, ds: int, vs: int, max_chunks: int = 1) -> list
     return result
 
 
-def _row_code(shared_kv: bool, rows: int, unit: int, padded: int) -> str:
-    """WGSL defining `row` (the query row of this tile) and `active` (whether it has one to store)."""
+def _row_code(shared_kv: bool, rows: int, unit: int, padded: int) -> Code:
+    """WGSL defining `row` (the query row of this tile) and `has_row` (whether it has one to store)."""
     if not shared_kv:
-        return f"let row = min(tile, {rows - 1}u);\n  let has_row = tile < {rows}u;"
-    return "\n  ".join([f"let r = tile % {padded}u;", f"let row = min(tile / {padded}u * {unit}u + min(r, {unit - 1}u),"
-                       f" {rows - 1}u);", f"let has_row = r < {unit}u && tile / {padded}u * {unit}u < {rows}u;"])
+        return codegen.fill("attention/row_tile.wgsl", {"ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
+    return codegen.fill("attention/row_shared.wgsl", {"PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                                                      "ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
 
 
-UPDATE = """let score = dot_qk * scale + mask_at(i0, i1, m, n);
-    let top = max(mx, score);
-    let corr = exp(mx - top);
-    let p = exp(score - top);
-    total = total * corr + p;"""
-
-
-def _keys(start: str, end: str, split: int, ds: int, vs: int) -> str:
+def _keys(start: str, end: str, split: int, ds: int, vs: int) -> Code:
     """The key loop of a row over keys [start, end) (every split-th key), reading K and V from storage."""
-    return "\n  ".join([
-        f"for (var n = {start} + k; n < {end}; n += {split}u) {{", "  var dot_qk = 0.0;",
-        f"  for (var s = 0u; s < {ds}u; s++) {{", "    dot_qk += dot(q[s], key_at(i0, kv1, n, s));", "  }",
-        "  " + UPDATE.replace("\n", "\n  "), f"  for (var s = 0u; s < {vs}u; s++) {{",
-        "    acc[s] = acc[s] * corr + p * value_at(i0, kv1, n, s);", "  }", "  mx = top;", "}"])
+    return codegen.fill("attention/keys.wgsl", {"START": Code(start), "END": Code(end), "SPLIT": split, "DS": ds,
+                                                "VS": vs}, "  ")
 
 
-def _shared_keys(start: str, end: str, ds: int, vs: int, block: int, invocations: int) -> str:
+def _shared_keys(start: str, end: str, ds: int, vs: int, block: int, invocations: int) -> Code:
     """The key loop of a workgroup whose rows read the same K/V, over keys [start, end) (the same for the whole
     workgroup): blocks of `block` keys loaded into kv_tile by all its invocations, then read by each row from
     workgroup memory."""
-    width = ds + vs
-    return "\n  ".join([
-        f"for (var first = {start}; first < {end}; first += {block}u) {{", "  workgroupBarrier();",
-        f"  for (var e = li; e < {block * width}u; e += {invocations}u) {{",
-        f"    let key_n = min(first + e / {width}u, {end} - 1u);", f"    let s = e % {width}u;",
-        f"    if (s < {ds}u) {{", "      kv_tile[e] = key_at(i0, kv1, key_n, s);", "    } else {",
-        f"      kv_tile[e] = value_at(i0, kv1, key_n, s - {ds}u);", "    }", "  }", "  workgroupBarrier();",
-        f"  for (var j = 0u; j < min({block}u, {end} - first); j++) {{", "    let n = first + j;",
-        "    var dot_qk = 0.0;", f"    for (var s = 0u; s < {ds}u; s++) {{",
-        f"      dot_qk += dot(q[s], kv_tile[j * {width}u + s]);", "    }",
-        "    " + UPDATE.replace("\n", "\n    "), f"    for (var s = 0u; s < {vs}u; s++) {{",
-        f"      acc[s] = acc[s] * corr + p * kv_tile[j * {width}u + {ds}u + s];", "    }", "    mx = top;", "  }",
-        "}"])
+    return codegen.fill("attention/shared_keys.wgsl", {
+        "START": Code(start), "END": Code(end), "BLOCK": block, "BLOCK_VEC4S": block * (ds + vs), "WIDTH": ds + vs,
+        "INVOCATIONS": invocations, "DS": ds, "VS": vs}, "  ")
 
 
-def _partials(invocations: int, vs: int) -> str:
-    return (f"var<workgroup> part_acc: array<vec4<f32>, {invocations * vs}>;\n"
-            f"var<workgroup> part_ml: array<vec2<f32>, {invocations}>;")
+def _partials(invocations: int, vs: int) -> Code:
+    return codegen.fill("attention/partials.wgsl", {"PART_VEC4S": invocations * vs, "INVOCATIONS": invocations})
 
 
-def _combine(split: int, vs: int) -> str:
+def _combine(split: int, vs: int) -> Code:
     """Invocation 0 of a row merges the softmax states of the row's `split` invocations (workgroup memory)."""
-    return "\n  ".join([
-        "part_ml[pos] = vec2<f32>(mx, total);",
-        f"for (var s = 0u; s < {vs}u; s++) {{ part_acc[pos * {vs}u + s] = acc[s]; }}",
-        "workgroupBarrier();", "if (k == 0u) {",
-        f"  for (var j = 1u; j < {split}u; j++) {{", "    let o = pos + j;", "    let other = part_ml[o];",
-        "    let top = max(mx, other.x);", "    let a = exp(mx - top);", "    let b = exp(other.x - top);",
-        "    total = total * a + other.y * b;",
-        f"    for (var s = 0u; s < {vs}u; s++) {{ acc[s] = acc[s] * a + part_acc[o * {vs}u + s] * b; }}",
-        "    mx = top;", "  }", "}"])
+    return codegen.fill("attention/combine.wgsl", {"SPLIT": split, "VS": vs}, "  ")
 
 
 KERNEL = AttentionKernel()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices
 from ..model.ir import Graph, Op
 from . import tiling
@@ -62,21 +63,10 @@ def tap_weights(w: np.ndarray, oc: int) -> np.ndarray:
 def load_fn(g: ConvGeometry, mult: int) -> Code:
     """`load(ob, iy, ix, os)`: the input vec4 feeding output slice os at pixel (iy, ix), in storage precision."""
     plane = g.ih * g.iw
-    head = (
-        "fn load(ob: u32, iy: u32, ix: u32, os: u32) -> S4 {\n"
-        f"  let base = ob * {g.si * plane}u + iy * {g.iw}u + ix;\n"
-    )
-    if mult == 1:
-        return Code(head + f"  return S4(src[base + os * {plane}u]);\n}}\n")
-    if mult % 4 == 0:
-        return Code(
-            head
-            + f"  let c = os * 4u / {mult}u;\n"
-            + f"  return S4(S1(src[base + c / 4u * {plane}u][c % 4u]));\n}}\n"
-        )
-    body = "".join(f"  let c{lane} = min((os * 4u + {lane}u) / {mult}u, {g.ic - 1}u);\n" for lane in range(4))
-    vals = ", ".join(f"S1(src[base + c{lane} / 4u * {plane}u][c{lane} % 4u])" for lane in range(4))
-    return Code(head + body + f"  return S4({vals});\n}}\n")
+    numbers = {"IN_VOLUME": g.si * plane, "IW": g.iw, "PLANE": plane, "MULT": mult, "IC_LAST": g.ic - 1}
+    piece = ("depthwise/load.wgsl" if mult == 1 else "depthwise/load_multiplier4.wgsl" if mult % 4 == 0
+             else "depthwise/load_lanes.wgsl")
+    return Code(codegen.fill(piece, numbers) + "\n")
 
 
 class DepthwiseConv2DKernel:

@@ -22,7 +22,7 @@ from ..model.quantization import INT4, int8_values
 from . import packed_int8
 from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors, tensor_values
-from .index_map import Ix, output_coords, storage_index
+from .index_map import Ix, lanes, output_coords, storage_index
 from .packed_int8 import chunked_reader, chunked_rows, pack_rows
 
 _DUMMY_GRID = tuple(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))
@@ -95,10 +95,8 @@ def _spec(op: Op, graph: Graph, bindings: list[Binding], lane: str) -> KernelSpe
     out_t = op.outputs[0]
     b, h, w, c = to_bhwc(graph.tensors[out_t].shape)
     s = slices(c)
-    guard = f"\n    if (c >= {c}u) {{ break; }}" if c % 4 else ""
-    body = (f"var value = vec4<f32>(0.0);\n  for (var l = 0u; l < 4u; l++) {{\n    let c = os * 4u + l;{guard}\n"
-            f"    {lane}\n  }}")
-    return KernelSpec("copy", {"S": s, "H": h, "W": w, "BODY": Code(body)},
+    body = lanes(Code("vec4<f32>(0.0)"), Code(lane), c)
+    return KernelSpec("copy", {"S": s, "H": h, "W": w, "BODY": body},
                       [*bindings, Binding("dst", tensor=out_t, writable=True)], grid=(w, h, b * s),
                       out_channels=c, label=op.code)
 

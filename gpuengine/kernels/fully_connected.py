@@ -68,24 +68,17 @@ HYBRID = "int8 weights, activations quantized per row as LiteRT (XNNPACK: asymme
 HYBRID_FLOAT = "int8 weights dequantized in registers, float activations, f32 sums (hybrid_arithmetic=float)"
 
 
-def _out_store(so: int, oh: int, ow: int, rows: int) -> Code:
-    """`store(v, r, os)`: output row r (flattened b, y, x) and slice os; bounds-checked."""
-    return Code(
-        f"  if (r >= {rows}u || os >= {so}u) {{ return; }}\n"
-        f"  let ob = r / {oh * ow}u;\n  let oy = r % {oh * ow}u / {ow}u;\n  let ox = r % {ow}u;\n"
-        f"  let oi = ((ob * {so}u + os) * {oh}u + oy) * {ow}u + ox;"
-    )
+def _out_store(so: int, oh: int, ow: int, rows: int) -> dict[str, int]:
+    """The numbers of `store(v, r, os)` (shaders/include/fully_connected/store.wgsl): output rows, slices, shape."""
+    return {"OUT_ROWS": rows, "OUT_SLICES": so, "OUT_PLANE": oh * ow, "OUT_H": oh, "OUT_W": ow}
 
 
 def _src_index(ic: int, plane: int) -> Code:
-    """`src_index(q, sl)`: vec4 index of input pixel q (flattened b, y, x) in slice sl."""
+    """`src_index(q, sl)`'s expression: vec4 index of input pixel q (flattened b, y, x) in slice sl."""
     si = slices(ic)
     if plane == 1:
-        return Code(f"fn src_index(q: u32, sl: u32) -> u32 {{ return q * {si}u + sl; }}")
-    return Code(
-        f"fn src_index(q: u32, sl: u32) -> u32 {{ return q / {plane}u * {si * plane}u + sl * {plane}u"
-        f" + q % {plane}u; }}"
-    )
+        return Code(f"q * {si}u + sl")
+    return Code(f"q / {plane}u * {si * plane}u + sl * {plane}u + q % {plane}u")
 
 
 def fc_blocks(w: np.ndarray, ic: int, so_pad: int) -> np.ndarray:
@@ -162,7 +155,7 @@ class FullyConnectedKernel:
         gated = bool(op.opt("gated"))
         norm = op.opt(NORM)
         fixed = {"SI": si, "P": p, "SO": so, "K": depth, "SRC_INDEX": _src_index(ic, ih * iw),
-                 "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
+                 **_out_store(so // 2 if gated else so, rh, rw, rows)}
 
         def count(tile: tuple[int, int]) -> int:
             return -(-rows // tile[0]) * -(-so // tile[1])
@@ -200,7 +193,7 @@ class FullyConnectedKernel:
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                       "WEIGHTS_FN": reader, "NORM": norm_code, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
-                      "STORE_ALL": lines(store, 4)}
+                      "STORE": lines(store, 4)}
             return KernelSpec("fully_connected", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
@@ -231,7 +224,7 @@ GATE_ACTIVATIONS = {"SILU": f"a * {ELEMENTWISE_LOGISTIC}", "GELU_TANH": _GELU_TA
 def gate_fns(kind: str) -> list[Code]:
     """The WGSL function `gate(a, up)` = act(a) * up of a gated projection, and the helpers it calls."""
     expr = GATE_ACTIVATIONS[kind]
-    return [Code(f"fn gate(a: vec4<f32>, up: vec4<f32>) -> vec4<f32> {{\n  return ({expr}) * up;\n}}\n"),
+    return [Code(codegen.fill("fully_connected/gate.wgsl", {"ACTIVATION": Code(expr)}) + "\n"),
             *(Code(h) for h in helpers_for(expr))]
 
 
@@ -351,7 +344,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
     fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
-             "STORE": _out_store(so // 2 if gated else so, rh, rw, rows)}
+             **_out_store(so // 2 if gated else so, rh, rw, rows)}
 
     def count(tile: tuple[int, int]) -> int:
         return -(-rows // tile[0]) * -(-so // tile[1])
@@ -395,7 +388,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                     Binding("dst", tensor=out, writable=True)]
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                   "NORM": norm_code, "ROW_RANGES": row_ranges, "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
-                  "TO_FLOAT": lines(to_float, 2), "STORE_ALL": lines(store, 4)}
+                  "TO_FLOAT": lines(to_float, 2), "STORE": lines(store, 4)}
         return KernelSpec("fully_connected_int8", params, bindings, grid=(count(d.tile) * d.split, 1, 1),
                           workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch,
                           epilogue=activation(op), out_channels=o // 2 if gated else o,
@@ -597,15 +590,14 @@ def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | Non
     if inverse_scale is not None:
         fn, binding, shape, adj = operand_reader(graph, t, adj, name, view)
         raw = fn.replace(f"fn {name}_at(", f"fn {name}_real(", 1)
-        return (Code(raw + f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ "
-                     f"return round({name}_real(i0, i1, row, sl) * {codegen.literal(inverse_scale)}); }}\n"),
-                binding, shape, adj)
+        rounded = codegen.fill("matmul/operand_int8.wgsl", {"NAME": Code(name), "INVERSE_SCALE": inverse_scale})
+        return Code(raw + rounded + "\n"), binding, shape, adj
     tensor = graph.tensors[t]
     shape = tuple(tensor.shape)
     if view:
         shape = tuple(view[-1].out_shape)
         body, element, _ = layout_view.reader(view, name, READER_PARAMS[len(shape)])
-        fn = (f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n  {body}\n  return value;\n}}\n")
+        fn = codegen.fill("matmul/operand_view.wgsl", {"NAME": Code(name), "READ": Code(body)}) + "\n"
         return Code(fn), Binding(name, tensor=t, element=element), shape, adj
     if tensor.data is not None:
         data = const_f32(graph, t)
@@ -626,7 +618,7 @@ def operand_reader(graph: Graph, t: int, adj: bool, name: str, view: tuple | Non
         index = f"({i1} * {s}u + sl) * {rows}u + row"
     else:
         index = f"(({i0} * {s}u + sl) * {d1}u + {i1}) * {rows}u + row"
-    fn = f"fn {name}_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{ return vec4<f32>({name}[{index}]); }}\n"
+    fn = codegen.fill("matmul/operand.wgsl", {"NAME": Code(name), "INDEX": Code(index)}) + "\n"
     return Code(fn), binding, shape, adj
 
 

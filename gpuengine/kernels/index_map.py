@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import codegen
 from ..layout import phwc4_elements, slices, to_bhwc, to_phwc4
 from ..model.ir import Graph, Op
 from ..model.quantization import is_quantized
@@ -25,6 +26,14 @@ from .common import EXACT_TYPES, float_tensors, tensor_values
 
 MAX_SOURCES = 7  # tensors read per dispatch: 7 + dst = 8, WebGPU's default storage-buffer limit
 _CHUNK = 1 << 21  # output elements evaluated at once by the numpy side
+
+
+def lanes(init: Code, lane: Code, channels: int) -> Code:
+    """A copy.wgsl body setting `value` lane by lane: init, then `lane` per output channel c of the slice (those
+    below `channels` where the last slice has padding lanes)."""
+    if channels % 4:
+        return codegen.fill("lanes_guarded.wgsl", {"INIT": init, "LANE": lane, "C": channels}, "  ")
+    return codegen.fill("lanes.wgsl", {"INIT": init, "LANE": lane}, "  ")
 
 
 class Ix:
@@ -301,15 +310,13 @@ def build_gather(op: Op, graph: Graph, out_t: int, sources: list[int], mapping: 
         select = _select(cases, by_src, shapes, info.vec4, exhaustive=len(groups) == 1)
         init = "vec4<f32>(dst[oi])" if g else "vec4<f32>(0.0)"
         if info.vec4:
-            body = f"let c = os * 4u;\n  var value = {init};\n  {select}"
+            body = codegen.fill("copy/vec4.wgsl", {"INIT": Code(init), "SELECT": Code(select)}, "  ")
         else:
-            guard = f"\n    if (c >= {c}u) {{ break; }}" if c % 4 else ""
-            body = (f"var value = {init};\n  for (var l = 0u; l < 4u; l++) {{\n"
-                    f"    let c = os * 4u + l;{guard}\n    {select}\n  }}")
+            body = lanes(Code(init), Code(select), c)
         last = g == len(groups) - 1
         part = f" part {g + 1}/{len(groups)}" if len(groups) > 1 else ""
         specs.append(KernelSpec(
-            "copy", {"S": s, "H": h, "W": w, "BODY": Code(body)},
+            "copy", {"S": s, "H": h, "W": w, "BODY": body},
             [*bindings, Binding("dst", tensor=out_t, writable=True)], grid=(w, h, b * s),
             epilogue=list(epilogue or []) if last else [], out_channels=c,
             label=f"{op.code}{' (vec4)' if info.vec4 else ''}{part}",

@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
 from ..model.ops import GROUPS, KV_CACHE_WRITE, QUERY, ROPE, ROPE_TABLES, VIEW_UPDATE, VIEW_X
@@ -150,9 +151,10 @@ class KvCacheKernel:
         lane = rope_lanes(x, steps, shape, rows, tuple(graph.tensors[cos_t].shape),
                           tuple(graph.tensors[sin_t].shape), cos=cos, sin=sin, norm=norm)
         lines = [f"let ox = i % {w}u;", f"let oy = (i / {w}u) % {h}u;", f"let os = (i / {w * h}u) % {s}u;",
-                 f"let ob = i / {w * h * s}u;", "var value = vec4<f32>(0.0);",
-                 f"for (var l = 0u; l < 4u; l++) {{\n      let c = os * 4u + l;\n      if (c >= {c}u) {{ break; }}"
-                 f"\n      {lane}\n    }}", f"dst{g}[i] = D4(value);"]
+                 f"let ob = i / {w * h * s}u;",
+                 codegen.fill("lanes_guarded.wgsl", {"INIT": Code("vec4<f32>(0.0)"), "LANE": Code(lane), "C": c},
+                              "    "),
+                 f"dst{g}[i] = D4(value);"]
         return "\n    ".join(lines), b * h * w * s, \
             f"{ROPE} {shape}{' (view x)' if steps else ''}{' (RMS_NORM of x)' if norm else ''}"
 

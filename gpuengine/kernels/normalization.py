@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import codegen
 from ..codegen import lane_reduce, literal
 from ..layout import slices
 from ..model.ir import Graph, Op
@@ -20,15 +21,6 @@ from ..model.ops import EPS_OUTSIDE, EPSILON, LAYER_NORM, RMS_NORM, SOURCE_OPS
 from . import tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering
 from .common import bhwc, const_f32, float_tensors
-
-_SECOND_PASS = """let mean = first;
-  var acc2 = vec4<f32>(0.0);
-  for (var s = k; s < ${S}u; s += ${SPLIT}u) {
-    var d = vec4<f32>(src[base + s * plane]) - vec4<f32>(mean);
-    if (s == ${S}u - 1u) { d = select(vec4<f32>(0.0), d, last_mask); }
-    acc2 += d * d;
-  }
-  """
 
 
 class NormalizationKernel:
@@ -83,9 +75,9 @@ class NormalizationKernel:
 
         def make(d: Decomposition) -> KernelSpec:
             shared, dispatch = tiling.split_params(d, tiles, ["acc"])
-            second = "let mean = 0.0;\n  " if rms else _SECOND_PASS.replace("${S}", str(s)).replace(
-                "${SPLIT}", str(d.split)) + lane_reduce(["acc2"], d, first=False)
-            params = {**fixed, **shared, "REDUCE_FIRST": shared["REDUCE"], "SECOND_PASS": Code(second)}
+            second = Code("let mean = 0.0;\n  ") if rms else codegen.fill("normalization/second_pass.wgsl", {
+                "S": s, "SPLIT": d.split, "REDUCE": lane_reduce(["acc2"], d, first=False)}, "  ")
+            params = {**fixed, **shared, "REDUCE_FIRST": shared["REDUCE"], "SECOND_PASS": second}
             fresh = [dataclasses.replace(b) for b in bindings]  # fusion edits a spec's bindings in place
             return KernelSpec("normalization", params, fresh, grid=(tiles * d.split, 1, 1),
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,

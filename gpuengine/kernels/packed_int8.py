@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import codegen
 from ..layout import slices
 from ..model.ir import Tensor
 from ..model.quantization import INT4, int8_values
@@ -96,14 +97,11 @@ def chunked_reader(name: str, packed: PackedRows, align: int = 4) -> tuple[Code,
         fn, bindings = chunked_rows(f"{name}_word", name, packed.words, "u32", 1, align)
     else:
         fn, bindings = chunked_rows(f"{name}_int4", name, packed.words, "u32", 1, align)
-        fn = Code(fn + f"fn {name}_word(r: u32, w: u32) -> u32 {{\n"
-                  f"  let v = ({name}_int4(r, w >> 1u) >> ((w & 1u) * 4u)) & 0x0F0F0F0Fu;\n"
-                  "  return v | ((v & 0x08080808u) * 0x1Eu);\n}\n")
+        fn = Code(fn + codegen.fill("packed/int4_word.wgsl", {"NAME": Code(name)}) + "\n")
     if packed.block_scales is not None:
         scale_fn, scale_bindings = chunked_rows(f"{name}_scale_pair", f"{name}_bs", packed.block_scales, "u32", 1,
                                                 align)
-        fn = Code(fn + scale_fn + f"fn {name}_block_scale(r: u32, b: u32) -> f32 {{\n"
-                  f"  return unpack2x16float({name}_scale_pair(r, b >> 1u))[b & 1u];\n}}\n")
+        fn = Code(fn + scale_fn + codegen.fill("packed/block_scale.wgsl", {"NAME": Code(name)}) + "\n")
         bindings = [*bindings, *scale_bindings]
     return fn, bindings
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .. import codegen
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
@@ -38,12 +39,11 @@ def bhwc_paddings(graph: Graph, op: Op) -> list[tuple[int, int]]:
 
 def _map_fn(name: str, n: int, before: int, mode: str) -> Code:
     """fn map_<name>(o) -> input index along one axis, or -1 where the output lies in constant padding."""
-    head = f"fn map_{name}(o: u32) -> i32 {{\n  let i = i32(o) - {before};\n"
+    numbers = {"NAME": Code(name), "N": n, "BEFORE": before}
     if mode == "constant":
-        return Code(head + f"  return select(-1, i, i >= 0 && i < {n});\n}}\n")
+        return Code(codegen.fill("pad/map_constant.wgsl", numbers) + "\n")
     low, high = ("-i", f"{2 * n - 2} - i") if mode == "reflect" else ("-i - 1", f"{2 * n - 1} - i")
-    body = f"  if (i < 0) {{ return {low}; }}\n  if (i >= {n}) {{ return {high}; }}\n  return i;\n}}\n"
-    return Code(head + body)
+    return Code(codegen.fill("pad/map_mirror.wgsl", {**numbers, "LOW": Code(low), "HIGH": Code(high)}) + "\n")
 
 
 class PadKernel:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import codegen
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from ..model.ir import Graph, Op
@@ -97,21 +98,19 @@ def reduce_variants(kind: str, src: int, dst: int, in_shape: tuple[int, ...], ax
     index = f"(({coord[0]} * {s_in}u + {{s}}) * {h}u + {coord[1]}) * {w}u + {coord[2]}"
     read = "vec4<f32>(src[{i}])" if reader is None else f"load_src({{i}}, {coord[0]}, {{s}})"
     init = f"vec4<f32>({literal(identity)})"
-    head = "fn load(ob: u32, oy: u32, ox: u32, os: u32, q: u32) -> vec4<f32> {\n" + "\n".join(decode) + "\n"
+    decode_lines = Code("\n".join(decode))
     if not channel_reduced:
-        body = f"  return {read.format(i=index.format(s='os'), s='os')};\n}}\n"
+        load = codegen.fill("reduce/load.wgsl", {"DECODE": decode_lines,
+                                                 "READ": Code(read.format(i=index.format(s="os"), s="os"))})
     else:
         mask = ""
         if c % 4:
             lanes = ", ".join("true" if k < c % 4 else "false" for k in range(4))
             mask = (f"    if (s == {s_in - 1}u) {{ v = select({init}, v, vec4<bool>({lanes})); }}\n")
-        body = (f"  let s = q / {stride}u;\n  var res = {init};\n"
-                "  for (var l = 0u; l < 4u; l++) {\n"
-                f"    let oc = os * 4u + l;\n    if (oc >= {oc}u) {{ break; }}\n"
-                f"    var v = {read.format(i=index.format(s='s'), s='s')};\n{mask}"
-                f"    res[l] = {horizontal};\n  }}\n  return res;\n}}\n")
-    funcs = (f"fn combine(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{\n  return {combine};\n}}\n\n"
-             + head + body)
+        load = codegen.fill("reduce/load_channels.wgsl", {
+            "DECODE": decode_lines, "STRIDE": stride, "INIT": Code(init), "OC": oc, "MASK": Code(mask),
+            "READ": Code(read.format(i=index.format(s="s"), s="s")), "HORIZONTAL": Code(horizontal)})
+    funcs = codegen.fill("reduce/combine.wgsl", {"COMBINE": Code(combine)}) + "\n\n" + load + "\n"
     finish = f"acc / {literal(float(count))}" if kind == "MEAN" else "acc"
     fixed: dict = {"S": s_out, "H": oh, "W": ow, "R": total, "INIT": Code(init), "FUNCS": Code(funcs),
                    "FINISH": Code(finish), "OUT_PLANE": oh * ow, "OUT_LAST": ob_ - 1}

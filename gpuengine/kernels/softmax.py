@@ -30,13 +30,7 @@ L2_EPSILON = 1e-6  # TFLite's l2norm kernel: x / max(sqrt(sum x^2), 1e-6)
 
 INT8_OUTPUT = (1.0 / 256.0, -128)  # the output scale and zero point LiteRT requires of an int8 SOFTMAX
 
-# exp of the integer distances below the row's maximum (0..255, as f32), read from the `exp_table` binding
-EXP_LUT = Code("""fn exp_lut(d: vec4<f32>) -> vec4<f32> {
-  let i = vec4<u32>(clamp(d, vec4<f32>(0.0), vec4<f32>(255.0)));
-  return vec4<f32>(exp_table[i.x >> 2u][i.x & 3u], exp_table[i.y >> 2u][i.y & 3u], exp_table[i.z >> 2u][i.z & 3u],
-                   exp_table[i.w >> 2u][i.w & 3u]);
-}
-""")
+EXP_LUT = Code(codegen.snippet("softmax/exp_lut.wgsl"))  # exp of the distances below the row's maximum, from a table
 
 
 def int8_lut(op: Op, graph: Graph) -> bool:
@@ -126,13 +120,11 @@ class SoftmaxKernel:
 
         def make(d: Decomposition) -> KernelSpec:
             shared, dispatch = tiling.split_params(d, tiles, ["m"], "max({a}, {b})")
-            max_pass = ""
+            max_pass = Code("")
             if math["NEEDS_MAX"]:
-                max_pass = (f"for (var s = k; s < {s}u; s += {d.split}u) {{\n"
-                            "    var v = vec4<f32>(src[base + s * plane]);\n"
-                            f"    if (s == {s - 1}u) {{ v = select(vec4<f32>({literal(-FLT_MAX)}), v, last_mask); }}\n"
-                            "    m = max(m, v);\n  }\n  " + shared["REDUCE"])
-            params = {**fixed, **shared, "MAX_PASS": Code(max_pass),
+                max_pass = codegen.fill("softmax/max_pass.wgsl", {"S": s, "SPLIT": d.split, "S_LAST": s - 1,
+                                        "LOWEST": Code(literal(-FLT_MAX)), "REDUCE": shared["REDUCE"]}, "  ")
+            params = {**fixed, **shared, "MAX_PASS": max_pass,
                       "REDUCE_SUM": codegen.lane_reduce(["acc"], d, first=not math["NEEDS_MAX"])}
             return KernelSpec("softmax", params, bindings, grid=(tiles * d.split, 1, 1), functions=functions,
                               workgroup=(d.invocations_per_workgroup, 1, 1), dispatch=dispatch, out_channels=c,
