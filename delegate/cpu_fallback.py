@@ -108,7 +108,7 @@ def refusal(error: Exception, graph: Graph, part: Partition) -> Exception:
     op = graph.ops[part.ops[int(node.group(1))]]
     where = f"op {op.index} ({op.code})"
     if "unresolved custom op" in text:
-        from gpuengine.kernels import registry
+        from gpuengine.lowering.kernels import registry
 
         return UnsupportedOpError(f"{where} cannot run on the GPU ({registry.check(op, graph) or 'not chosen'}) "
                                   "and LiteRT's CPU runtime has no kernel for this custom op")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.ir import Graph
 
 

@@ -4,7 +4,8 @@ An fp16 program stores every tensor as f16 (relative rounding up to 4.9e-4). Mos
 outputs unamplified (README, Precision), but an ill-conditioned one does not: pose_landmark_full's segmentation
 logits are 0.2-0.4 of their range off even in an engine whose every op is correctly rounded to f16, because a
 rounding anywhere in its backbone is amplified ~10^3 times. `f32_tensors` (an Interpreter option) names tensors
-stored as f32 inside an fp16 program (precision_plan.py kept_f32: the dispatch writing one stores in f32, its
+stored as f32 inside an fp16 program (lowering/storage_precision.py kept_f32: the dispatch writing one stores in f32,
+its
 readers convert on load); `search` finds such a set with the float64 reference executor (gpuengine/reference.py),
 without a GPU:
 
@@ -58,9 +59,9 @@ class MixedPrecision:
 def stored_tensor_names(graph: Graph) -> set[str]:
     """Names of the tensors the GPU programs of `graph` store (planned as an fp16 program would be)."""
     from .latency.target import named
+    from .lowering.storage_precision import stores_tensor
     from .options import EngineOptions
     from .planning import planned_dispatches
-    from .precision_plan import stores_tensor
 
     plan, partitions = planned_dispatches(graph, EngineOptions(precision="fp16"), named("discrete"))
     return {plan.graph.tensors[b.tensor].name for specs in partitions for spec in specs for b in spec.bindings

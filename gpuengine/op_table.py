@@ -8,7 +8,7 @@ An op's meaning is four rules, side by side in its family's module (gpuengine/mo
 - constant-folding evaluator: its value with numpy when all inputs are constants (FOLDERS);
 - float64 reference: what the GPU result is measured against (BUILTIN_OPS / CUSTOM_OPS, @builtin / @custom).
 model/validate.py, model/shapes.py, model/folding.py and reference.py run the merged tables. The kernel that lowers
-an op to WGSL is not op meaning: kernels/registry.py finds it.
+an op to WGSL is not op meaning: lowering/kernels/registry.py finds it.
 
     python -m gpuengine.op_table CONV_2D      # where each of CONV_2D's rules is defined
 """

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from . import settings
-from .codegen import PRECISIONS
 from .latency.target import check as check_target
+from .lowering.codegen import PRECISIONS
 from .memory import STRATEGIES
 from .model.ir import Graph
 from .passes.hybrid_arithmetic import ARITHMETICS as HYBRID_ARITHMETICS

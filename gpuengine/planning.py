@@ -25,12 +25,12 @@ from tflite.BuiltinOperator import BuiltinOperator
 from .delegate.partition import Partition, partition
 from .delegate.support import gpu_support, unsupported_summary
 from .errors import GpuEngineError
-from .kernels.base import KernelSpec
 from .latency import devices
 from .latency.latency import Device
 from .latency.target import Target
 from .latency.target import check as check_target
-from .lowering_plan import Choices, partition_specs
+from .lowering.dispatches import Choices, partition_specs
+from .lowering.kernels.base import KernelSpec
 from .model.builder import make_options
 from .model.ir import Graph, Model, Op, Tensor
 from .model.shapes import propagate, shape_key

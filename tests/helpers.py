@@ -99,9 +99,9 @@ FUSED_ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]  # the ones the GP
 def lowering(model: bytes, op: int = 0, decide: Any = None) -> list:
     """The dispatch specs (and aliases) the kernel builds for op `op` of the model, no passes applied; a
     dispatch offered in several decompositions is resolved by `decide` (default: the first candidate)."""
-    from gpuengine.fusion import first_candidate
-    from gpuengine.kernels import registry
-    from gpuengine.kernels.base import Variants
+    from gpuengine.lowering.fusion import first_candidate
+    from gpuengine.lowering.kernels import registry
+    from gpuengine.lowering.kernels.base import Variants
 
     graph = read_model(model).main
     items = registry.kernel_for(graph.ops[op]).build(graph.ops[op], graph)
@@ -111,7 +111,7 @@ def lowering(model: bytes, op: int = 0, decide: Any = None) -> list:
 
 def support_reason(model: bytes, op: int = 0) -> str | None:
     """Why op `op` of the model cannot run on the GPU, or None."""
-    from gpuengine.kernels import registry
+    from gpuengine.lowering.kernels import registry
 
     graph = read_model(model).main
     return registry.check(graph.ops[op], graph)

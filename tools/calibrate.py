@@ -1,4 +1,4 @@
-"""`gpuengine calibrate`: fit the latency model's free parameters (tuning/latency.py FITTED) to the device in
+"""`gpuengine calibrate`: fit the latency model's free parameters (latency/latency.py FITTED) to the device in
 hand, from probe kernels (tuning/calibrate.py probe_model, each decomposable dispatch in several
 decompositions) and the dispatches of the models named; saved beside the tuning cache (latency.json), per
 adapter, where `predict --fit`, the decomposition policy and `tune` find it. Prints the fit's error on the

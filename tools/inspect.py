@@ -23,7 +23,7 @@ def parse_resize(items: list[str]) -> dict[int, list[int]]:
 
 
 def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
-    from gpuengine.kernels.prologue import model_ops
+    from gpuengine.lowering.kernels.prologue import model_ops
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
     from gpuengine.model.reader import read_model
@@ -59,7 +59,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     for strategy in STRATEGIES:
         memory[strategy] = sum(plan_memory(p.info.records, strategy, align).total_bytes
                                for p in compiled.gpu_programs)
-    # ops in evaluation order: those folded into a kernel's input loads (kernels/prologue.py) come first
+    # ops in evaluation order: those folded into a kernel's input loads (lowering/kernels/prologue.py) come first
     dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
                       "ops": [code for i in d.spec.ops for code in model_ops(graph.ops[i])],
                       "workgroup": list(d.spec.workgroup), "grid": list(d.groups),

@@ -8,7 +8,7 @@ from typing import Any
 
 def ops_markdown() -> str:
     """The supported-op table of the README, generated from the kernel registry."""
-    from gpuengine.kernels import registry
+    from gpuengine.lowering.kernels import registry
 
     by_module: dict[str, list[str]] = {}
     for op in registry.supported_ops():

@@ -1,7 +1,7 @@
 """`gpuengine predict`: the latency model's time for a model on a device description, without running it.
 
 The plan is the one a GPU program would build for the description's adapter class (engine.planned_dispatches:
-nothing is compiled, no GPU is needed), each dispatch's time comes from tuning/latency.py, and the floor (bytes
+nothing is compiled, no GPU is needed), each dispatch's time comes from latency/latency.py, and the floor (bytes
 at memory bandwidth or FLOPs at peak, plus the chain's dispatch barriers) says how far the plan is from what the
 device could do. `--device all` prints one line per built-in description.
 """
@@ -50,7 +50,7 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
 def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
                   signature: str | None = None, hybrid: str = "integer") -> Any:
     """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
-    from gpuengine.kernels.dispatch_cost import predict_specs
+    from gpuengine.lowering.kernels.dispatch_cost import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:

@@ -70,9 +70,9 @@ def plot(rows: list[dict[str, Any]], path: str, adapter: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuengine.kernels.dispatch_cost import dispatch_cost
-    from gpuengine.kernels.prologue import model_ops
     from gpuengine.latency.latency import predict_ns
+    from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
+    from gpuengine.lowering.kernels.prologue import model_ops
     from gpuengine.runtime.timing import DispatchTimer
 
     name, data = models(args)[0]

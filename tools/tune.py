@@ -1,7 +1,7 @@
 """`gpuengine tune`: search each kernel's decomposition (tile, split, tiles per workgroup, reduction mode) or, for
 kernels without decompositions, its workgroup size; keep the winners per adapter in the tuning cache.
 
-A decomposable kernel's candidates are ranked by the latency model (tuning/latency.py: the adapter's fit from
+A decomposable kernel's candidates are ranked by the latency model (latency/latency.py: the adapter's fit from
 `gpuengine calibrate`, else its class's built-in description) and only the best quarter is measured besides the
 default; `--measure-all` searches them all as before, and the report says how often the model's first choice
 was the fastest measured. Workgroup sizes of the other kernels are searched as before (the model does not rank
@@ -58,11 +58,11 @@ def jobs_of(its: list[tuple[str, Any]]) -> dict[str, Job]:
 def tune_one(job: Job, timer: Any, budget: float, measure_all: bool = False) -> tuple[Any, Any, Any]:
     """(search result, default choice, the latency model's first choice or None) for one kernel.
 
-    A decomposable kernel has its candidates ranked by the latency model (tuning/latency.py, on the adapter's
+    A decomposable kernel has its candidates ranked by the latency model (latency/latency.py, on the adapter's
     fit or its class's built-in description) and only the best quarter is measured, besides the default;
     `measure_all` searches as before the model (every candidate nearest the default first, then neighbours)."""
-    from gpuengine.kernels.dispatch_cost import dispatch_cost
     from gpuengine.latency import latency
+    from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
     from gpuengine.tuning.search import Limits, decomposition_space, search, tune_workgroup
 
     from .profile import device_of

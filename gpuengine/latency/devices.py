@@ -82,7 +82,8 @@ def for_target(target: Target | str) -> Device:
 
 # -- fitted descriptions, beside the tuning cache ------------------------------------------------------------
 def tuning_cache_path() -> Path:
-    """Where the tuning cache (kernels/tuned.py) lives: ~/.cache/gpuengine/tuning.json, or GPUENGINE_TUNE_CACHE."""
+    """Where the tuning cache (lowering/kernels/tuned.py) lives: ~/.cache/gpuengine/tuning.json, or
+    GPUENGINE_TUNE_CACHE."""
     env = os.environ.get("GPUENGINE_TUNE_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "gpuengine" / "tuning.json"
 

@@ -2,9 +2,9 @@
 FLOPs do not predict a GPU's time; a model of the hardware, the layer and how its work maps onto the units does.
 
 A dispatch is described by its decomposition (`DispatchCost`: invocations launched and active, workgroups, the
-work of one invocation in kernels/tiling.py's cost units, bytes read and written, multiply-adds, the split's
+work of one invocation in lowering/kernels/tiling.py's cost units, bytes read and written, multiply-adds, the split's
 barriers, subgroup shuffles and workgroup memory, the template), all derived from a KernelSpec generically
-(bindings' sizes, the Variants' callbacks: kernels/dispatch_cost.py), so a new kernel needs no edit here. A
+(bindings' sizes, the Variants' callbacks: lowering/kernels/dispatch_cost.py), so a new kernel needs no edit here. A
 device (`Device`, latency/devices.py) has `units` compute units of `lanes` lanes each, a clock, a memory
 bandwidth and cache, and fixed costs. One dispatch takes
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: the model reads kernels' decompositions without depending on the kernels
-    from ..kernels.base import Decomposition, Variants
+    from ..lowering.kernels.base import Decomposition, Variants
 
 # The parameters calibrate.py fits from measurements (the rest of a Device comes from its published figures).
 FITTED = ("unit_ns", "invocation_ns", "store_ns", "shuffle_ns", "dispatch_ns", "workgroup_ns", "barrier_ns",
@@ -50,7 +50,7 @@ class Device:
     clock_ghz: float
     bandwidth_gbs: float  # memory bandwidth, GB/s
     cache_bytes: int  # last-level cache
-    unit_ns: float  # ns one lane spends on one cost unit (kernels/tiling.py) when latency-bound
+    unit_ns: float  # ns one lane spends on one cost unit (lowering/kernels/tiling.py) when latency-bound
     dispatch_ns: float  # GPU time a dependent dispatch adds (the barrier between dispatches)
     workgroup_ns: float  # launching one workgroup on a unit
     barrier_ns: float  # one workgroup barrier (split reductions through workgroup memory)
@@ -90,7 +90,7 @@ class DispatchCost:
     invocations: int  # launched, in whole workgroups
     active: int  # of those, the ones with work
     workgroups: int
-    work: float  # cost units (kernels/tiling.py) of one active invocation
+    work: float  # cost units (lowering/kernels/tiling.py) of one active invocation
     bytes_read: int
     bytes_written: int
     macs: int

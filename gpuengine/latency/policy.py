@@ -1,7 +1,7 @@
 """Which decomposition a dispatch runs with, before any tuning: the one predicted fastest on the target.
 
-A kernel lists its decompositions (kernels/tiling.py) with, for each, the invocations it launches and the work
-of one invocation (kernels/tiling.py's cost units). The latency model (latency/latency.py) predicts each one's
+A kernel lists its decompositions (lowering/kernels/tiling.py) with, for each, the invocations it launches and the work
+of one invocation (lowering/kernels/tiling.py's cost units). The latency model (latency/latency.py) predicts each one's
 time on a device description: the adapter's fitted one (`gpuengine calibrate`) where there is one, else the
 built-in description standing for the target's class (latency/devices.py: an H100 for discrete, an Iris Xe for
 integrated, lavapipe for cpu). Below the device's concurrent lanes time is one invocation's latency: deep
@@ -20,7 +20,7 @@ from . import devices, latency
 from .target import Target
 
 if TYPE_CHECKING:  # annotations only: a kernel's offer is read through its attributes
-    from ..kernels.base import Decomposition, Variants
+    from ..lowering.kernels.base import Decomposition, Variants
 
 
 def usable(variants: Variants, target: Target) -> list[Decomposition]:

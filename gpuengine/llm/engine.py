@@ -11,7 +11,7 @@ are copied back into them on the GPU. As LiteRT-LM does, a prompt's tokens but t
 last one is the first decode step's input, whose logits give the first generated token.
 
 The GPU loop (the default where `tokens` and `input_pos` of `decode` are GPU inputs): each step is the decode
-signature followed, in the same submission, by the sampler kernel (kernels/sampler.py), which writes the next
+signature followed, in the same submission, by the sampler kernel (lowering/kernels/sampler.py), which writes the next
 token and position where the next step reads them and appends the token to a history buffer; 4 bytes of it are
 copied to a small staging buffer per step. `steps_ahead` steps are in flight; the host maps the oldest staging
 buffer (4 bytes) to stream its token. The host loop reads each step's logits back and samples in numpy
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
-from ..kernels import sampler as sampler_kernel
+from ..lowering.kernels import sampler as sampler_kernel
 from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer, wait_unread
 from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
@@ -134,7 +134,7 @@ class Engine:
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
         """The bundle's sampler parameters (top_k clamped to what the GPU sampler keeps); greedy without them."""
-        from ..kernels.sampler import MAX_TOP_K
+        from ..lowering.kernels.sampler import MAX_TOP_K
 
         p = self.bundle.sampler
         if not p:
@@ -369,7 +369,8 @@ class Engine:
 
 
 class DecodeSampler:
-    """The GPU decode loop's next-token sampler: kernels/sampler.py's WGSL added by the runtime after each decode
+    """The GPU decode loop's next-token sampler: lowering/kernels/sampler.py's WGSL added by the runtime after each
+    decode
     step (CompiledGraph.add_dispatch, submitted with SignatureRunner.submit(after=...)); it reads the step's logits,
     writes the next step's token and position where decode reads them and keeps the tokens in its state buffer."""
 

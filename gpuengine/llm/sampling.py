@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.sampler import MAX_TOP_K
+from ..lowering.kernels.sampler import MAX_TOP_K
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """MediaPipe's landmark custom ops: their codes and their options (flexbuffer maps), decoded once for the kernel
-(kernels/mediapipe_landmarks.py, which describes the ops) and the float64 reference."""
+(lowering/kernels/mediapipe_landmarks.py, which describes the ops) and the float64 reference."""
 
 from __future__ import annotations
 

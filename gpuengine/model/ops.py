@@ -82,7 +82,7 @@ STEP_KINDS = (*VIEW_OPS, "SLICE", "BROADCAST")
 
 @dataclass(frozen=True)
 class ViewStep:
-    """One layout op folded into a kernel's read or write (kernels/layout_view.py): input shape -> output shape
+    """One layout op folded into a kernel's read or write (lowering/kernels/layout_view.py): input shape -> output shape
     (TRANSPOSE: out axis j is input axis perm[j]; SLICE: `perm` holds the begin offsets)."""
 
     kind: str
@@ -93,7 +93,8 @@ class ViewStep:
 
 @dataclass(frozen=True)
 class ExpressionStep:
-    """One elementwise op absorbed into a tree (kernels/prologue.py). `op` gives its code and options (its tensors
+    """One elementwise op absorbed into a tree (lowering/kernels/prologue.py). `op` gives its code and options (its
+    tensors
     are not read again); `args` gives each operand: k >= 0 is the consumer's input k, a negative value -1 - j the
     result of step j."""
 

@@ -2,7 +2,7 @@
 model's K/V heads repeated `group` times, [..., Hkv, N, D] -> RESHAPE [..., Hkv, 1, N, D] -> BROADCAST_TO
 [..., Hkv, G, N, D] -> RESHAPE [..., Hkv * G, N, D] (the last RESHAPE possibly already folded into the op's operand
 view by passes/fold_matmul_layout.py), reads the K/V heads directly: option kv_group = G, so query head h reads
-K/V head h // G (kernels/attention.py); a single K/V head repeated (BROADCAST_TO alone) is read through the
+K/V head h // G (lowering/kernels/attention.py); a single K/V head repeated (BROADCAST_TO alone) is read through the
 kernel's batch broadcasting. The broadcast copies are dropped when nothing else reads them.
 
 Runs after fuse_attention; ATTENTION ops whose operands were already folded otherwise keep them (nothing matches).

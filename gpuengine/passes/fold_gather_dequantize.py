@@ -2,7 +2,7 @@
 
 LiteRT gathers quantized rows and dequantizes them in a second op (its GATHER keeps the type; a table with one
 scale is the form LiteRT runs, int4 included). The GPU reads the table packed and scales each value in the gather
-itself (kernels/dynamic_index.py `_table`, as for a hybrid EMBEDDING_LOOKUP), so the table stays int8 / int4 in
+itself (lowering/kernels/dynamic_index.py `_table`, as for a hybrid EMBEDDING_LOOKUP), so the table stays int8 / int4 in
 GPU memory and the dequantized copy costs no dispatch. Only where the DEQUANTIZE is the gather's one reader and
 the gathered tensor carries the table's own scale.
 """

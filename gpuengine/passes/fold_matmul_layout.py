@@ -1,4 +1,4 @@
-"""Fold the RESHAPE / TRANSPOSE ops around a BATCH_MATMUL into its reads and writes (kernels/layout_view.py).
+"""Fold the RESHAPE / TRANSPOSE ops around a BATCH_MATMUL into its reads and writes (lowering/kernels/layout_view.py).
 
 Multi-head attention as converters write it splits heads with RESHAPE [B, T, H*D] -> [B, T, H, D] and TRANSPOSE
 [0, 2, 1, 3] before each matmul and merges them back after; in PHWC4 each of those is a copy dispatch that

@@ -1,4 +1,5 @@
-"""Fuse scaled dot-product attention into one ATTENTION op (kernels/attention.py): one dispatch instead of three, and
+"""Fuse scaled dot-product attention into one ATTENTION op (lowering/kernels/attention.py): one dispatch instead of
+three, and
 the [M, N] score and probability matrices are never written.
 
 Pattern: S = BATCH_MATMUL(Q, K) (adj_y: K stored [N, D]; else [D, N]), optionally S' = MUL(S, c) or DIV(S, c) with c

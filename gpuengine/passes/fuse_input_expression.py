@@ -1,5 +1,5 @@
 """Fold a tree of elementwise ops into the op that reads its result, as an input prologue
-(kernels/prologue.py): the consumer's kernel evaluates the tree while loading its input.
+(lowering/kernels/prologue.py): the consumer's kernel evaluates the tree while loading its input.
 
 Only trees that epilogue fusion cannot take: none of the tree's run-time leaves of the result's shape is read
 by the tree alone (each is materialized anyway for its other readers), e.g. the residual ADD of two tensors

@@ -4,7 +4,7 @@ A pre-norm transformer normalizes the residual stream, then projects it (Q/K/V, 
 RMS_NORM op (passes/fuse_normalization.py) writes a row only one FULLY_CONNECTED reads. The FC (int8 weights,
 which reads its whole input row anyway to find the row's range before quantizing it, or float weights) computes the
 row's normalizer in one more pass over the row and normalizes each value as it reads it, with RMS_NORM's own
-expression (kernels/fully_connected.py, option `norm`; f32 sums in fp16 mode too); the normalized row is never
+expression (lowering/kernels/fully_connected.py, option `norm`; f32 sums in fp16 mode too); the normalized row is never
 written. Merged projections (Q/K/V, gated gate/up) take it alike.
 
 Only when the RMS_NORM's output is read by that one FC alone (not a graph output), the FC's rows are single
@@ -13,7 +13,7 @@ pixels of the normalized axis, and the kernel accepts the rewritten op (float in
 The fusion trades a dispatch for recomputation: every invocation of the FC recomputes its row's normalizer (one
 more pass over the row) where one RMS_NORM dispatch would write the row once. A GPU saves a dependent dispatch
 (about 2.2 us on an H100); a CPU adapter (lavapipe) with narrow tiles loses more to the extra passes. So, given
-the latency model's description of the device the plan is for (tuning/latency.py), the pass fuses only where the
+the latency model's description of the device the plan is for (latency/latency.py), the pass fuses only where the
 FC with the prologue is predicted faster than the RMS_NORM dispatch and the plain FC, each in its fastest
 decomposition, with their fixed cost per dispatch; a remark says which way it went. Without a description it fuses.
 """

@@ -1,4 +1,4 @@
-"""Fuse the rotary embedding as litert-torch writes it into one ROPE op (kernels/rope.py).
+"""Fuse the rotary embedding as litert-torch writes it into one ROPE op (lowering/kernels/rope.py).
 
 Pattern over x [..., 2H]: x1 = SLICE(x, last axis [0, H)), x2 = SLICE(x, last axis [H, 2H)),
 lo = SUB(MUL(x1, cos), MUL(x2, sin)), hi = ADD(MUL(x2, cos), MUL(x1, sin)) (either order of each MUL's and the ADD's

@@ -3,7 +3,8 @@ rewrite a graph.
 
 A pass only merges ops where a kernel accepts the result, so the op never lands where nothing could run it; a
 fusion that trades a dispatch for recomputation weighs the latency model's prediction of both. Passes sit below
-lowering and import none of it: the kernels package (kernels/__init__.py) installs the registry and the cost here
+lowering and import none of it: the kernels package (lowering/kernels/__init__.py) installs the registry and the cost
+here
 when any kernel module is first imported, which every engine entry point does before it runs passes.
 """
 
@@ -16,7 +17,7 @@ from ..model.ir import Graph, Op
 
 
 class KernelRegistry(Protocol):
-    """What kernels/registry.py offers (it installs itself, the module)."""
+    """What lowering/kernels/registry.py offers (it installs itself, the module)."""
 
     def check(self, op: Op, graph: Graph) -> str | None: ...
 
@@ -28,7 +29,7 @@ _op_ns: Callable[..., tuple[float, int]] | None = None
 
 
 def install(registry: KernelRegistry, op_ns: Callable[..., tuple[float, int]]) -> None:
-    """Called by kernels/__init__.py with the registry module (`check`: why an op cannot run, None when it can;
+    """Called by lowering/kernels/__init__.py with the registry module (`check`: why an op cannot run, None when it can;
     `find`: the kernel object of an op's code, None when no kernel claims it) and kernels/dispatch_cost.op_ns.
     The registry's functions are looked up at each call, so a test that patches registry.check patches what
     passes see too."""
@@ -48,7 +49,8 @@ def check(op: Op, graph: Graph) -> str | None:
 
 
 def expression_of(op: Op) -> Any:
-    """(statements, helper functions) evaluating `op` inline, when its kernel offers that (kernels/prologue.py)."""
+    """(statements, helper functions) evaluating `op` inline, when its kernel offers that
+    (lowering/kernels/prologue.py)."""
     as_expression = getattr(_installed().find(op), "as_expression", None)
     return as_expression(op) if as_expression is not None else None
 
@@ -59,7 +61,8 @@ def prologue_leaves_from(op: Op) -> int | None:
 
 
 def op_ns(op: Op, graph: Graph, device: Any) -> tuple[float, int]:
-    """(Predicted ns, dispatches) of op lowered alone on the latency model's `device` (kernels/dispatch_cost.py)."""
+    """(Predicted ns, dispatches) of op lowered alone on the latency model's `device`
+    (lowering/kernels/dispatch_cost.py)."""
     _installed()
     assert _op_ns is not None
     return _op_ns(op, graph, device)

@@ -1,4 +1,5 @@
-"""A KV cache written in place: DYNAMIC_UPDATE_SLICE(cache, rows, offsets) -> KV_CACHE_WRITE (kernels/kv_cache.py).
+"""A KV cache written in place: DYNAMIC_UPDATE_SLICE(cache, rows, offsets) -> KV_CACHE_WRITE
+(lowering/kernels/kv_cache.py).
 
 When the cache is a graph input read by nothing else, the result is a graph output (the signature hands the cache
 back), and every op reading the result is an ATTENTION op reading it as K or V through a layout view (after

@@ -3,7 +3,7 @@
 Attention projects one input three times (Q, K, V: three FULLY_CONNECTED ops of the same input). When each
 projection's output is read only by an ATTENTION or BATCH_MATMUL op (through its layout view or directly), the
 weights are stacked into one [sum O_i, I] matrix, the merged op writes [..., sum O_i], and each reader reads its
-part through a SLICE step prepended to its view (kernels/layout_view.py): no slice is ever copied. Only
+part through a SLICE step prepended to its view (lowering/kernels/layout_view.py): no slice is ever copied. Only
 projections with the same activation and output row shape and O_i a multiple of 4 (parts start on whole vec4
 slices) merge; the merge happens only when the kernels accept every rewritten op.
 """

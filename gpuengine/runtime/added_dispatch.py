@@ -1,6 +1,6 @@
 """A dispatch outside any compiled graph that a caller records after a program's invoke, in the same queue
 submission (GpuProgram.submit(after=...)): the language-model layer's next-token sampler reading a decode step's
-logits buffer. The kernel module gives the WGSL (kernels/sampler.py); the runtime compiles it through the
+logits buffer. The kernel module gives the WGSL (lowering/kernels/sampler.py); the runtime compiles it through the
 device's pipeline cache (one pipeline per WGSL text and device) and owns the buffers it adds."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Host-side checks of run-time indices that come from the host: a token id outside the vocabulary or a position
 outside a table gives LiteRT's exception before anything is uploaded, never a clamped (wrong) row.
 
-The GPU kernels of EMBEDDING_LOOKUP, GATHER_ND and GATHER (kernels/dynamic_index.py) clamp their indices, so a
+The GPU kernels of EMBEDDING_LOOKUP, GATHER_ND and GATHER (lowering/kernels/dynamic_index.py) clamp their indices, so a
 shader never reads outside a buffer; LiteRT raises instead (RuntimeError from invoke, "Embedding Lookup: index out
 of bounds", "gather_nd index out of bounds", "gather index out of bounds"). Where an op's indices are computed
 from graph inputs and constants alone, through a few small integer ops (RESHAPE, CAST, the `pos < 0 ? pos + n :

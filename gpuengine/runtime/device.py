@@ -91,7 +91,7 @@ class GpuDevice:
 
     def target(self, preference: str | None = None) -> Target:
         """The adapter class kernels decompose their work for: `preference` (or env GPUENGINE_TARGET) when
-        given, else detected from the adapter (tuning/target.py)."""
+        given, else detected from the adapter (latency/target.py)."""
         return resolve(preference, self.adapter.info, self.features)
 
     def cache_key(self) -> str:

@@ -12,10 +12,10 @@ import numpy as np
 
 from ..delegate.cpu_fallback import CpuProgram
 from ..errors import AdapterError
-from ..kernels.tuned import Tuned, TuningCache
 from ..latency import devices
 from ..latency.target import Target
 from ..latency.target import check as check_target
+from ..lowering.kernels.tuned import Tuned, TuningCache
 from ..model.ir import Graph, Model
 from ..options import EngineOptions
 from ..planning import Plan, plan_graph
@@ -133,7 +133,7 @@ class CompiledGraph:
         return self.gpu.device if self.gpu is not None else None
 
     def add_dispatch(self, source: str, buffers: list[Any]) -> AddedDispatch:
-        """A dispatch of WGSL `source` (a kernel module's, such as kernels/sampler.py) compiled on this graph's
+        """A dispatch of WGSL `source` (a kernel module's, such as lowering/kernels/sampler.py) compiled on this graph's
         device and bound to `buffers`, to submit after an invoke (GpuProgram.submit(after=...))."""
         if self.gpu is None:
             raise ValueError("this graph runs on the CPU: there is no GPU to add a dispatch to")

@@ -19,15 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import codegen
 from ..errors import UnsupportedOpError
-from ..fusion import redecompose
-from ..kernels.base import Binding, Decomposition, KernelSpec
-from ..kernels.common import EXACT_LIMIT, holds_integers
-from ..kernels.tuned import Tuned
 from ..latency.target import Target
-from ..layout import phwc4_elements
-from ..lowering_plan import (
+from ..lowering import codegen
+from ..lowering.dispatches import (
     Choices,
     dispatch_macs,
     finish,
@@ -36,11 +31,16 @@ from ..lowering_plan import (
     partition_specs,
     signature,
 )
+from ..lowering.fusion import redecompose
+from ..lowering.kernels.base import Binding, Decomposition, KernelSpec
+from ..lowering.kernels.common import EXACT_LIMIT, holds_integers
+from ..lowering.kernels.tuned import Tuned
+from ..lowering.layout import phwc4_elements
+from ..lowering.storage_precision import mark_exact, stores_tensor
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..options import EngineOptions
-from ..precision_plan import mark_exact, stores_tensor
 from .device import DEVICE_LOST, GpuDevice, WorkDone
 
 
@@ -140,7 +140,7 @@ def typed(value: np.ndarray, tensor: Any) -> np.ndarray:
 
 
 def quantized(real: np.ndarray, tensor: Any) -> np.ndarray:
-    """Real values (already on the tensor's grid, kernels/common.py fake_quant) -> its integers."""
+    """Real values (already on the tensor's grid, lowering/kernels/common.py fake_quant) -> its integers."""
     scale, zero = float(tensor.quantization.scale[0]), float(tensor.quantization.zero_point[0])
     r = real.astype(np.float64) / scale
     lo, hi = QUANTIZED_TYPES[tensor.dtype]

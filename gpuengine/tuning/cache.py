@@ -1,7 +1,7 @@
 """Per-adapter JSON cache of tuned decompositions and workgroup sizes, keyed by adapter and kernel: recording what
-`gpuengine tune` measured and saving it (the runtime reads it through kernels/tuned.py).
+`gpuengine tune` measured and saving it (the runtime reads it through lowering/kernels/tuned.py).
 
-The format and reading: kernels/tuned.py.
+The format and reading: lowering/kernels/tuned.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import os
 import tempfile
 from typing import Any
 
-from ..kernels import tuned
-from ..kernels.base import Decomposition
-from ..kernels.tuned import FORMAT, Workgroup
+from ..lowering.kernels import tuned
+from ..lowering.kernels.base import Decomposition
+from ..lowering.kernels.tuned import FORMAT, Workgroup
 
 __all__ = ["FORMAT", "TuningCache"]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.dispatch_cost import dispatch_cost
 from ..latency.latency import FITTED, Device, DispatchCost, candidate_cost, predict_ns, with_parameters
+from ..lowering.kernels.dispatch_cost import dispatch_cost
 
 
 @dataclass

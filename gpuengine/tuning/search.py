@@ -1,7 +1,7 @@
 """Search for the fastest choice of one kernel, independent of the GPU: it only calls `measure(choice) -> ns`.
 
 Two kinds of choice: a decomposition (tile, split, tiles per workgroup, reduction mode) for kernels that offer
-several (kernels/tiling.py), and a workgroup size for the others. Both searches start from the default, try
+several (lowering/kernels/tiling.py), and a workgroup size for the others. Both searches start from the default, try
 the candidates nearest to it first, then descend coordinate-wise through neighbours of the best so far; every
 point is the median of repeated measurements; they stop at the budget and keep the default unless another
 choice is clearly (3 %) faster.
@@ -17,9 +17,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from .. import codegen
-from ..kernels.base import Decomposition, Variants
-from ..kernels.tiling import LANE_MEMORY_VEC4, MAX_WORKGROUP, lane_memory_fits, workgroup_memory_bytes
+from ..lowering import codegen
+from ..lowering.kernels.base import Decomposition, Variants
+from ..lowering.kernels.tiling import LANE_MEMORY_VEC4, MAX_WORKGROUP, lane_memory_fits, workgroup_memory_bytes
 
 Choice = TypeVar("Choice", bound=Hashable)
 Workgroup = tuple[int, int, int]

@@ -69,9 +69,9 @@ class PhaseTimer:
 
 
 def instrument(timer: PhaseTimer) -> None:
-    from gpuengine import codegen
     from gpuengine.api import interpreter
     from gpuengine.latency import policy
+    from gpuengine.lowering import codegen
     from gpuengine.runtime import device, program
     from gpuengine.runtime import graph as engine
 

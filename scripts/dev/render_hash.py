@@ -44,9 +44,9 @@ def graphs(data: bytes):
 
 
 def rendered(graph, parsed, target: str, precision: str, optimize: bool) -> list[str]:
-    from gpuengine import codegen
     from gpuengine import planning as engine
     from gpuengine.latency.target import named
+    from gpuengine.lowering import codegen
     from gpuengine.options import EngineOptions
 
     options = EngineOptions(precision=precision, optimize=optimize)

@@ -51,7 +51,7 @@ def test_inspect_reports_target_invocations_and_macs(capsys):
     the planner gives without a GPU (tests/models/test_work_decomposition.py relies on that)."""
     from gpuengine import zoo
     from gpuengine.latency.target import named
-    from gpuengine.lowering_plan import dispatch_macs, launched
+    from gpuengine.lowering.dispatches import dispatch_macs, launched
     from gpuengine.model.reader import read_model
     from gpuengine.options import EngineOptions
     from gpuengine.planning import planned_dispatches

@@ -15,11 +15,12 @@ import dataclasses
 
 import pytest
 
-from gpuengine import Interpreter, codegen
-from gpuengine.kernels import layout_view
+from gpuengine import Interpreter
 from gpuengine.latency import devices
 from gpuengine.latency.target import named
-from gpuengine.lowering_plan import Choices, partition_specs
+from gpuengine.lowering import codegen
+from gpuengine.lowering.dispatches import Choices, partition_specs
+from gpuengine.lowering.kernels import layout_view
 from gpuengine.model import ir
 from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions

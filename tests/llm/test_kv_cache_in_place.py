@@ -1,5 +1,5 @@
 """A decode step's KV cache written in place and read by attention without copies (passes/fold_attention_operands.py,
-passes/kv_cache_in_place.py, kernels/kv_cache.py), on a small grouped-query decode step written as litert-torch
+passes/kv_cache_in_place.py, lowering/kernels/kv_cache.py), on a small grouped-query decode step written as litert-torch
 writes one, and on the shared litert-torch models."""
 
 from __future__ import annotations

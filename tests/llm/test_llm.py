@@ -177,8 +177,8 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
     import wgpu
 
     from gpuengine import get_device
-    from gpuengine.kernels.sampler import HISTORY, GpuSampler
     from gpuengine.llm.sampling import sample
+    from gpuengine.lowering.kernels.sampler import HISTORY, GpuSampler
 
     device = get_device()
     vocab, steps = 49152, 4

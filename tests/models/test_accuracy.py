@@ -10,7 +10,7 @@ differed from each other by 3.7%. Measured against float64 (gpuengine/reference.
   absolute error of the gate, and 16 blocks compound it. XNNPACK, LiteRT's reference kernels and gpuengine land
   anywhere in that spread, so which one is closest on a given input is chance (the 11% vs 3.7%).
 * one kernel was less accurate than LiteRT's: exp on the adapter (WGSL allows 3 + 2|x| ULP; lavapipe computes
-  exp2(x * log2 e)) made LOGISTIC 17 ULP off at x = -20 where XNNPACK is within 3.4; kernels/wgsl_math.py's
+  exp2(x * log2 e)) made LOGISTIC 17 ULP off at x = -20 where XNNPACK is within 3.4; lowering/kernels/wgsl_math.py's
   exp4 (range reduction and a polynomial) is within 2.1 ULP for LOGISTIC and 1.2 for EXP (XNNPACK: 3.2, 60);
   TANH, ELU and SOFTMAX use it too, TANH and ELU through expm1_4 (2.5 and 1.1 ULP; XNNPACK 4.2, 3.3).
   It does not change the net's figures beyond the chance above: the median errors over inputs stay alike.

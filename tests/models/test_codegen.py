@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from helpers import assert_matches_litert, run_gpuengine, run_litert
 
-from gpuengine.codegen import bound, is_baked, literal, render
-from gpuengine.kernels.base import Binding, Code, KernelSpec
+from gpuengine.lowering.codegen import bound, is_baked, literal, render
+from gpuengine.lowering.kernels.base import Binding, Code, KernelSpec
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.runtime.program import GpuProgram
 

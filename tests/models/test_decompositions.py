@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpuengine import Interpreter
-from gpuengine.kernels.base import Decomposition
+from gpuengine.lowering.kernels.base import Decomposition
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.oracle import random_inputs, relative_error, run_litert
 from gpuengine.tuning.cache import TuningCache

@@ -268,7 +268,7 @@ def test_chain_is_left_to_epilogue_fusion() -> None:
 
 def test_merge_needs_the_registrys_consent(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tree op the support check refuses would fall back to the CPU, which cannot run it: no merge then."""
-    from gpuengine.kernels import registry
+    from gpuengine.lowering.kernels import registry
 
     check = registry.check
     monkeypatch.setattr(registry, "check", lambda op, graph: "refused" if op.code == TREE else check(op, graph))
@@ -276,7 +276,7 @@ def test_merge_needs_the_registrys_consent(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_malformed_tree_is_refused_by_the_kernel() -> None:
-    from gpuengine.kernels import registry
+    from gpuengine.lowering.kernels import registry
     from gpuengine.model.ir import Tensor
     from gpuengine.model.ops import ExpressionStep as Step
     from gpuengine.passes.graph_utils import with_fields

@@ -17,8 +17,8 @@ from builders import gated_mlp, hybrid_fcs, int4_model, int8_weights
 from helpers import run
 
 from gpuengine import Interpreter
-from gpuengine.kernels import packed_int8
-from gpuengine.kernels.fully_connected import HYBRID, HYBRID_FLOAT
+from gpuengine.lowering.kernels import packed_int8
+from gpuengine.lowering.kernels.fully_connected import HYBRID, HYBRID_FLOAT
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ops import HYBRID_ARITHMETIC
 from gpuengine.model.reader import read_model

@@ -19,7 +19,7 @@ from builders import block_int4, channel_int4, int4_model
 from helpers import SHARED_MODELS, decode_feeds
 
 from gpuengine import Interpreter
-from gpuengine.kernels import packed_int8
+from gpuengine.lowering.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.quantization import INT4, int8_values
 from gpuengine.model.reader import read_model

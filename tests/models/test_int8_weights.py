@@ -2,7 +2,7 @@
 
 Hybrid FULLY_CONNECTED (float rows, int8 per-channel weights) computes what LiteRT's default CPU kernels
 (XNNPACK) compute: each row quantized to int8 with its own scale and zero point, integer sums, float scaling. The
-GPU keeps the weights packed 4 per u32 (kernels/packed_int8.py); so does an int8 EMBEDDING_LOOKUP table, and a
+GPU keeps the weights packed 4 per u32 (lowering/kernels/packed_int8.py); so does an int8 EMBEDDING_LOOKUP table, and a
 language model's tied embedding / LM head share one buffer. A constant larger than one storage binding is split
 into row chunks (tested with the limit lowered). Compared with LiteRT on small built models and on the litert-torch
 SmolLM export in ../shared/models.
@@ -16,7 +16,7 @@ from builders import gated_mlp, hybrid_fcs, int8_weights
 from helpers import SHARED_MODELS, decode_feeds, run
 
 from gpuengine import Interpreter
-from gpuengine.kernels import packed_int8
+from gpuengine.lowering.kernels import packed_int8
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.quantization import INT4

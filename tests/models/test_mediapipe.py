@@ -17,7 +17,7 @@ from helpers import (
 )
 
 from gpuengine import Interpreter
-from gpuengine.layout import to_bhwc
+from gpuengine.lowering.layout import to_bhwc
 from gpuengine.memory import STRATEGIES
 from gpuengine.runtime.program import GpuProgram
 

@@ -907,7 +907,7 @@ def test_leaf_broadcast_over_space_is_not_absorbed() -> None:
 
 
 def test_malformed_prologue_is_refused_by_the_kernel() -> None:
-    from gpuengine.kernels import registry
+    from gpuengine.lowering.kernels import registry
     from gpuengine.model.ops import ExpressionStep as Step
     from gpuengine.passes.graph_utils import with_fields
 

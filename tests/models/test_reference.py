@@ -13,7 +13,7 @@ import pytest
 from helpers import random_inputs, relative_error, run_litert
 
 from gpuengine import zoo
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.reference import reference_ops, run_reference

@@ -14,7 +14,7 @@ from helpers import REFERENCE_MODELS, reference_model
 
 from gpuengine import zoo
 from gpuengine.latency.target import named
-from gpuengine.lowering_plan import dispatch_macs, launched
+from gpuengine.lowering.dispatches import dispatch_macs, launched
 from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions
 from gpuengine.planning import planned_dispatches

@@ -1,5 +1,5 @@
 """RESHAPE / TRANSPOSE beside a BATCH_MATMUL folded into its reads and writes (passes/fold_matmul_layout.py,
-kernels/layout_view.py): no copy dispatch, same results as LiteRT running the layout ops."""
+lowering/kernels/layout_view.py): no copy dispatch, same results as LiteRT running the layout ops."""
 
 from __future__ import annotations
 

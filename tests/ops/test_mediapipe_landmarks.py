@@ -18,7 +18,7 @@ from flatbuffers import flexbuffers
 from helpers import relative_error, run_gpuengine, tolerance
 
 from gpuengine import Interpreter, ModelError, UnsupportedOpError
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.reference import run_reference

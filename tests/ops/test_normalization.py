@@ -1,5 +1,6 @@
 """LayerNorm and RMSNorm written as ops (passes/fuse_normalization.py) run as one LAYER_NORM / RMS_NORM dispatch
-(kernels/normalization.py), against LiteRT running the original ops; near misses stay as they are and still match."""
+(lowering/kernels/normalization.py), against LiteRT running the original ops; near misses stay as they are and still
+match."""
 
 from __future__ import annotations
 

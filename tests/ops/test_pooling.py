@@ -8,7 +8,7 @@ from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model

@@ -159,7 +159,7 @@ def test_int8_op_matches_litert(name: str) -> None:
 
 
 EXACT_CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
-    # name: (op, options, input shape): each conv-family variant with an int8 output stage (kernels/conv2d.py,
+    # name: (op, options, input shape): each conv-family variant with an int8 output stage (lowering/kernels/conv2d.py,
     # depthwise_conv2d.py int8_requant)
     "conv3x3_general_relu6": ("CONV_2D", {"act": "RELU6"}, SHAPE),
     "conv1x1": ("CONV_2D", {"k": 1, "oc": 40, "act": "NONE"}, (1, 7, 5, 33)),
@@ -205,7 +205,7 @@ def two_input_model(code: str, scales: np.ndarray, zeros: np.ndarray, shape: tup
 @pytest.mark.parametrize("code", ["ADD", "SUB"])
 def test_int8_add_sub_are_litert_builtin_exact(code: str) -> None:
     """int8 ADD / SUB compute as LiteRT's integer kernels (inputs << 20 and three Q31 multipliers,
-    kernels/elementwise.py _int8_add): its integers exactly, on 65,536 random pairs with random scales and zero
+    lowering/kernels/elementwise.py _int8_add): its integers exactly, on 65,536 random pairs with random scales and zero
     points. (One float rounding of the real sum, as before, missed them by a step on 1 and 2 elements here.)"""
     rng = np.random.default_rng(0)
     scales, zeros = rng.uniform(0.01, 0.2, 3).astype(np.float32), rng.integers(-20, 20, 3)
@@ -333,7 +333,8 @@ def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
     """A coarse int8 conv output read by TANH, whose output grid (1/128) is ~10x finer: LiteRT's TANH sees the
     conv's rounded integers, so each kernel must round what it writes to its tensor's grid, or the TANH output
     moves by several steps. Against LiteRT's builtin integer kernels, whose CONV_2D output stage the GPU
-    reproduces (kernels/conv2d.py int8_requant): exactly their integers. (XNNPACK, LiteRT's default, requantizes
+    reproduces (lowering/kernels/conv2d.py int8_requant): exactly their integers. (XNNPACK, LiteRT's default,
+    requantizes
     the conv in f32 with ties to even: its TANH output departs from the builtin kernels' by 13 and 19 steps on 1
     and 2 of the 1,188 elements of seeds 1 and 2; the GPU's float rounding before matched XNNPACK here.)"""
     rng = np.random.default_rng(2)

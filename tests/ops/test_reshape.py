@@ -7,8 +7,8 @@ from helpers import assert_matches_litert, lowering, support_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels.base import Alias, KernelSpec
-from gpuengine.kernels.reshape import same_storage
+from gpuengine.lowering.kernels.base import Alias, KernelSpec
+from gpuengine.lowering.kernels.reshape import same_storage
 from gpuengine.model.builder import ModelBuilder
 
 DIMS = [1, 2, 3, 5, 7]

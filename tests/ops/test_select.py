@@ -8,7 +8,7 @@ from helpers import assert_matches_litert
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 
@@ -130,7 +130,7 @@ def test_comparison_read_by_cast_runs_on_gpu() -> None:
 
 
 def test_select_with_int_values_and_bool_input_condition() -> None:
-    """int32 values and a bool model input as the condition run on the GPU (kernels/common.py EXACT_TYPES)."""
+    """int32 values and a bool model input as the condition run on the GPU (lowering/kernels/common.py EXACT_TYPES)."""
     shape = (2, 3)
     mb = ModelBuilder()
     c = mb.input("c", shape, np.bool_)

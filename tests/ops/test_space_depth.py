@@ -7,7 +7,7 @@ from helpers import assert_matches_litert, random_inputs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 

@@ -7,8 +7,8 @@ from helpers import assert_matches_litert, lowering
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
-from gpuengine.kernels.base import Alias
+from gpuengine.lowering.kernels import registry
+from gpuengine.lowering.kernels.base import Alias
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 

@@ -10,7 +10,7 @@ from helpers import assert_matches_litert, relative_error, run_gpuengine, suppor
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuengine.kernels import registry
+from gpuengine.lowering.kernels import registry
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuengine.kernels.base import Decomposition, Variants
-from gpuengine.kernels.tiling import decompositions, default_group, lane_memory_fits
 from gpuengine.latency import policy
 from gpuengine.latency.target import FILL, Target, classify, named, resolve
+from gpuengine.lowering.kernels.base import Decomposition, Variants
+from gpuengine.lowering.kernels.tiling import decompositions, default_group, lane_memory_fits
 from gpuengine.tuning.search import decomposition_space, search
 
 
@@ -37,7 +37,7 @@ def _synthetic(costs: dict[Decomposition, tuple[int, float]]) -> Variants:
 
 
 def test_policy_predicts_latency_below_the_lanes_and_total_work_above():
-    """The policy ranks by the latency model (tuning/latency.py) on the target's built-in description: an H100
+    """The policy ranks by the latency model (latency/latency.py) on the target's built-in description: an H100
     (132 x 128 lanes), an Iris Xe (96 x 8) or lavapipe (cores x 4)."""
     big, mid = Decomposition((4, 2), 1), Decomposition((2, 1), 1)
     split, split_sg = Decomposition((1, 1), 16, 4, False), Decomposition((1, 1), 16, 4, True)

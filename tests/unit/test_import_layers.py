@@ -30,9 +30,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("passes", ("gpuengine.passes",)),  # IR -> IR
     ("reference", ("gpuengine.reference", "gpuengine.op_table")),  # the float64 executor; each op's four rules
     ("zoo", ("gpuengine.zoo",)),  # model builders (the int8 one calibrates on the float64 executor)
-    ("lowering", ("gpuengine.lowering", "gpuengine.kernels", "gpuengine.codegen", "gpuengine.fusion",
-                  "gpuengine.layout", "gpuengine.lowering_plan", "gpuengine.precision_plan")),
     # kernel choice, fusion, PHWC4 layout, WGSL codegen, a partition's dispatches and their storage precision
+    ("lowering", ("gpuengine.lowering",)),
     # partition: GPU subgraphs and the CPU fallback. It runs before lowering but asks the kernels (registry.check)
     # which ops they take, so it sits above them; nothing in lowering needs the partition.
     ("delegate", ("gpuengine.delegate",)),
@@ -48,16 +47,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # measuring (workgroup search, calibration, the mixed-precision search): above the runtime it measures
     ("tuning", ("gpuengine.tuning", "gpuengine.mixed_precision")),
     ("llm", ("gpuengine.llm",)),
-    ("testing", ("gpuengine.testing",)),  # test helpers comparing the Interpreter with LiteRT
     ("tools", ("gpuengine.tools",)),  # the CLI
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
-
-# Modules at the top of gpuengine/ that belong to a folder of the target layout; the others count as a folder of
-# their own (the root package holds every folder, so as one folder it would close a cycle with all of them).
-PLANNED_FOLDERS = {"gpuengine.codegen": "gpuengine.lowering", "gpuengine.fusion": "gpuengine.lowering",
-                   "gpuengine.layout": "gpuengine.lowering", "gpuengine.kernels": "gpuengine.lowering"}
-
 
 # -- reading the imports --------------------------------------------------------------------------------------
 def discover(sources: Mapping[str, Path] = SOURCES) -> dict[str, tuple[Path, bool]]:
@@ -204,14 +196,11 @@ def _cycle_in(edges: Mapping[str, list[str]], component: set[str]) -> list[str]:
 
 
 def folder(module: str, packages: set[str]) -> str:
-    """The pipeline-stage folder a module lives in: the package right under gpuengine (gpuengine.kernels for
-    gpuengine.kernels.conv2d, and for anything nested deeper in it); a top-level module of gpuengine/ is its own."""
+    """The pipeline-stage folder a module lives in: the package right under gpuengine (gpuengine.lowering for
+    gpuengine.lowering.kernels.conv2d, and anything nested deeper in it); a top-level module of gpuengine/ is its
+    own."""
     stage = ".".join(module.split(".")[:2])
-    owner = stage if stage in packages else module
-    for prefix, planned in PLANNED_FOLDERS.items():
-        if owner == prefix or owner.startswith(prefix + "."):
-            return planned
-    return owner
+    return stage if stage in packages else module
 
 
 def folder_graph(graph: Mapping[str, Iterable[str]], packages: set[str]) -> dict[str, set[str]]:
@@ -281,7 +270,7 @@ def test_import_gpuengine_leaves_the_oracle_out(graph):
         if module not in reached:
             reached.add(module)
             todo.extend(graph.get(module, ()))
-    assert not {m for m in reached if layer(m) in ("oracle", "testing", "tools")}
+    assert not {m for m in reached if layer(m) in ("oracle", "tools")}
 
 
 # -- the checker itself -----------------------------------------------------------------------------------------
@@ -315,16 +304,17 @@ def lazy():
 
 
 def test_layers_and_folders_on_synthetic_modules():
-    assert layer("gpuengine.kernels.conv2d") == "lowering" and layer("gpuengine.model.ops") == "model"
+    assert layer("gpuengine.lowering.kernels.conv2d") == "lowering" and layer("gpuengine.model.ops") == "model"
     assert layer("gpuengine") == "api" and layer("gpuengine.tools.cli") == "tools"
     assert upward_imports({"gpuengine.model.ir": {"gpuengine.passes.densify"}}) == [
         "gpuengine.model.ir (model) imports gpuengine.passes.densify (passes)"]
-    packages = {"gpuengine", "gpuengine.kernels", "gpuengine.model", "gpuengine.runtime", "gpuengine.runtime.gpu"}
-    assert folder("gpuengine.kernels.base", packages) == "gpuengine.lowering"
+    packages = {"gpuengine", "gpuengine.lowering", "gpuengine.model", "gpuengine.runtime", "gpuengine.runtime.gpu"}
+    assert folder("gpuengine.lowering.kernels.base", packages) == "gpuengine.lowering"
     assert folder("gpuengine.runtime.gpu.device", packages) == "gpuengine.runtime"
     assert folder("gpuengine.engine", packages) == "gpuengine.engine"
     assert folder("gpuengine.model", packages) == "gpuengine.model"
-    graph = {"gpuengine.model.ir": {"gpuengine.kernels.base"}, "gpuengine.kernels.base": {"gpuengine.model.reader"},
+    graph = {"gpuengine.model.ir": {"gpuengine.lowering.kernels.base"},
+             "gpuengine.lowering.kernels.base": {"gpuengine.model.reader"},
              "gpuengine.model.reader": set()}
     assert cycles(graph) == []  # no cycle between files, but one between their folders
     assert cycles(folder_graph(graph, packages)) == [["gpuengine.lowering", "gpuengine.model", "gpuengine.lowering"]]

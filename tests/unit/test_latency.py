@@ -1,4 +1,4 @@
-"""The latency model (tuning/latency.py): held to measurements.
+"""The latency model (latency/latency.py): held to measurements.
 
 * lavapipe (tests/api/test_latency_measured.py): probe kernels in several decompositions are timed, the model is
   fitted on two thirds of the dispatches and predicts the other third (3-fold cross-validation, every dispatch held
@@ -21,10 +21,10 @@ import pytest
 from helpers import FIXTURES, GOAL_ERROR, GOAL_SPEARMAN
 
 from gpuengine import zoo
-from gpuengine.kernels.base import Decomposition
-from gpuengine.kernels.dispatch_cost import dispatch_cost
 from gpuengine.latency import devices, latency
 from gpuengine.latency.target import named
+from gpuengine.lowering.kernels.base import Decomposition
+from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
 from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions
 from gpuengine.planning import planned_dispatches

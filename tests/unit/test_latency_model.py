@@ -11,12 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from gpuengine.kernels import tuned
-from gpuengine.kernels.base import Decomposition, Variants
-from gpuengine.kernels.dispatch_cost import op_ns
 from gpuengine.latency import devices, latency, policy, target
 from gpuengine.latency.defaults import default_workgroup
 from gpuengine.latency.latency import Device, DispatchCost, ModelPrediction
+from gpuengine.lowering.kernels import tuned
+from gpuengine.lowering.kernels.base import Decomposition, Variants
+from gpuengine.lowering.kernels.dispatch_cost import op_ns
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.tuning.cache import TuningCache
 
@@ -181,7 +181,7 @@ def test_ranked_candidates_are_ordered_by_predicted_time():
     assert times == sorted(times)
 
 
-# -- the model applied to a lowered op (kernels/dispatch_cost.py: specs are built, nothing is compiled) ---------
+# -- the model applied to a lowered op (lowering/kernels/dispatch_cost.py: specs are built, nothing is compiled) --
 def conv_graph(size: int):
     mb = ModelBuilder()
     x = mb.input("x", (1, size, size, 16))
@@ -205,7 +205,7 @@ def test_a_lowered_conv_is_predicted_slower_on_a_larger_map_and_on_a_cpu():
     assert all(g < c for g, c in zip(h100, cpu))
 
 
-# -- the tuned choices the runtime reads (kernels/tuned.py), as `gpuengine tune` writes them (tuning/cache.py) --
+# -- the tuned choices the runtime reads (lowering/kernels/tuned.py), as `gpuengine tune` writes them --
 def test_the_runtime_reads_what_tuning_recorded_and_the_fit_beside_it(monkeypatch, tmp_path):
     monkeypatch.delenv("GPUENGINE_LATENCY_FIT", raising=False)
     path = tmp_path / "tuning.json"

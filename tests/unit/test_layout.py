@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpuengine.layout import from_phwc4, phwc4_elements, phwc4_index, slices, to_bhwc, to_phwc4
+from gpuengine.lowering.layout import from_phwc4, phwc4_elements, phwc4_index, slices, to_bhwc, to_phwc4
 
 SHAPES: list[tuple[int, ...]] = [
     (), (1,), (3,), (4,), (5,), (9,),

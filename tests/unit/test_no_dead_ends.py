@@ -14,12 +14,12 @@ import math
 import numpy as np
 import pytest
 
-from gpuengine import codegen
 from gpuengine.errors import UnsupportedOpError
-from gpuengine.kernels import registry, tiling
-from gpuengine.kernels.base import Variants
 from gpuengine.latency import policy
 from gpuengine.latency.target import named
+from gpuengine.lowering import codegen
+from gpuengine.lowering.kernels import registry, tiling
+from gpuengine.lowering.kernels.base import Variants
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.passes.pipeline import run_passes

@@ -8,9 +8,9 @@ import warnings
 import pytest
 
 from gpuengine import zoo
-from gpuengine.codegen import element_bytes, preamble
 from gpuengine.latency.target import named
-from gpuengine.lowering_plan import Choices, partition_specs
+from gpuengine.lowering.codegen import element_bytes, preamble
+from gpuengine.lowering.dispatches import Choices, partition_specs
 from gpuengine.memory import plan_memory
 from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from gpuengine import codegen
+from gpuengine.lowering import codegen
 
 
 def _shader_files(folder: str = "") -> list[str]:
@@ -48,12 +48,12 @@ def test_every_snippet_loads(path):
 
 def test_every_snippet_is_used():
     """A snippet no shader, snippet, kernel or codegen names is dead code."""
-    import gpuengine.kernels as kernels
+    import gpuengine.lowering.kernels as kernels
 
     texts = [resources.files("gpuengine.shaders").joinpath(p).read_text() for p in _shader_files()]
     kernel_dir = resources.files(kernels)
     texts += [f.read_text() for f in kernel_dir.iterdir() if f.name.endswith(".py")]
-    texts.append(resources.files("gpuengine").joinpath("codegen.py").read_text())
+    texts.append(resources.files("gpuengine.lowering").joinpath("codegen.py").read_text())
     for path in SNIPPETS:
         assert any(f'"{path}"' in t for t in texts), f"{path} is included nowhere"
 

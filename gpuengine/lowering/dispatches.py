@@ -1,0 +1,164 @@
+"""Lowering one GPU partition to its dispatches, without a GPU: kernel choice and fusion (fusion.lower), the
+boundary converters, how each dispatch divides its work (`Choices`), alias roots, shared shaders, and what the
+memory planner and reports need from the dispatches (usage records, launched invocations, MACs).
+
+The GPU program (runtime/program.py) compiles what `partition_specs` returns; `planning.planned_dispatches`,
+the render hash and the latency reports call it without a device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..latency import policy
+from ..latency.defaults import default_workgroup
+from ..latency.target import Target
+from ..model.ir import Graph
+from ..model.ops import KV_CACHE_WRITE
+from . import codegen
+from .fusion import lower
+from .kernels import convert, tiling
+from .kernels.base import Decomposition, KernelSpec, Variants
+from .kernels.kv_cache import writes
+from .kernels.tuned import Tuned
+from .storage_precision import kept_f32, mark_exact, stores_tensor
+
+
+def signature(spec: KernelSpec) -> str:
+    """What a tuned workgroup size is keyed by: the template, its baked numbers, fused code and the grid."""
+    params = ",".join(f"{k}={v}" for k, v in sorted(spec.params.items()))
+    fused = hashlib.sha1("\n".join([*spec.epilogue, *spec.functions]).encode()).hexdigest()[:12]
+    return f"{spec.shader}|{params}|{fused}|grid={spec.grid}"
+
+
+class Choices:
+    """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
+    device can run, else the target's default (latency/policy.py) or the default workgroup size."""
+
+    def __init__(self, target: Target, tuned: Tuned | None = None, max_invocations: int = 256) -> None:
+        self.target, self.tuned, self.max_invocations = target, tuned or Tuned(), max_invocations
+        self.from_cache = 0  # dispatches whose choice came from the tuning cache
+
+    def decide(self, variants: Variants) -> Decomposition:
+        tuned = self.tuned.decompositions.get(variants.problem)
+        if tuned is not None and self.runs(variants, tuned):
+            self.from_cache += 1
+            return tuned
+        # the adapter's fitted latency model where the target is the adapter's own class, else the class's
+        fitted = self.tuned.latency if self.target.detected else None
+        return policy.choose(variants, self.target, fitted)
+
+    def runs(self, variants: Variants, d: Decomposition) -> bool:
+        """Whether d is one of the kernel's decompositions (any tiles per workgroup) and fits this device."""
+        offered = any((c.tile, c.split, c.subgroup) == (d.tile, d.split, d.subgroup) for c in variants.candidates)
+        return (offered and (not d.subgroup or self.target.subgroups)
+                and d.invocations_per_workgroup <= self.max_invocations
+                and tiling.lane_memory_fits(d, d.tile[0] * d.tile[1] if d.split > 1 else 1))
+
+    def workgroup(self, spec: KernelSpec) -> tuple[int, int, int]:
+        tuned = self.tuned.workgroups.get(signature(spec))
+        self.from_cache += tuned is not None
+        return tuned or default_workgroup(spec.grid, self.max_invocations)
+
+
+def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
+                    choices: Choices, f32_names: frozenset[str] = frozenset(),
+                    ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
+    """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
+    `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
+    fp16 program (f32_names: mixed precision, kept_f32)."""
+    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide)
+
+    def root(t: int) -> int:
+        while t in aliases:
+            t = aliases[t]
+        return t
+
+    in_place = in_place_pairs(graph, ops, inputs, outputs)
+    specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place] + specs
+             + [convert.from_phwc4(graph, t, root(t)) for t in outputs if t not in in_place.values()])
+    tunable = []
+    for spec in specs:
+        tunable.append(spec.workgroup is None or spec.variants is not None)
+        finish(spec, root, choices)
+    f32 = kept_f32(specs, graph, root, f32_names)
+    # a dispatch writing a cache in place (f32) stores f32: what else it writes (a rotated query) is kept in f32
+    f32 |= {root(b.tensor) for spec in specs if any(b.writable and b.tensor in in_place.values() for b in spec.bindings)
+            for b in spec.bindings if b.writable and stores_tensor(b)}
+    for spec in specs:
+        mark_exact(spec, graph, f32)
+        for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
+            if b.tensor in in_place.values() and b.data is None:
+                b.raw, b.exact = True, True
+    share_shaders(specs)
+    return specs, root, tunable, f32
+
+
+def share_shaders(specs: list[KernelSpec]) -> None:
+    """Dispatches whose WGSL differs only in baked constants (identical layers of a small model: each layer's norm
+    weights or channel scales baked into its own shader) get those constants bound instead, as f32 buffers (the
+    type of the literals they replace: the same arithmetic), so they compile one shader, not one per layer.
+    A constant baked in one dispatch alone stays baked."""
+    def skeleton(spec: KernelSpec) -> str:
+        baked = [b for b in spec.bindings if codegen.is_baked(b)]
+        for b in baked:
+            b.bake = False
+        try:
+            return codegen.render(spec)
+        finally:
+            for b in baked:
+                b.bake = True
+
+    groups: dict[str, list[KernelSpec]] = {}
+    for spec in specs:
+        if any(codegen.is_baked(b) for b in spec.bindings):
+            groups.setdefault(skeleton(spec), []).append(spec)
+    for group in groups.values():
+        if len({codegen.render(spec) for spec in group}) > 1:
+            for spec in group:
+                for b in spec.bindings:
+                    if codegen.is_baked(b):
+                        b.bake, b.exact = False, True
+
+
+def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int]) -> dict[int, int]:
+    """Input -> output of the partition's KV_CACHE_WRITE ops (passes/kv_cache_in_place.py): the two share one BHWC
+    buffer (the input's), which the write updates in place; neither is converted to or from PHWC4."""
+    pairs = {}
+    for i in ops:
+        op = graph.ops[i]
+        for write in writes(op) if op.code == KV_CACHE_WRITE else []:
+            if write.code != KV_CACHE_WRITE:  # a rotated query written beside the caches
+                continue
+            cache, out = write.inputs[0], write.outputs[0]
+            if cache not in inputs or out not in outputs:
+                raise UnsupportedOpError(f"{KV_CACHE_WRITE}: cache {graph.tensors[cache].name!r} must be an "
+                                         "input and its result an output of the GPU partition")
+            pairs[cache] = out
+    return pairs
+
+
+def finish(spec: KernelSpec, root: Callable[[int], int], choices: Choices) -> None:
+    """Tensor bindings read the alias roots; a spec without a workgroup gets the tuned or default one."""
+    for b in spec.bindings:
+        if b.tensor is not None and not b.raw:
+            b.tensor = root(b.tensor)
+    if spec.workgroup is None:
+        spec.workgroup = choices.workgroup(spec)
+
+
+def launched(spec: KernelSpec) -> int:
+    """Invocations a dispatch launches (whole workgroups)."""
+    return int(np.prod(codegen.dispatch_size(spec))) * int(np.prod(spec.workgroup))
+
+
+def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
+    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads."""
+    if spec.macs:
+        return spec.macs
+    return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
+               for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))

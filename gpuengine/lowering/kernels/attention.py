@@ -1,0 +1,413 @@
+"""ATTENTION: an internal op (passes/fuse_attention.py) for BATCH_MATMUL(Q, K^T) -> [MUL scale] -> [ADD mask] ->
+SOFTMAX -> BATCH_MATMUL(·, V) in one dispatch (two for flash-decoding).
+
+Inputs q, k, v[, mask]; option `k_adj`: K is stored [..., N, D] (the first matmul's adj_y) rather than [..., D, N];
+`scale`: the MUL's constant times SOFTMAX's beta (`mask_scale`: beta, for the mask); `kv_group`: query heads per K/V
+head (grouped-query attention: query head h reads K/V head h // kv_group, so K and V are never broadcast); layout
+views of the operands and the output as the matmuls had them (kernels/layout_view.py, passes/fold_matmul_layout.py),
+so the head split and merge cost nothing either. A row is one query: an online softmax over the keys (running
+maximum and sum) accumulating the weighted values, so the [M, N] score matrix is never written and no row is too
+long. Query and value rows of up to MAX_DEPTH channels live in registers as vec4 arrays.
+
+Decompositions (Variants, chosen per target by latency/policy.py), all within WebGPU's default limits:
+  * rows: one row per tile, its keys split over `split` invocations of a workgroup that merge their softmax states
+    through workgroup memory (the workgroup shrinks so they fit: split 1 needs none, so there is always one).
+  * shared K/V (prefill, tile[0] > 1): a workgroup of `group` rows reading the same K/V (one head, or one KV head's
+    query heads) loads blocks of keys into workgroup memory once for all of them.
+  * flash-decoding (at most DECODE_ROWS queries per head over many keys, tile[1] = chunks): the keys are cut into
+    chunks, each reduced by its own workgroup to a partial state in scratch; a second dispatch merges them, so a
+    big GPU fills at batch 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ...model.ir import Graph, Op
+from ...model.ops import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ...model.ops import ATTENTION_VIEWS as VIEWS
+from .. import codegen
+from ..codegen import literal
+from ..layout import slices, to_bhwc
+from . import layout_view, tiling
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
+from .common import float_tensors
+from .fully_connected import READER_PARAMS, batch2, operand_reader, out_index, output_locator
+from .reduce import FLT_MAX
+
+MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays of vec4)
+DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
+MIN_CHUNK = 32  # keys per flash-decoding chunk at least
+MAX_CHUNKS = 64
+
+
+def logical(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
+    steps = op.opt(VIEWS[i])
+    return tuple(steps[-1].out_shape) if steps else tuple(graph.tensors[op.inputs[i]].shape)
+
+
+def logical_out(op: Op, graph: Graph) -> tuple[int, ...]:
+    steps = op.opt(OUT_VIEW)
+    return tuple(steps[0].in_shape) if steps else tuple(graph.tensors[op.outputs[0]].shape)
+
+
+def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
+    shape = tuple(shape)
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+class AttentionKernel:
+    ops = (ATTENTION,)
+    internal_ops = (ATTENTION,)  # made by a pass, never read from a model
+
+    def supports(self, op: Op, graph: Graph) -> str | None:
+        if len(op.inputs) not in (3, 4) or len(op.outputs) != 1:
+            return f"{ATTENTION} expects q, k, v[, mask] and 1 output"
+        reason = float_tensors(op, graph)
+        if reason:
+            return reason
+        for key in (*VIEWS, OUT_VIEW):
+            if op.opt(key) and layout_view.check(op.opt(key)):
+                return layout_view.check(op.opt(key))
+        q, k, v, out = (*(logical(op, graph, i) for i in range(3)), logical_out(op, graph))
+        if any(not 2 <= len(s) <= 4 for s in (q, k, v, out)):
+            return "operands and output must have rank 2..4"
+        if graph.tensors[op.inputs[0]].data is not None:
+            return "constant queries"
+        m, d = q[-2:]
+        n, dk = k[-2:] if op.opt(K_ADJ) else k[-2:][::-1]
+        nv, dv = v[-2:]
+        if dk != d or nv != n:
+            return f"shapes do not chain: q {q}, k {k}, v {v}"
+        group = op.opt(KV_GROUP) or 1
+        if not isinstance(group, int) or group < 1:
+            return f"{KV_GROUP} must be a positive integer"
+        kb, vb = k[:-2], v[:-2]
+        if group > 1:  # K and V have one head per `group` query heads: the head axis is the last batch axis
+            if len(q) < 3 or len(k) != len(q) or len(v) != len(q) or q[-3] != k[-3] * group or k[-3] != v[-3]:
+                return f"{KV_GROUP} {group}: q {q} does not have {group} heads per head of k {k} and v {v}"
+            kb, vb = (*k[:-3], q[-3]), (*v[:-3], q[-3])
+        try:
+            batch = np.broadcast_shapes(q[:-2], kb, vb)
+        except ValueError:
+            return "batch dims do not broadcast"
+        if tuple(out) != (*batch, m, dv):
+            return f"output shape {out} is not {(*batch, m, dv)}"
+        if d > MAX_DEPTH or dv > MAX_DEPTH:
+            return f"rows of {max(d, dv)} channels (at most {MAX_DEPTH})"
+        scale = op.opt(SCALE)
+        if not isinstance(scale, float) or not np.isfinite(scale):
+            return "scale must be a finite float"
+        if len(op.inputs) == 4:
+            mask = tuple(graph.tensors[op.inputs[3]].shape)
+            mask_scale = op.opt(MASK_SCALE)
+            if not isinstance(mask_scale, float) or not np.isfinite(mask_scale):
+                return "mask_scale must be a finite float"
+            scores = (*batch, m, n)
+            try:  # leading 1s of the mask beyond the scores' rank are no batch
+                if not 2 <= len(mask) <= 4 or _strip(np.broadcast_shapes(mask, scores)) != _strip(scores):
+                    return f"mask {mask} does not broadcast to the scores {scores}"
+            except ValueError:
+                return f"mask {mask} does not broadcast to the scores {scores}"
+        try:
+            if op.opt(OUT_VIEW) and out_index(op.opt(OUT_VIEW)) is None:
+                return "the output view does not keep 4 adjacent channels together"
+            for i, key in enumerate(VIEWS):
+                if op.opt(key):
+                    layout_view.reader(op.opt(key), "v", READER_PARAMS[len(logical(op, graph, i))])
+        except ValueError as e:
+            return f"layout view: {e}"
+        return None
+
+    def build(self, op: Op, graph: Graph) -> Lowering:
+        out = op.outputs[0]
+        oshape = logical_out(op, graph)
+        group = kv_group(op)
+        fq, bq, qshape, _ = operand_reader(graph, op.inputs[0], False, "xq", op.opt("view_q"))
+        # the K reader: a constant K stored [D, N] is transposed at build, so it reads [N, D] (adj) afterwards
+        view_k, k_adj = key_rows(op.opt("view_k"), bool(op.opt(K_ADJ)))
+        fk, bk, kshape, k_not_adj = operand_reader(graph, op.inputs[1], not k_adj, "xk", view_k)
+        fv, bv, vshape, _ = operand_reader(graph, op.inputs[2], False, "yv", op.opt("view_v"))
+        m, d = qshape[-2:]
+        n = kshape[-1] if k_not_adj else kshape[-2]
+        dv = vshape[-1]
+        ds, vs = slices(d), slices(dv)
+        b0, b1 = batch2(oshape)
+        if k_not_adj:  # K stored [D, N]: lane j of slice s is K[4s + j, n]
+            lanes = ", ".join(f"xk_at(i0, i1, min(4u * s + {j}u, {d - 1}u), n / 4u)[n % 4u]" for j in range(4))
+            key_body = f"return vec4<f32>({lanes});"
+        else:
+            key_body = "return xk_at(i0, i1, n, s);"
+        # query head i1 reads KV head i1 / group: grouped-query attention without broadcasting K and V
+        kv = "i1" if group == 1 else f"i1 / {group}u"
+        readers = fq + fk + fv
+        mask_bindings = []
+        mask_value = "0.0"
+        if len(op.inputs) == 4:
+            mshape = tuple(graph.tensors[op.inputs[3]].shape)
+            fm, bm, _, _ = operand_reader(graph, op.inputs[3], False, "am", None)
+            row = "m" if len(mshape) >= 2 and mshape[-2] > 1 else "0u"
+            sl, ln = ("n / 4u", "n % 4u") if mshape[-1] > 1 else ("0u", "0u")
+            mask_value = f"am_at(i0, i1, {row}, {sl})[{ln}] * {literal(float(op.opt(MASK_SCALE)))}"
+            readers += fm
+            mask_bindings = [bm]
+        oc_ = to_bhwc(tuple(graph.tensors[out].shape))[3]
+        locate = output_locator(graph, out, oshape, op.opt(OUT_VIEW), "\n  ")
+        rows = b0 * b1 * m
+        fixed = {
+            "READERS": Code(readers.removesuffix("\n")), "KEY_BODY": Code(key_body), "MASK_VALUE": Code(mask_value),
+            "M": m, "B1": b1, "N": n, "DS": ds, "VS": vs,
+            "KV": Code(kv), "SCALE": Code(literal(float(op.opt(SCALE)))), "LOWEST": Code(literal(-FLT_MAX)),
+        }
+        views = "+".join(k.split("_")[1] for k in (*VIEWS, OUT_VIEW) if op.opt(k))
+        source = f"({'+'.join(op.opt(SOURCE_OPS))})" if op.opt(SOURCE_OPS) else ""
+        gqa = f" kv_group {group}" if group > 1 else ""
+        label = f"{ATTENTION}{source} {qshape}x{kshape}x{vshape}{gqa}{f' (views {views})' if views else ''}"
+        inputs = [bq, bk, bv, *mask_bindings]
+        numbers = {"M": m, "N": n, "D": d, "DV": dv, "B": b0 * b1, "G": group}
+        step = (ds + vs) * tiling.LOAD + 4 * (ds + vs) + 40  # loads, dot and multiply-adds, two exp
+        macs = rows * n * (d + dv)
+        unit = group * m  # rows that read the same K and V: a KV head's query heads, or all heads of K/V broadcast
+        if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
+            unit = b1 * m
+        units = rows // unit
+        if m <= DECODE_ROWS and n >= 2 * MIN_CHUNK:
+            return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
+                                        macs, [readers, mask_value], out)
+        dst = Binding("dst", tensor=out, writable=True)
+
+        def make(dec: Decomposition) -> KernelSpec:
+            shared_kv = dec.tile[0] > 1
+            tiles = units * _padded(unit, dec.group) if shared_kv else rows
+            params, dispatch = tiling.split_params(dec, tiles, [])
+            invocations = dec.invocations_per_workgroup
+            block = _key_block(ds, vs, dec.group)
+            params.update({**fixed, "LOCATE": Code(locate),
+                           "ROW": _row_code(shared_kv, rows, unit, _padded(unit, dec.group)),
+                           "KEYS": _shared_keys("0u", f"{n}u", ds, vs, block, invocations) if shared_kv
+                                   else _keys("0u", f"{n}u", dec.split, ds, vs),
+                           "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
+                                             if shared_kv else ""),
+                           "PARTIALS": _partials(invocations, vs) if dec.split > 1 else Code(""),
+                           "COMBINE": _combine(dec.split, vs) if dec.split > 1 else Code("")})
+            fresh = [dataclasses.replace(b) for b in (*inputs, dst)]  # fusion edits a spec's bindings in place
+            return KernelSpec("attention", params, fresh, grid=(tiles * dec.split, 1, 1),
+                              workgroup=(invocations, 1, 1), dispatch=dispatch, out_channels=oc_,
+                              label=f"{label} [{describe(dec)}]")
+
+        def work(dec: Decomposition) -> float:
+            if dec.tile[0] > 1:  # a workgroup loads each key once for all its rows, from workgroup memory after
+                return n * (step - (ds + vs) * tiling.LOAD * (1 - 1 / dec.group) + 2) + tiling.OVERHEAD
+            return (math.ceil(n / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + tiling.OVERHEAD)
+
+        candidates = _row_candidates(rows, n, vs) + _shared_candidates(unit, ds, vs)
+
+        def count(dec: Decomposition) -> int:
+            return units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows
+
+        variants = Variants(problem=tiling.problem_key("attention", numbers, [readers, mask_value]),
+                            candidates=candidates, invocations=lambda dec: tiling.launched(count(dec), dec),
+                            active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
+        return [variants]
+
+    def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
+                        sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
+                        code: list[str], out: int) -> Lowering:
+        """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
+        (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
+        sum, weighted values) in scratch; a second dispatch merges a row's states and writes the output. The merge
+        reads the chunk count that the first dispatch wrote, so every decomposition of the first shares it."""
+        rows, unit, n, ds, vs = sizes
+        units = rows // unit
+        most = _max_chunks(n)
+        entries = 1 + rows * most * (vs + 1)  # the chunk count, then per row and chunk: (max, sum) and VS values
+        key = f"attention-partials-{out}"
+
+        def scratch(writable: bool) -> Binding:
+            return Binding("partials", scratch_bytes=entries * 16, scratch_key=key, writable=writable,
+                           element="vec4<f32>")
+
+        def count(dec: Decomposition) -> int:
+            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows)
+
+        def make(dec: Decomposition) -> KernelSpec:
+            chunks, shared_kv = dec.tile[1], dec.tile[0] > 1
+            tiles = count(dec)
+            params, dispatch = tiling.split_params(dec, tiles, [])
+            invocations = dec.invocations_per_workgroup
+            block = _key_block(ds, vs, dec.group)
+            if shared_kv:  # chunk-major, so a workgroup's rows (one KV head's) share their chunk: from wid alone
+                padded = _padded(unit, dec.group)
+                row = codegen.fill("attention/chunk_shared.wgsl", {
+                    "CHUNK_TILES": units * padded, "DISPATCH_X": dispatch[0], "GROUP": dec.group,
+                    "CHUNKS_LAST": chunks - 1, "PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                    "ROWS_LAST": rows - 1, "TILES": tiles}, "  ")
+            else:
+                row = codegen.fill("attention/chunk_tile.wgsl", {"TILES_LAST": tiles - 1, "CHUNKS": chunks,
+                                                                 "TILES": tiles}, "  ")
+            chunk = -(-n // chunks)
+            start, end = f"c * {chunk}u", f"min({n}u, (c + 1u) * {chunk}u)"
+            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": row,
+                           "KEYS": _shared_keys(start, end, ds, vs, block, invocations) if shared_kv
+                                   else _keys(start, end, dec.split, ds, vs),
+                           "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
+                                             if shared_kv else ""),
+                           "PARTIALS": _partials(invocations, vs) if dec.split > 1 else Code(""),
+                           "COMBINE": _combine(dec.split, vs) if dec.split > 1 else Code("")})
+            fresh = [*(dataclasses.replace(b) for b in inputs), scratch(True)]
+            return KernelSpec("attention_partials", params, fresh, grid=(tiles * dec.split, 1, 1),
+                              workgroup=(invocations, 1, 1), dispatch=dispatch,
+                              label=f"{label} partials [{describe(dec)}]")
+
+        def work(dec: Decomposition) -> float:
+            keys = math.ceil(n / dec.tile[1])
+            if dec.tile[0] > 1:
+                per_key = step - (ds + vs) * tiling.LOAD * (1 - 1 / dec.group) + 2
+                return keys * per_key + tiling.OVERHEAD + (vs + 1) * tiling.LOAD
+            return math.ceil(keys / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + (
+                tiling.OVERHEAD + (vs + 1) * tiling.LOAD)
+
+        candidates = _row_candidates(rows, n, vs, most) + _shared_candidates(unit, ds, vs, most)
+        variants = Variants(problem=tiling.problem_key("attention_partials", numbers, code), candidates=candidates,
+                            invocations=lambda dec: tiling.launched(count(dec), dec),
+                            active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
+        merge_tiles = rows * vs
+        merge = KernelSpec("attention_merge",
+                           {"LOCATE": Code(locate), "M": fixed["M"], "B1": fixed["B1"], "VS": vs, "STATE": vs + 1,
+                            "MAX_CHUNKS": most, "TILES": merge_tiles, "LOWEST": fixed["LOWEST"]},
+                           [scratch(False), Binding("dst", tensor=out, writable=True)],
+                           grid=(merge_tiles, 1, 1), workgroup=(tiling.WORKGROUP, 1, 1), out_channels=oc_,
+                           label=f"{label} merge")
+        return [variants, merge]
+
+
+def key_rows(view: tuple | None, k_adj: bool) -> tuple[tuple | None, bool]:
+    """K read as [..., N, D] rows where its view starts by transposing such rows to [..., D, N] (then only adds or
+    drops leading 1s): one vec4 load per 4 channels of a key instead of one per channel."""
+    if k_adj or not view or view[0].kind != "TRANSPOSE":
+        return view, k_adj
+    rank = len(view[0].in_shape)
+    if rank < 2 or tuple(view[0].perm) != (*range(rank - 2), rank - 1, rank - 2):
+        return view, k_adj
+    rest = view[1:]
+    if not all(step.kind == "RESHAPE" and _strip(step.in_shape) == _strip(step.out_shape) for step in rest):
+        return view, k_adj
+    def swap(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:-2], shape[-1], shape[-2])
+
+    steps = tuple(dataclasses.replace(step, in_shape=swap(tuple(step.in_shape)), out_shape=swap(tuple(step.out_shape)))
+                  for step in rest)
+    return (steps or None), True
+
+
+def kv_group(op: Op) -> int:
+    """Query heads per K/V head (grouped-query attention): query head h reads K/V head h // kv_group."""
+    value = op.opt(KV_GROUP)
+    return int(value) if value else 1
+
+
+def describe(dec: Decomposition) -> str:
+    """A decomposition in ATTENTION's terms (tile[0] > 1: rows sharing K/V blocks; tile[1]: key chunks)."""
+    parts = []
+    if dec.tile[0] > 1:
+        parts.append(f"{dec.group} rows share K/V")
+    if dec.tile[1] > 1:
+        parts.append(f"{dec.tile[1]} key chunks")
+    if dec.split > 1:
+        parts.append(f"split {dec.split} ({'subgroup' if dec.subgroup else 'shared memory'})")
+    return ", ".join([*parts, f"workgroup {dec.invocations_per_workgroup}"])
+
+
+def _padded(unit: int, group: int) -> int:
+    return -(-unit // group) * group
+
+
+def _key_block(ds: int, vs: int, rows: int) -> int:
+    """Keys a workgroup of `rows` rows loads into workgroup memory at a time (K and V slices of each)."""
+    block = 1
+    while block * 2 * (ds + vs) <= tiling.LANE_MEMORY_VEC4 and block * 2 <= max(rows, 8):
+        block *= 2
+    return block
+
+
+def _max_chunks(n: int) -> int:
+    chunks = 1
+    while chunks * 2 <= MAX_CHUNKS and chunks * 2 * MIN_CHUNK <= n:
+        chunks *= 2
+    return chunks
+
+
+def _row_candidates(rows: int, n: int, vs: int, max_chunks: int = 1) -> list[Decomposition]:
+    """One row per tile, its keys split over `split` invocations of a workgroup (states merged through workgroup
+    memory, one per invocation: the group shrinks so they fit) and, for flash-decoding, over `chunks`
+    workgroups. Always includes split 1 (no workgroup memory at all)."""
+    result = []
+    chunks = 1
+    while chunks <= max_chunks:
+        per_chunk = -(-n // chunks)
+        split = 1
+        while split == 1 or (split <= tiling.MAX_WORKGROUP and split * tiling.MIN_STEPS <= per_chunk):
+            group = tiling.default_group(split, rows * chunks)
+            while split > 1 and group > 1 and split * group * (vs + 1) > tiling.LANE_MEMORY_VEC4:
+                group //= 2
+            if split == 1 or split * group * (vs + 1) <= tiling.LANE_MEMORY_VEC4:
+                for subgroup in ((False,) if split == 1 else (False, True)):
+                    result.append(Decomposition((1, chunks), split, group, subgroup))
+            split *= 2
+        chunks *= 2
+    return result
+
+
+def _shared_candidates(unit: int, ds: int, vs: int, max_chunks: int = 1) -> list[Decomposition]:
+    """Workgroups of `group` rows reading the same K/V (one head's queries, or a KV head's query heads) that load
+    blocks of keys into workgroup memory once for all of them; with flash-decoding, over each of `chunks` key
+    ranges. Only where at least 2 rows share, and at most half the workgroup is padding."""
+    result = []
+    chunks = 1
+    while chunks <= max_chunks:
+        for group in (4, 8, 16, 32, 64):
+            if unit < 2 or group > 2 * unit or _key_block(ds, vs, group) * (ds + vs) > tiling.LANE_MEMORY_VEC4:
+                continue
+            result.append(Decomposition((group, chunks), 1, group, False))
+        chunks *= 2
+    return result
+
+
+def _row_code(shared_kv: bool, rows: int, unit: int, padded: int) -> Code:
+    """WGSL defining `row` (the query row of this tile) and `has_row` (whether it has one to store)."""
+    if not shared_kv:
+        return codegen.fill("attention/row_tile.wgsl", {"ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
+    return codegen.fill("attention/row_shared.wgsl", {"PADDED": padded, "UNIT": unit, "UNIT_LAST": unit - 1,
+                                                      "ROWS_LAST": rows - 1, "ROWS": rows}, "  ")
+
+
+def _keys(start: str, end: str, split: int, ds: int, vs: int) -> Code:
+    """The key loop of a row over keys [start, end) (every split-th key), reading K and V from storage."""
+    return codegen.fill("attention/keys.wgsl", {"START": Code(start), "END": Code(end), "SPLIT": split, "DS": ds,
+                                                "VS": vs}, "  ")
+
+
+def _shared_keys(start: str, end: str, ds: int, vs: int, block: int, invocations: int) -> Code:
+    """The key loop of a workgroup whose rows read the same K/V, over keys [start, end) (the same for the whole
+    workgroup): blocks of `block` keys loaded into kv_tile by all its invocations, then read by each row from
+    workgroup memory."""
+    return codegen.fill("attention/shared_keys.wgsl", {
+        "START": Code(start), "END": Code(end), "BLOCK": block, "BLOCK_VEC4S": block * (ds + vs), "WIDTH": ds + vs,
+        "INVOCATIONS": invocations, "DS": ds, "VS": vs}, "  ")
+
+
+def _partials(invocations: int, vs: int) -> Code:
+    return codegen.fill("attention/partials.wgsl", {"PART_VEC4S": invocations * vs, "INVOCATIONS": invocations})
+
+
+def _combine(split: int, vs: int) -> Code:
+    """Invocation 0 of a row merges the softmax states of the row's `split` invocations (workgroup memory)."""
+    return codegen.fill("attention/combine.wgsl", {"SPLIT": split, "VS": vs}, "  ")
+
+
+KERNEL = AttentionKernel()

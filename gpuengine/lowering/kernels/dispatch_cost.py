@@ -1,0 +1,100 @@
+"""The latency model (latency/latency.py) applied to lowered dispatches: what a KernelSpec reads, writes and
+launches, as the model sees it (`DispatchCost`), and the predicted time of an op lowered alone.
+
+It lives with the kernels because it reads their specs (bindings, workgroups, decompositions) and the PHWC4
+layout; the model itself knows only numbers and imports nothing above gpuengine.model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ...latency.latency import (
+    Device,
+    DispatchCost,
+    ModelPrediction,
+    floor_ns,
+    lane_memory,
+    predict_ns,
+    split_barriers,
+    split_shuffles,
+)
+from ...model.ir import Graph
+from .. import codegen
+from ..layout import phwc4_elements
+from . import tiling
+from .base import Binding, KernelSpec, Variants
+
+
+def binding_bytes(b: Binding, graph: Graph, precision: str = "fp32") -> int:
+    """Bytes a binding holds (as the runtime allocates it, GpuProgram._binding_bytes), without a device."""
+    if b.data is not None:
+        scalar = 2 if (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
+                       and b.data.dtype == np.float32) else b.data.dtype.itemsize
+        return max(4, int(b.data.size) * scalar)
+    if b.scratch_bytes:
+        return int(b.scratch_bytes)
+    if b.tensor is None:
+        return 0
+    shape = graph.tensors[b.tensor].shape
+    if b.raw:
+        return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
+    return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", precision)))
+
+def _workgroups(spec: KernelSpec) -> tuple[int, int]:
+    """(workgroups, invocations per workgroup) of a finished spec."""
+    wg = spec.workgroup or (tiling.WORKGROUP, 1, 1)
+    groups = codegen.dispatch_size(dataclasses.replace(spec, workgroup=wg))
+    return int(np.prod(groups)), int(np.prod(wg))
+
+
+def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32") -> DispatchCost:
+    """The model's view of one finished dispatch (workgroup set)."""
+    groups, per_group = _workgroups(spec)
+    invocations = groups * per_group
+    read = sum(binding_bytes(b, graph, precision) for b in spec.bindings if not b.writable)
+    written = sum(binding_bytes(b, graph, precision) for b in spec.bindings if b.writable)
+    macs = spec.macs or 0
+    if spec.variants is not None and spec.decomposition is not None:
+        d = spec.decomposition
+        active = max(1, min(invocations, int(spec.variants.active(d))))
+        work = float(spec.variants.work(d))
+    else:
+        d = None
+        active = max(1, min(invocations, int(np.prod(spec.grid))))
+        # No decomposition: one invocation loads its share of what the dispatch reads and does its share of
+        # the multiply-adds, in vec4s (kernels/tiling.py's units).
+        work = tiling.OVERHEAD + tiling.LOAD * read / 16 / active + macs / 4 / active
+    return DispatchCost(invocations, active, groups, work, read, written, macs or read // 4,
+                        d.split if d else 1, split_barriers(d), lane_memory(d), split_shuffles(d), spec.label,
+                        spec.shader)
+
+def predict_specs(partitions: list[list[KernelSpec]], graph: Graph, device: Device,
+                  precision: str = "fp32") -> ModelPrediction:
+    rows = []
+    for specs in partitions:
+        for spec in specs:
+            cost = dispatch_cost(spec, graph, precision)
+            rows.append((cost, predict_ns(cost, device), floor_ns(cost, device)))
+    return ModelPrediction(device, rows)
+
+
+def op_ns(op: Any, graph: Graph, device: Device, precision: str = "fp32") -> tuple[float, int]:
+    """(Predicted ns, dispatches) of one op lowered alone, each dispatch in the decomposition predicted fastest on
+    `device`, with the host's recording of each (what a fusion trading a dispatch for recomputation weighs)."""
+    from ...latency.policy import choose
+    from ...latency.target import named
+    from . import registry
+
+    target = named(device.target)
+    total, count = 0.0, 0
+    for item in registry.kernel_for(op).build(op, graph):
+        if isinstance(item, Variants):
+            item = item.resolve(choose(item, target, device))
+        if isinstance(item, KernelSpec):
+            total += predict_ns(dispatch_cost(item, graph, precision), device) + device.record_ns
+            count += 1
+    return total, count
