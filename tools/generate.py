@@ -239,7 +239,7 @@ def add_parser(sub: Any) -> None:
     gen.add_argument("--prompt", required=True, help="the text to continue (the user's turn with the bundle's "
                                                      "prompt template)")
     gen.add_argument("--tokenizer", help="tokenizer file for a bare .tflite (SentencePiece .model or tokenizer.json); "
-                                         "make one: python -m gpuengine.llm.tokenizer --vocab N OUT.model")
+                                         "make one: python -m gpuengine.llm.make_tokenizer --vocab N OUT.model")
     gen.add_argument("--max-tokens", type=int, default=64,
                      help="tokens to generate at most (default 64; fewer where the KV cache ends first)")
     gen.add_argument("--temperature", type=float, help="sampling temperature (default: the bundle's; 0 is greedy)")

@@ -113,7 +113,7 @@ def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = N
     elif head[4:8] == b"TFL3":
         if tokenizer is None:
             raise ValueError(f"{path} is a bare .tflite model: give its tokenizer too (--tokenizer FILE; one of the "
-                             "model's vocabulary size: python -m gpuengine.llm.tokenizer --vocab N OUT.model)")
+                             "model's vocabulary size: python -m gpuengine.llm.make_tokenizer --vocab N OUT.model)")
         tok = read_tokenizer(tokenizer)
         return Bundle(model=path.read_bytes(), tokenizer=tok, source=str(path),
                       sections=["TFLiteModel", "tokenizer file"],

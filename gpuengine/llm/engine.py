@@ -194,7 +194,7 @@ class Engine:
             fewer = "fewer" if tok < self.vocab else "more"
             raise ModelError(f"{source}: tokenizer: {tok} tokens, {fewer} than the model's vocabulary of {self.vocab} "
                              "(its logits); give the model's own tokenizer (--tokenizer), or make one of that size: "
-                             f"python -m gpuengine.llm.tokenizer --vocab {self.vocab} OUT.model")
+                             f"python -m gpuengine.llm.make_tokenizer --vocab {self.vocab} OUT.model")
         bad = [t for ids in [self.bundle.start_ids, *self.bundle.stop_ids] for t in ids if not 0 <= t < self.vocab]
         if bad:
             raise ModelError(f"{source}: LlmMetadata section: start/stop token {bad[0]} is outside the model's "

@@ -212,7 +212,7 @@ def test_zoo_tokenizer_is_deterministic() -> None:
 
 
 def test_make_tokenizer_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from gpuengine.llm.tokenizer import main
+    from gpuengine.llm.make_tokenizer import main
 
     assert main(["--vocab", "49152", str(tmp_path / "smollm.model")]) == 0
     tok = read_tokenizer(tmp_path / "smollm.model")
@@ -252,4 +252,4 @@ def test_generate_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.Captu
 def test_generate_bare_tflite_names_the_flag(capsys: pytest.CaptureFixture) -> None:
     rc, err = run_cli(["generate", str(TOY), "--prompt", "hi"], capsys)
     assert rc == 2 and err.count("\n") == 1
-    assert "give its tokenizer too (--tokenizer FILE" in err and "python -m gpuengine.llm.tokenizer --vocab" in err
+    assert "give its tokenizer too (--tokenizer FILE" in err and "python -m gpuengine.llm.make_tokenizer --vocab" in err
