@@ -232,8 +232,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle or a .tflite + tokenizer "
-                                          "(text on stdout, timings on stderr)")
+    gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle, a .tflite + tokenizer or "
+                                          "a zoo decoder (text on stdout, timings on stderr)",
+                         description="Generate text (on stdout; timings and notices on stderr). Hybrid int8 models "
+                                     "run with --hybrid float unless told otherwise: float activations against int8 "
+                                     "weights, LiteRT-LM's arithmetic (--hybrid integer: LiteRT's Interpreter's).")
     gen.add_argument("model", help="a .litertlm / .task bundle, a .tflite with --tokenizer, or a zoo decoder "
                                     "(decoder_tiny: model and tokenizer built here, no files)")
     gen.add_argument("--prompt", required=True, help="the text to continue (the user's turn with the bundle's "
