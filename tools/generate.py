@@ -44,7 +44,7 @@ def open_engine(args: argparse.Namespace, loop: str = "auto", bundle: Any = None
     try:
         return Engine(args.model, loop=loop, progress=True, steps_ahead=getattr(args, "steps_ahead", 4),
                       bundle=bundle, **engine_options(args))
-    except (ValueError, TypeError) as e:  # a malformed model (ModelError) or a bad option value
+    except ValueError as e:  # a malformed model (ModelError) or a bad option value
         raise BadInput(str(e)) from None
     except ImportError as e:
         raise SystemExit(f"gpuengine: {e}") from None
