@@ -11,7 +11,13 @@ import subprocess
 import sys
 from typing import Any
 
+from gpuengine.errors import GpuEngineError
+
 from .common import add_engine_options
+
+
+class BadInput(GpuEngineError):
+    """A mistake in what the command was given (cli.main prints it as one line and exits 2)."""
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -21,46 +27,83 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
             "hybrid_arithmetic": getattr(args, "hybrid", None)}
 
 
-def open_engine(args: argparse.Namespace, loop: str = "auto") -> Any:
+def open_bundle(args: argparse.Namespace) -> Any:
+    """The model's bundle (read, nothing compiled): bad files and paths are BadInput."""
+    from gpuengine.llm import open_bundle as read
+
+    try:
+        return read(args.model, getattr(args, "tokenizer", None))
+    except (ValueError, FileNotFoundError) as e:  # ModelError is a ValueError
+        raise BadInput(str(e)) from None
+
+
+def open_engine(args: argparse.Namespace, loop: str = "auto", bundle: Any = None) -> Any:
     from gpuengine.llm import Engine
 
+    bundle = bundle if bundle is not None else open_bundle(args)
     try:
-        return Engine(args.model, getattr(args, "tokenizer", None), loop=loop, progress=True,
-                      steps_ahead=getattr(args, "steps_ahead", 4), **engine_options(args))
-    except (ValueError, FileNotFoundError, ImportError) as e:
+        return Engine(args.model, loop=loop, progress=True, steps_ahead=getattr(args, "steps_ahead", 4),
+                      bundle=bundle, **engine_options(args))
+    except ValueError as e:  # a malformed model (ModelError) or a bad option value
+        raise BadInput(str(e)) from None
+    except ImportError as e:
         raise SystemExit(f"gpuengine: {e}") from None
 
 
-def sampler(args: argparse.Namespace, engine: Any) -> Any:
+def sampler_settings(args: argparse.Namespace, base: Any = None) -> Any:
+    """The sampler from --top-k/--top-p/--temperature/--seed over `base` (the bundle's; checked before anything
+    compiles with base None)."""
     from gpuengine.llm import SamplerConfig
 
-    base = engine.default_sampler
+    base = base or SamplerConfig()
+    given = {"top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature, "seed": args.seed}
     try:
-        return SamplerConfig(top_k=args.top_k if args.top_k is not None else base.top_k,
-                             top_p=args.top_p if args.top_p is not None else base.top_p,
-                             temperature=args.temperature if args.temperature is not None else base.temperature,
-                             seed=args.seed if args.seed is not None else base.seed)
+        return SamplerConfig(**{k: v if v is not None else getattr(base, k) for k, v in given.items()})
+    except (ValueError, TypeError) as e:
+        flag = next((f"--{k.replace('_', '-')}" for k in given if f".{k} " in str(e)), "sampler")
+        raise BadInput(f"{flag}: {e}") from None
+
+
+def check_prompt(args: argparse.Namespace, bundle: Any) -> None:
+    """The prompt refused before anything compiles: empty, not Unicode, or no tokens."""
+    from gpuengine.llm.bundle import prompt_tokens
+
+    if not args.prompt:
+        raise BadInput("--prompt is empty: give at least one character")
+    if args.max_tokens < 1:
+        raise BadInput(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    try:
+        ids = prompt_tokens(bundle, args.prompt, not args.no_template, first=True)
     except ValueError as e:
-        raise SystemExit(f"gpuengine: {e}") from None
+        raise BadInput(f"--prompt: {e}") from None
+    if not ids:
+        raise BadInput(f"--prompt {args.prompt!r} encodes to no tokens")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    engine = open_engine(args, args.loop)
-    session = engine.create_session(apply_prompt_template=not args.no_template, sampler_config=sampler(args, engine))
+    sampler_settings(args)
+    bundle = open_bundle(args)
+    check_prompt(args, bundle)
+    engine = open_engine(args, args.loop, bundle)
+    session = engine.create_session(apply_prompt_template=not args.no_template,
+                                    sampler_config=sampler_settings(args, engine.default_sampler))
     try:
         for piece in session.generate_stream(args.prompt, args.max_tokens):
             sys.stdout.write(piece)
             sys.stdout.flush()
     except ValueError as e:
-        raise SystemExit(f"gpuengine: {e}") from None
+        raise BadInput(str(e)) from None
     sys.stdout.write("\n")
     t, s = engine.timing, engine.stats
+    if session.finish_reason == "cache_full":
+        print(f"gpuengine: the reply was cut after {t.decode_tokens + 1} tokens: the KV cache's {engine.cache_length} "
+              f"positions are full (--max-tokens {args.max_tokens} asked for more)", file=sys.stderr)
     decode_rate = t.decode_tokens / t.decode_s if t.decode_s > 0 else float("nan")
     print(f"[{engine.loop if session.loop == engine.loop else session.loop} loop on "
           f"{engine.decode.compiled.gpu.name}] prompt {t.prefill_tokens} tokens, first token after "
-          f"{t.ttft_s * 1e3:.0f} ms; {t.decode_tokens + 1} tokens, decode {decode_rate:.1f} tokens/s; "
-          f"{s.reads} reads of {s.bytes_read} bytes, up to {s.max_in_flight} steps in flight; "
-          f"compile {engine.compile_s:.1f} s", file=sys.stderr)
+          f"{t.ttft_s * 1e3:.0f} ms; {t.decode_tokens + 1} tokens ({session.finish_reason}), decode "
+          f"{decode_rate:.1f} tokens/s; {s.reads} reads of {s.bytes_read} bytes, up to {s.max_in_flight} steps in "
+          f"flight; compile {engine.compile_s:.1f} s", file=sys.stderr)
     return 0
 
 
@@ -122,15 +165,20 @@ def run_bench(args: argparse.Namespace) -> int:
     """bench MODEL --llm."""
     from gpuengine.llm.reference import LiteRTDecoder
 
-    args.model = args.models
-    if args.model is None:
-        raise SystemExit("gpuengine bench --llm: give a .litertlm / .task bundle or a .tflite with --tokenizer")
-    engine = open_engine(args)
+    args.model = args.models[0] if isinstance(args.models, list) and len(args.models) == 1 else args.models
+    if not args.model or isinstance(args.model, list):
+        raise BadInput("bench --llm: give one .litertlm / .task bundle, a .tflite with --tokenizer, or a zoo decoder "
+                       "(decoder_tiny)")
+    for flag, value in (("--prompt-tokens", args.prompt_tokens), ("--decode-tokens", args.decode_tokens)):
+        if value < 1:
+            raise BadInput(f"{flag} must be >= 1, got {value}")
+    bundle = open_bundle(args)
+    engine = open_engine(args, bundle=bundle)
     prompt = [t % engine.vocab for t in range(3, 3 + args.prompt_tokens)]
     prompt = [*engine.bundle.start_ids, *prompt][:args.prompt_tokens]
     if args.prompt_tokens + args.decode_tokens > engine.cache_length:
-        raise SystemExit(f"gpuengine: {args.prompt_tokens} + {args.decode_tokens} tokens exceed the KV cache of "
-                         f"{engine.cache_length}")
+        raise BadInput(f"--prompt-tokens {args.prompt_tokens} + --decode-tokens {args.decode_tokens} exceed the KV "
+                       f"cache of {engine.cache_length} positions")
     report: dict[str, Any] = {"model": os.path.basename(args.model), "adapter": engine.decode.compiled.gpu.name,
                               "cache_length": engine.cache_length, "vocab": engine.vocab,
                               "prefill_signatures": sorted(engine.prefills), "compile_s": engine.compile_s,
@@ -184,16 +232,25 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle or a .tflite + tokenizer "
-                                          "(text on stdout, timings on stderr)")
-    gen.add_argument("model")
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--tokenizer", help="tokenizer file for a bare .tflite (SentencePiece .model or tokenizer.json)")
-    gen.add_argument("--max-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float)
-    gen.add_argument("--top-k", type=int)
-    gen.add_argument("--top-p", type=float)
-    gen.add_argument("--seed", type=int)
+    gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle, a .tflite + tokenizer or "
+                                          "a zoo decoder (text on stdout, timings on stderr)",
+                         description="Generate text (on stdout; timings and notices on stderr). Hybrid int8 models "
+                                     "run with --hybrid float unless told otherwise: float activations against int8 "
+                                     "weights, LiteRT-LM's arithmetic (--hybrid integer: LiteRT's Interpreter's).")
+    gen.add_argument("model", help="a .litertlm / .task bundle, a .tflite with --tokenizer, or a zoo decoder "
+                                    "(decoder_tiny: model and tokenizer built here, no files)")
+    gen.add_argument("--prompt", required=True, help="the text to continue (the user's turn with the bundle's "
+                                                     "prompt template)")
+    gen.add_argument("--tokenizer", help="tokenizer file for a bare .tflite (SentencePiece .model or tokenizer.json); "
+                                         "make one: python -m gpuengine.llm.make_tokenizer --vocab N OUT.model")
+    gen.add_argument("--max-tokens", type=int, default=64,
+                     help="tokens to generate at most (default 64; fewer where the KV cache ends first)")
+    gen.add_argument("--temperature", type=float, help="sampling temperature (default: the bundle's; 0 is greedy)")
+    gen.add_argument("--top-k", type=int, help="sample among the k likeliest tokens (default: the bundle's; 1 is "
+                                               "greedy)")
+    gen.add_argument("--top-p", type=float, help="keep the likeliest tokens up to this probability mass, in (0, 1] "
+                                                 "(default: the bundle's)")
+    gen.add_argument("--seed", type=int, help="the sampler's seed (default: the bundle's, else 0)")
     gen.add_argument("--no-template", action="store_true",
                      help="feed the prompt as LiteRT-LM's session with apply_prompt_template=False: the start "
                           "token, then the prompt's tokens")

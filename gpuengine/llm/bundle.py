@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelError
-from .tokenizer import Tokenizer, load_tokenizer
+from .tokenizer import Tokenizer, load_tokenizer, read_tokenizer
 
 MAGIC = b"LITERTLM"
 PREAMBLE = 32  # magic (8), version (3 x u32), header end offset (u64 at 24)
 TASK_MODEL = "TF_LITE_PREFILL_DECODE"
 TASK_TOKENIZER = "TOKENIZER_MODEL"
+ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 
 
 @dataclass
@@ -70,11 +71,39 @@ def prompt_tokens(bundle: Bundle, prompt: str, apply_template: bool, first: bool
     return (list(bundle.start_ids) if first else []) + ids
 
 
+ZOO_BUNDLES = ("decoder_tiny",)  # zoo decoders that open as bundles with no files: the model + a trained tokenizer
+
+
+def zoo_bundle(name: str, seed: int = 0) -> Bundle:
+    """Zoo decoder `name` (seeded random weights) with a SentencePiece tokenizer of its vocabulary trained on the
+    text the package ships (gpuengine/zoo/tokenizer.py); start <s>, stop </s>. Both are built once per process."""
+    from .. import zoo
+    from ..zoo.tokenizer import sentencepiece_model
+
+    if name not in ZOO_BUNDLES:
+        raise KeyError(f"no zoo decoder named {name!r}; the zoo's decoders: {', '.join(ZOO_BUNDLES)}")
+    model = zoo.get(name, seed)
+    vocab = zoo.DecoderConfig().vocab  # decoder_tiny is the default configuration
+    tokenizer = load_tokenizer(sentencepiece_model(vocab), f"{name} (zoo) tokenizer")
+    return Bundle(model=model, tokenizer=tokenizer, source=f"{name} (zoo)", sections=["zoo decoder", "tokenizer"],
+                  start_ids=[tokenizer.bos_id] if tokenizer.bos_id is not None else [],
+                  stop_ids=[[tokenizer.eos_id]] if tokenizer.eos_id is not None else [])
+
+
 def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Bundle:
-    """A `.litertlm`, a `.task`, or a `.tflite` with `tokenizer` (a SentencePiece .model or a tokenizer.json)."""
+    """A `.litertlm`, a `.task`, a `.tflite` with `tokenizer` (a SentencePiece .model or a tokenizer.json) or a zoo
+    decoder's name (ZOO_BUNDLES). A missing path is FileNotFoundError, a malformed file a ModelError naming the
+    part."""
+    if not Path(path).exists() and str(path) in ZOO_BUNDLES:
+        bundle = zoo_bundle(str(path))
+        if tokenizer is not None:
+            bundle.tokenizer = read_tokenizer(tokenizer)
+        return bundle
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, not a model file (a .litertlm, a .task or a .tflite)")
     if not path.is_file():
-        raise FileNotFoundError(f"no such model file: {path}")
+        raise FileNotFoundError(f"no such file: {path} (nor a zoo decoder: {', '.join(ZOO_BUNDLES)})")
     with open(path, "rb") as f:
         head = f.read(8)
     if head == MAGIC:
@@ -83,20 +112,19 @@ def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = N
         bundle = read_task(path.read_bytes(), str(path))
     elif head[4:8] == b"TFL3":
         if tokenizer is None:
-            raise ValueError(f"{path} is a bare .tflite model: give its tokenizer file too (tokenizer=...)")
-        bundle = Bundle(model=path.read_bytes(), tokenizer=load_tokenizer(Path(tokenizer).read_bytes(),
-                                                                           f"tokenizer {tokenizer}"),
-                        source=str(path), sections=["TFLiteModel", "tokenizer file"])
-        tok = bundle.tokenizer
-        bundle.start_ids = [tok.bos_id] if tok.bos_id is not None else []
-        bundle.stop_ids = [[tok.eos_id]] if tok.eos_id is not None else []
-        return bundle
+            raise ValueError(f"{path} is a bare .tflite model: give its tokenizer too (--tokenizer FILE; one of the "
+                             "model's vocabulary size: python -m gpuengine.llm.make_tokenizer --vocab N OUT.model)")
+        tok = read_tokenizer(tokenizer)
+        return Bundle(model=path.read_bytes(), tokenizer=tok, source=str(path),
+                      sections=["TFLiteModel", "tokenizer file"],
+                      start_ids=[tok.bos_id] if tok.bos_id is not None else [],
+                      stop_ids=[[tok.eos_id]] if tok.eos_id is not None else [])
     elif head.startswith(b"LITERT") or head.startswith(b"LITE"):
         raise ModelError(f"{path}: preamble: not a LiteRT-LM bundle (magic {head!r}, expected {MAGIC!r})")
     else:
         raise ModelError(f"{path}: not a .litertlm bundle, a .task zip or a .tflite model (starts with {head!r})")
     if tokenizer is not None:
-        bundle.tokenizer = load_tokenizer(Path(tokenizer).read_bytes(), f"tokenizer {tokenizer}")
+        bundle.tokenizer = read_tokenizer(tokenizer)
     return bundle
 
 
@@ -230,17 +258,27 @@ def read_task(data: bytes, source: str = "<bytes>") -> Bundle:
     from the tokenizer's BOS/EOS)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-        members = set(archive.namelist())
-        if TASK_MODEL not in members:
-            raise ModelError(f"{source}: no {TASK_MODEL} entry (the model) in the .task zip; entries: "
-                             f"{sorted(members)}")
-        if TASK_TOKENIZER not in members:
-            raise ModelError(f"{source}: no {TASK_TOKENIZER} entry (the tokenizer) in the .task zip; entries: "
-                             f"{sorted(members)}")
-        model = archive.read(TASK_MODEL)
-        tok_bytes = archive.read(TASK_TOKENIZER)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-        raise ModelError(f"{source}: .task zip: corrupt or truncated ({e})") from e
+        entries = {info.filename: info for info in archive.infolist()}
+    except Exception as e:  # noqa: BLE001 - zipfile raises BadZipFile, struct.error, ValueError, ... on a bad directory
+        raise ModelError(f"{source}: .task zip: corrupt or truncated ({type(e).__name__}: {e})") from e
+    for name, what in ((TASK_MODEL, "the model"), (TASK_TOKENIZER, "the tokenizer")):
+        if name not in entries:
+            raise ModelError(f"{source}: no {name} entry ({what}) in the .task zip; entries: {sorted(entries)}")
+    contents = {}
+    for name in (TASK_MODEL, TASK_TOKENIZER):
+        info = entries[name]
+        where = f"{source}: .task zip entry {name}"
+        if info.flag_bits & 0x1:
+            raise ModelError(f"{where}: encrypted (a password-protected zip); MediaPipe's .task bundles are not")
+        if info.compress_type not in ZIP_METHODS:
+            raise ModelError(f"{where}: compression method {info.compress_type}, not one of stored (0), deflate (8), "
+                             "bzip2 (12) or lzma (14)")
+        try:
+            contents[name] = archive.read(info)
+        except Exception as e:  # noqa: BLE001 - BadZipFile, zlib.error, LZMAError, OSError, EOFError, ... by method
+            raise ModelError(f"{where}: corrupt or truncated ({type(e).__name__}: {e})") from e
+    model, tok_bytes = contents[TASK_MODEL], contents[TASK_TOKENIZER]
+    members = set(entries)
     if model[4:8] != b"TFL3":
         raise ModelError(f"{source}: {TASK_MODEL}: not a TFLite flatbuffer")
     tokenizer = load_tokenizer(tok_bytes, f"{source}: {TASK_TOKENIZER}")

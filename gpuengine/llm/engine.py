@@ -92,13 +92,24 @@ def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) ->
     return plan
 
 
+def default_hybrid_arithmetic() -> str:
+    """The LLM layer's hybrid arithmetic when none is given: GPUENGINE_HYBRID, else "float" (LiteRT-LM's)."""
+    from .. import settings
+
+    return settings.get(settings.HYBRID) or "float"
+
+
 class Engine:
     """A language model opened from a `.litertlm` bundle, a MediaPipe `.task` or a `.tflite` plus a tokenizer.
 
     engine = Engine("model.litertlm"); print(engine.create_session().generate("Hello", max_tokens=32))
     Interpreter options (precision, adapter, ...) pass through; steps_ahead: decode steps in flight in the GPU
     loop; loop: "auto" (the GPU loop where the model allows it), "gpu" or "host"; progress: a tqdm bar on stderr
-    while the signatures compile.
+    while the signatures compile. model_path may name a zoo decoder (`decoder_tiny`): a zoo bundle, no files.
+
+    hybrid_arithmetic defaults to "float" here (env GPUENGINE_HYBRID still applies): hybrid int8 FULLY_CONNECTED
+    with float activations against int8 weights, what LiteRT-LM's CPU engine computes, so the text is LiteRT-LM's;
+    "integer" reproduces LiteRT's Interpreter (rows quantized, i32 sums), the Interpreter's own default.
     """
 
     def __init__(self, model_path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, *,
@@ -112,6 +123,7 @@ class Engine:
             raise ValueError(f"steps_ahead must be an integer >= 1, got {steps_ahead!r}")
         self.bundle = bundle if bundle is not None else open_bundle(model_path, tokenizer)
         self.tokenizer = self.bundle.tokenizer
+        options["hybrid_arithmetic"] = options.get("hybrid_arithmetic") or default_hybrid_arithmetic()
         try:
             self.interpreter = Interpreter(model_content=self.bundle.model, **options)
         except ModelError as e:
@@ -142,7 +154,7 @@ class Engine:
         try:
             return SamplerConfig(top_k=max(1, min(p["top_k"], MAX_TOP_K)), top_p=p["top_p"] or 1.0,
                                  temperature=max(0.0, p["temperature"]), seed=max(0, p["seed"]))
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             raise ModelError(f"{self.bundle.source}: LlmMetadata section: sampler_params: {e}") from e
 
     def _find_signatures(self) -> None:
@@ -178,8 +190,11 @@ class Engine:
         if self.bundle.max_num_tokens:
             self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         tok = self.tokenizer.vocab_size
-        if tok > self.vocab:
-            raise ModelError(f"{source}: tokenizer section: {tok} tokens, more than the model's {self.vocab} logits")
+        if tok != self.vocab:
+            fewer = "fewer" if tok < self.vocab else "more"
+            raise ModelError(f"{source}: tokenizer: {tok} tokens, {fewer} than the model's vocabulary of {self.vocab} "
+                             "(its logits); give the model's own tokenizer (--tokenizer), or make one of that size: "
+                             f"python -m gpuengine.llm.make_tokenizer --vocab {self.vocab} OUT.model")
         bad = [t for ids in [self.bundle.start_ids, *self.bundle.stop_ids] for t in ids if not 0 <= t < self.vocab]
         if bad:
             raise ModelError(f"{source}: LlmMetadata section: start/stop token {bad[0]} is outside the model's "
@@ -404,6 +419,9 @@ class Session:
         self.pending: list[int] = []  # the last sampled token, fed before the next prompt
         self.steps = 0  # sampler draws so far (the generator's counter)
         self.history: list[int] = []  # every token fed or generated
+        # why the last reply ended: "stop" (a stop token or sequence), "length" (max_tokens), "cache_full" (the KV
+        # cache's last position came before max_tokens), None while a reply is being generated or before any
+        self.finish_reason: str | None = None
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The tokens a prompt adds: the start token first in a session (also without the template, as LiteRT-LM's
@@ -422,7 +440,7 @@ class Session:
                         ) -> Iterator[int]:
         """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive
         (checked here, before anything is fed: ValueError for an id outside the vocabulary or a prompt over the
-        cache)."""
+        cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full"."""
         engine = self.engine
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
@@ -459,6 +477,7 @@ class Session:
         generated = 0
         timing = engine.timing = Timing(prefill_tokens=len(ids))
         first_at = None
+        self.finish_reason = None
         for token in loop(int(ids[-1]), first_position, count, config, self.steps, stop):
             now = time.perf_counter()
             if first_at is None:
@@ -472,9 +491,15 @@ class Session:
             self.pending = [token]
             self.history.append(token)
             self.steps += 1
+            ends = token in stop or any(len(seq) <= generated and self.history[-len(seq):] == seq
+                                        for seq in sequences)
+            if ends:
+                self.finish_reason = "stop"
+            elif generated == count:
+                self.finish_reason = "length" if count == max_tokens else "cache_full"
             yield token
-            if any(len(seq) <= generated and self.history[-len(seq):] == seq for seq in sequences):
-                return  # a stop sequence of several tokens ends the reply
+            if ends:
+                return  # a stop token, or a stop sequence of several tokens, ends the reply
 
     def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None
                         ) -> Iterator[str]:

@@ -8,6 +8,7 @@ The draw of step s is u = (pcg(seed ^ pcg(s)) >> 8) / 2^24, PCG's hash (Jarzynsk
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,14 +26,25 @@ class SamplerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be an integer in [1, {MAX_TOP_K}], got {self.top_k!r}")
-        if not 0.0 < float(self.top_p) <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not np.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        """Each field type-checked (TypeError naming it: a string is not a number), numbers stored as numbers."""
+        for name in ("top_k", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"SamplerConfig.{name} must be an integer, got {value!r} ({type(value).__name__})")
+            object.__setattr__(self, name, int(value))
+        for name in ("top_p", "temperature"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"SamplerConfig.{name} must be a number, got {value!r} ({type(value).__name__})")
+            object.__setattr__(self, name, float(value))
+        if not 1 <= self.top_k <= MAX_TOP_K:
+            raise ValueError(f"SamplerConfig.top_k must be in [1, {MAX_TOP_K}], got {self.top_k!r}")
+        if not 0.0 < self.top_p <= 1.0:  # NaN fails too
+            raise ValueError(f"SamplerConfig.top_p must be in (0, 1], got {self.top_p!r}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"SamplerConfig.temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.seed < 0:
+            raise ValueError(f"SamplerConfig.seed must be a non-negative integer, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:

@@ -1,11 +1,31 @@
 """Tokenizers through their own libraries: SentencePiece (`sentencepiece`) or Hugging Face (`tokenizers`), never
-hand-written. `pip install 'gpuengine[llm]'`."""
+hand-written. `pip install 'gpuengine[llm]'`.
+
+A decoder without a tokenizer gets one of its vocabulary size (`python -m gpuengine.llm.make_tokenizer --vocab N
+OUT.model`: SentencePiece trained on the text the package ships, gpuengine/zoo/tokenizer.py).
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from ..errors import ModelError
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def check_text(text: str) -> None:
+    """Text a tokenizer can take: a str of Unicode scalar values (ValueError naming a lone surrogate, which
+    neither library can encode, and its position)."""
+    if not isinstance(text, str):
+        raise ValueError(f"text to tokenize must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the text has a lone surrogate U+{ord(text[e.start]):04X} at character {e.start}: not "
+                         "Unicode text a tokenizer can encode (decode the bytes with errors='replace' first)") from None
 
 
 class Tokenizer:
@@ -41,6 +61,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.eos_id = int(self._sp.eos_id()) if self._sp.eos_id() >= 0 else None
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         return [int(t) for t in self._sp.encode(text)]
 
     def decode(self, ids: list[int]) -> str:
@@ -55,7 +76,7 @@ class HuggingFaceTokenizer(Tokenizer):
             from tokenizers import Tokenizer as HF
         except ImportError as e:
             raise ImportError("a Hugging Face tokenizer needs `tokenizers` (pip install 'gpuengine[llm]')") from e
-        text = json_text.decode("utf-8", "replace") if isinstance(json_text, bytes) else json_text
+        text = json_text.decode("utf-8-sig", "replace") if isinstance(json_text, bytes) else json_text.lstrip("\ufeff")
         try:
             self._tok: Any = HF.from_str(text)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type
@@ -63,6 +84,7 @@ class HuggingFaceTokenizer(Tokenizer):
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
@@ -70,10 +92,30 @@ class HuggingFaceTokenizer(Tokenizer):
 
 
 def load_tokenizer(data: bytes, name: str = "tokenizer") -> Tokenizer:
-    """A tokenizer file's bytes: tokenizer.json (Hugging Face) when it is JSON, else a SentencePiece model."""
-    if data.lstrip()[:1] == b"{":
+    """A tokenizer file's bytes: tokenizer.json (Hugging Face) when it is JSON (a UTF-8 byte-order mark allowed),
+    else a SentencePiece model; ModelError naming `name` when neither library reads it."""
+    body = data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+    if not body.strip():
+        raise ModelError(f"{name}: empty, not a SentencePiece model or a tokenizer.json")
+    if body.lstrip()[:1] == b"{":
         return HuggingFaceTokenizer(data, name)
     return SentencePieceTokenizer(data, name)
+
+
+def read_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """A tokenizer file (SentencePiece .model or tokenizer.json); ModelError for a directory, a missing or
+    unreadable file, or one neither library reads."""
+    path = Path(path)
+    name = f"tokenizer file {path}"
+    if path.is_dir():
+        raise ModelError(f"{name}: is a directory; give the tokenizer file in it (tokenizer.model or tokenizer.json)")
+    if not path.is_file():
+        raise ModelError(f"{name}: no such file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"{name}: cannot be read ({e.strerror or e})") from e
+    return load_tokenizer(data, name)
 
 
 class StreamDecoder:
@@ -98,3 +140,4 @@ class StreamDecoder:
         piece = text[len(self.sent):] if text.startswith(self.sent) else ""
         self.sent = text
         return piece
+

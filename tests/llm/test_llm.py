@@ -148,7 +148,11 @@ def test_bad_prompts(engine: Engine) -> None:
         session.generate_tokens([3], 0)
     with pytest.raises(ValueError, match="top_k"):
         SamplerConfig(top_k=0)
-    assert session.position == 0  # nothing was fed
+    with pytest.raises(ValueError, match=r"lone surrogate U\+D800 at character 4"):
+        session.generate("sea \ud800")
+    with pytest.raises(TypeError, match=r"SamplerConfig\.top_p must be a number, got '0\.5'"):
+        session.generate("sea", 4, SamplerConfig(top_p="0.5"))
+    assert session.position == 0 and session.finish_reason is None  # nothing was fed
 
 
 def test_interleaved_sessions(engine: Engine) -> None:

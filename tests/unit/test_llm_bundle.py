@@ -60,7 +60,7 @@ def test_bad_bundles(bundle: Path, tmp_path: Path) -> None:
     (tmp_path / "notok.task").write_bytes(archive.getvalue())
     with pytest.raises(ModelError, match="no TOKENIZER_MODEL"):
         open_bundle(tmp_path / "notok.task")
-    with pytest.raises(ValueError, match="tokenizer file"):
+    with pytest.raises(ValueError, match="bare .tflite model: give its tokenizer too \\(--tokenizer FILE"):
         open_bundle(TOY)
 
 
