@@ -172,3 +172,82 @@ def test_example_runs(block: Block, workspace: dict[str, object]):
               f"--- stderr\n{proc.stderr[-3000:]}")
     assert proc.returncode == expected, f"expected exit {expected}: {report}"
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, report
+
+
+INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
+PATH = re.compile(r"(?<![\w./-])((?:tools|scripts|examples|tests|gpuengine|delegate|shaders|docs)/[\w./<>*-]*[\w>*])")
+
+
+def inline_spans() -> list[tuple[str, str]]:
+    """(file:line, text) of every inline code span in the docs outside fenced blocks."""
+    spans = []
+    for path in DOCS:
+        inside = False
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if FENCE.match(line):
+                inside = not inside
+                continue
+            if not inside:
+                spans += [(f"{path.relative_to(REPO_ROOT)}:{number}", m.group(1).replace("\\|", "|"))
+                          for m in INLINE_CODE.finditer(line)]
+    return spans
+
+
+def test_inline_commands_name_real_commands_and_flags():
+    """Commands quoted inline (synopses with placeholders, which the tests cannot run) name commands, scripts and
+    flags that exist: `gpuengine CMD --flag` against the CLI's parser, `python FILE --flag` against the script."""
+    from gpuengine.tools.cli import build_parser
+
+    commands = next(action for action in build_parser()._actions if action.dest == "command").choices
+    problems = []
+    for where, text in inline_spans():
+        words = text.split()
+        if words[0] == "gpuengine" and len(words) > 1 and not words[1].startswith("-"):
+            command = commands.get(words[1])
+            if command is None:
+                problems.append(f"{where}: no command `gpuengine {words[1]}`")
+                continue
+            problems += [f"{where}: `gpuengine {words[1]}` has no option {flag}" for flag in FLAG.findall(text)
+                         if flag not in command._option_string_actions]
+        elif words[0] in ("python", ".venv/bin/python") and len(words) > 1 and words[1].endswith(".py"):
+            script = REPO_ROOT / words[1]
+            if not script.exists():
+                problems.append(f"{where}: no script {words[1]}")
+                continue
+            source = script.read_text(encoding="utf-8")
+            problems += [f"{where}: {words[1]} has no option {flag}" for flag in FLAG.findall(text)
+                         if f'"{flag}"' not in source]
+    assert not problems, "\n".join(problems)
+
+
+def test_paths_in_the_docs_exist():
+    """Repository paths quoted in the docs (tools/..., scripts/..., gpuengine/..., tests/...) exist: a module moved
+    by a reorganization breaks this test, not a reader."""
+    problems = []
+    for where, text in inline_spans():
+        for path in PATH.findall(text):
+            if not (REPO_ROOT / path).exists() and not any(c in path for c in "*<>"):
+                problems.append(f"{where}: no {path}")
+    assert not problems, "\n".join(problems)
+
+
+def test_modules_in_the_docs_exist():
+    """Dotted names quoted in the docs (`gpuengine.zoo.decoder`, `gpuengine.llm.Engine`) import."""
+    import importlib
+
+    problems = []
+    for where, text in inline_spans():
+        for dotted in re.findall(r"(?<![\w.])(gpuengine(?:\.[A-Za-z_]\w*)+)", text):
+            parts = dotted.split(".")
+            for depth in range(len(parts), 0, -1):
+                try:
+                    found: object = importlib.import_module(".".join(parts[:depth]))
+                    break
+                except ImportError:
+                    continue
+            for attribute in parts[depth:]:
+                found = getattr(found, attribute, None)
+            if found is None:
+                problems.append(f"{where}: {dotted} does not import")
+    assert not problems, "\n".join(problems)
