@@ -210,13 +210,15 @@ def test_inline_commands_name_real_commands_and_flags():
                 continue
             problems += [f"{where}: `gpuengine {words[1]}` has no option {flag}" for flag in FLAG.findall(text)
                          if flag not in command._option_string_actions]
-        elif words[0] in ("python", ".venv/bin/python") and len(words) > 1 and words[1].endswith(".py"):
-            script = REPO_ROOT / words[1]
+        elif words[0] in ("python", ".venv/bin/python") and len(words) > 1 and words[1].endswith(".py") or \
+                words[0].endswith(".py") and words[0].startswith(("examples/", "scripts/")):
+            name = words[1] if words[0] in ("python", ".venv/bin/python") else words[0]
+            script = REPO_ROOT / name
             if not script.exists():
-                problems.append(f"{where}: no script {words[1]}")
+                problems.append(f"{where}: no script {name}")
                 continue
             source = script.read_text(encoding="utf-8")
-            problems += [f"{where}: {words[1]} has no option {flag}" for flag in FLAG.findall(text)
+            problems += [f"{where}: {name} has no option {flag}" for flag in FLAG.findall(text)
                          if f'"{flag}"' not in source]
     assert not problems, "\n".join(problems)
 
