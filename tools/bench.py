@@ -107,7 +107,7 @@ def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
     """bench MODEL --signature KEY: calls per second of one signature in a loop whose state (inputs that are also
     outputs: a decode step's KV cache) is carried from call to call: by gpuengine on the GPU (reading back only the
     other outputs), by gpuengine and LiteRT CPU through the host."""
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from gpuengine.oracle import litert_interpreter
 
     it = interpreter(data, args)
     try:
@@ -127,7 +127,7 @@ def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
 
     host = steps_per_second(through_host(runner), args.runs, args.warmup)  # a host value ends each binding
     host_state.update({n: inputs[n] for n in state})
-    reference = LiteRT(model_content=data, num_threads=os.cpu_count()).get_signature_runner(args.signature)
+    reference = litert_interpreter(data, num_threads=os.cpu_count()).get_signature_runner(args.signature)
     cpu = steps_per_second(through_host(reference), args.runs, args.warmup)
     program = runner.compiled.gpu_programs
     report = {"model": name, "signature": args.signature, "adapter": it.compiled.gpu.name if program else None,

@@ -33,7 +33,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UsageExit(SystemExit):
+    """A mistake on the command line: exit status 2, as argparse's own errors; its one line is already on stderr
+    (str() gives it, for callers of main that catch SystemExit)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: returns its exit status (0 ok, 1 a failed comparison or run, 2 a bad model file or
+    option); a usage mistake raises SystemExit(2), as argparse does, after one line on stderr."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from gpuengine.errors import GpuEngineError
@@ -43,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     except GpuEngineError as e:
         print(f"gpuengine: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:  # the commands' one-line usage errors: SystemExit("gpuengine: ...")
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            raise UsageExit(e.code) from None
+        raise
+    except KeyboardInterrupt:
+        print("gpuengine: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

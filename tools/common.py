@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def looks_like_path(spec: str) -> bool:
+    """A model argument meant as a file (a suffix or a folder in it), not a zoo or reference-model name."""
+    return "/" in spec or os.sep in spec or bool(Path(spec).suffix)
 
 
 def load_model(spec: str | None) -> tuple[str, bytes]:
@@ -19,14 +26,25 @@ def load_model(spec: str | None) -> tuple[str, bytes]:
         spec = zoo.DEFAULT
     path = Path(spec)
     if path.is_file():
-        return path.name, path.read_bytes()
+        try:
+            return path.name, path.read_bytes()
+        except OSError as e:
+            raise SystemExit(f"gpuengine: cannot read {spec}: {e.strerror}") from None
     if spec in zoo.MODELS:
         return f"{spec} (zoo)", zoo.get(spec)
+    if path.is_dir():
+        raise SystemExit(f"gpuengine: {spec} is a folder, not a model file")
+    if looks_like_path(spec):
+        raise SystemExit(f"gpuengine: no such file: {spec}")
     try:
         p = fetch.model_path(spec)
-    except (KeyError, fetch.ModelsUnavailable) as e:
-        raise SystemExit(f"gpuengine: no model file, zoo model ({', '.join(zoo.MODELS)}) or reference model named "
-                         f"{spec!r}: {e}") from None
+    except KeyError:
+        raise SystemExit(f"gpuengine: no model file, zoo model or reference model named {spec!r}; zoo models: "
+                         f"{', '.join(zoo.MODELS)}; reference models: {', '.join(fetch.cached_models())}") from None
+    except fetch.ModelsUnavailable as e:  # a failed download, not a mistake: exit 1
+        print(f"gpuengine: {spec!r} is no model file or zoo model ({', '.join(zoo.MODELS)}), and the reference "
+              f"models are unavailable: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     return p.name, p.read_bytes()
 
 
@@ -39,6 +57,7 @@ def models(args: argparse.Namespace) -> list[tuple[str, bytes]]:
 def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None, max_inflight: int = 2) -> Any:
     """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
     from gpuengine import Interpreter
+    from gpuengine.errors import GpuEngineError
 
     try:
         it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
@@ -46,35 +65,55 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
                          f32_tensors=getattr(args, "f32_tensors", None),
                          hybrid_arithmetic=getattr(args, "hybrid", None))
+    except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
+        raise
     except ValueError as e:  # a bad option value: say so, as argparse would
         raise SystemExit(f"gpuengine: {e}") from None
     it.allocate_tensors()
     return it
 
 
+def read_input(item: str) -> tuple[str, np.ndarray]:
+    """An `--input NAME=FILE.npy` argument -> (NAME, the array), or a one-line error."""
+    name, _, file = item.partition("=")
+    if not name or not file:
+        raise SystemExit(f"gpuengine: --input takes NAME=FILE.npy, got {item!r}")
+    try:
+        return name, np.load(file, allow_pickle=False)
+    except FileNotFoundError:
+        raise SystemExit(f"gpuengine: --input {name}: no such file: {file}") from None
+    except IsADirectoryError:
+        raise SystemExit(f"gpuengine: --input {name}: {file} is a folder, not a .npy file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise SystemExit(f"gpuengine: --input {name}: {file} is not a .npy array file ({e})") from None
+
+
 def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
     """Inputs from `name=file.npy` arguments, seeded random values for the others."""
-    given = {}
-    for item in inputs:
-        name, _, file = item.partition("=")
-        if not file:
-            raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
-        given[name] = np.load(file)
+    given = dict(read_input(item) for item in inputs)
     from gpuengine.oracle import integer_input_bounds
 
     rng = np.random.default_rng(seed)
     id_bound = integer_input_bounds(it.compiled.source) if hasattr(it, "compiled") else {}
     result = {}
+    names = [d["name"] for d in it.get_input_details()]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise SystemExit(f"gpuengine: unknown input(s) {unknown}; the model's inputs are {names}")
     for d in it.get_input_details():
         if d["name"] in given:
-            result[d["index"]] = np.asarray(given.pop(d["name"]), d["dtype"])
+            value, shape = given[d["name"]], tuple(int(n) for n in d["shape"])
+            if value.shape != shape:
+                raise SystemExit(f"gpuengine: --input {d['name']}: the file holds shape {value.shape}, the model's "
+                                 f"input takes {shape}")
+            if not np.can_cast(value.dtype, d["dtype"], "same_kind"):
+                raise SystemExit(f"gpuengine: --input {d['name']}: the file holds {value.dtype}, the model's input "
+                                 f"takes {np.dtype(d['dtype'])}")
+            result[d["index"]] = value.astype(d["dtype"])
         elif np.issubdtype(d["dtype"], np.floating):
             result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
         else:
             result[d["index"]] = rng.integers(0, id_bound.get(d["index"], 4), d["shape"]).astype(d["dtype"])
-    if given:
-        names = [d["name"] for d in it.get_input_details()]
-        raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")
     return result
 
 
