@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, gpu_span_ms, interpreter, models
+from .common import add_engine_options, feeds, gpu_span_ms, interpreter, models, signature_feeds
 from .litert_runner import time_invokes
 
 
@@ -60,18 +60,6 @@ def throughput(it: Any, inputs: dict[int, np.ndarray], inflight: int, runs: int,
     while jobs:
         jobs.popleft().result()
     return runs / (time.perf_counter() - start)
-
-
-def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs of a signature by name: integers 0..3 (valid token ids and positions), small floats."""
-    rng = np.random.default_rng(seed)
-    result = {}
-    for name, d in runner.get_input_details().items():
-        if np.issubdtype(d["dtype"], np.floating):
-            result[name] = (rng.uniform(-1, 1, d["shape"]) * 0.5).astype(d["dtype"])
-        else:
-            result[name] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
-    return result
 
 
 def carried(runner: Any) -> list[str]:

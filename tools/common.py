@@ -88,9 +88,9 @@ def read_input(item: str) -> tuple[str, np.ndarray]:
         raise SystemExit(f"gpuengine: --input {name}: {file} is not a .npy array file ({e})") from None
 
 
-def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
-    """Inputs from `name=file.npy` arguments, seeded random values for the others."""
-    given = dict(read_input(item) for item in inputs)
+def feeds(it: Any, inputs: list[str] | dict[str, np.ndarray], seed: int) -> dict[int, np.ndarray]:
+    """Inputs from `name=file.npy` arguments (or arrays by name), seeded random values for the others."""
+    given = dict(inputs) if isinstance(inputs, dict) else dict(read_input(item) for item in inputs)
     from gpuengine.oracle import integer_input_bounds
 
     rng = np.random.default_rng(seed)
@@ -114,6 +114,21 @@ def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
             result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
         else:
             result[d["index"]] = rng.integers(0, id_bound.get(d["index"], 4), d["shape"]).astype(d["dtype"])
+    return result
+
+
+def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs of a signature by name: positions 0, 1, ... for `input_pos`, integers 0..3 for the others
+    (valid token ids), small floats (a KV cache)."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for name, d in runner.get_input_details().items():
+        if np.issubdtype(d["dtype"], np.floating):
+            result[name] = (rng.uniform(-1, 1, d["shape"]) * 0.5).astype(d["dtype"])
+        elif name == "input_pos" and len(d["shape"]) == 1:
+            result[name] = np.arange(d["shape"][0]).astype(d["dtype"])
+        else:
+            result[name] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
     return result
 
 
