@@ -196,12 +196,12 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="latency vs LiteRT CPU and LiteRT's GPU accelerator")
     bench.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
-    bench.add_argument("--runs", type=int, default=100)
-    bench.add_argument("--warmup", type=int, default=10)
+    bench.add_argument("--runs", type=int, default=100, help="timed invokes (default 100)")
+    bench.add_argument("--warmup", type=int, default=10, help="untimed invokes first (default 10)")
     bench.add_argument("--compare", default="cpu,litert-gpu", help="comma list of cpu, litert-gpu ('' for none)")
     bench.add_argument("--inflight", type=int, default=1,
                        help="invokes in flight for the throughput figure (Interpreter.invoke_async)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bench.add_argument("--signature", help="time this signature's calls in a loop carrying its state (decode "
                                             "steps per second), beside LiteRT CPU")
     from .generate import add_bench_options

@@ -87,6 +87,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--budget", type=float, default=120.0, help="seconds to spend measuring (about)")
     p.add_argument("--plot", default=None, help="save predicted vs measured (needs matplotlib)")
     p.add_argument("--dry-run", action="store_true", help="fit and report, but do not save")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
     add_engine_options(p)
     p.set_defaults(func=run)

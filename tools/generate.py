@@ -186,14 +186,16 @@ def run_bench(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     gen = sub.add_parser("generate", help="generate text from a .litertlm / .task bundle or a .tflite + tokenizer "
                                           "(text on stdout, timings on stderr)")
-    gen.add_argument("model")
-    gen.add_argument("--prompt", required=True)
+    gen.add_argument("model", help="a .litertlm / .task bundle, or a .tflite decoder with --tokenizer")
+    gen.add_argument("--prompt", required=True, help="the text to continue")
     gen.add_argument("--tokenizer", help="tokenizer file for a bare .tflite (SentencePiece .model or tokenizer.json)")
-    gen.add_argument("--max-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float)
-    gen.add_argument("--top-k", type=int)
-    gen.add_argument("--top-p", type=float)
-    gen.add_argument("--seed", type=int)
+    gen.add_argument("--max-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
+    gen.add_argument("--temperature", type=float, help="sampling temperature (default: the bundle's sampler)")
+    gen.add_argument("--top-k", type=int,
+                     help="sample among the k likeliest tokens; 1: greedy (default: the bundle's sampler)")
+    gen.add_argument("--top-p", type=float, help="sample among the likeliest tokens whose probabilities sum to p "
+                                                 "(default: the bundle's sampler)")
+    gen.add_argument("--seed", type=int, help="seed of the sampler (default: the bundle's sampler)")
     gen.add_argument("--no-template", action="store_true",
                      help="feed the prompt as LiteRT-LM's session with apply_prompt_template=False: the start "
                           "token, then the prompt's tokens")

@@ -35,10 +35,11 @@ def cmd_memplan(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
-    mem.add_argument("models", nargs="+")
+    mem.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
     mem.add_argument("--strategies",
                      help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,offsets,best")
-    mem.add_argument("--json", action="store_true")
-    mem.add_argument("--plot", metavar="OUT.png")
+    mem.add_argument("--json", action="store_true", help="print the results as JSON")
+    mem.add_argument("--plot", metavar="OUT.png",
+                     help="save the strategies' comparison and the chosen plans as PNG pictures (needs matplotlib)")
     add_engine_options(mem)
     mem.set_defaults(func=cmd_memplan)
