@@ -702,6 +702,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r['outcome']:<12} {r['path']}  {r.get('type', '')} {r.get('message', '')[:160]}")
         return 1 if bad else 0
     models = [load_model(m) for m in args.models]
+    from gpuengine.model.reader import read_model
+
+    for _, data in models:  # mutants are made of valid models: a bad one is the user's (ModelError: exit 2)
+        read_model(data)
 
     def progress(k: int, name: str, mutation: dict, result: dict) -> None:
         late = result["outcome"] == "model_error" and result.get("stage") != "load"
