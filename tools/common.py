@@ -79,13 +79,17 @@ def read_input(item: str) -> tuple[str, np.ndarray]:
     if not name or not file:
         raise SystemExit(f"gpuengine: --input takes NAME=FILE.npy, got {item!r}")
     try:
-        return name, np.load(file, allow_pickle=False)
+        with open(file, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise SystemExit(f"gpuengine: --input {name}: {file} is not a .npy file")
+            f.seek(0)
+            return name, np.load(f, allow_pickle=False)
     except FileNotFoundError:
         raise SystemExit(f"gpuengine: --input {name}: no such file: {file}") from None
     except IsADirectoryError:
         raise SystemExit(f"gpuengine: --input {name}: {file} is a folder, not a .npy file") from None
     except (OSError, ValueError, EOFError) as e:
-        raise SystemExit(f"gpuengine: --input {name}: {file} is not a .npy array file ({e})") from None
+        raise SystemExit(f"gpuengine: --input {name}: {file} is not a readable .npy array ({e})") from None
 
 
 def feeds(it: Any, inputs: list[str] | dict[str, np.ndarray], seed: int) -> dict[int, np.ndarray]:
