@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpuengine.tools import fetch
+from gpuengine.tools.cli import main
 from helpers import SHARED_MODELS
 
 from gpuengine import zoo
-from gpuengine.tools import fetch
-from gpuengine.tools.cli import main
 
 ADAPTER_NOTICE = "gpuengine: no hardware GPU adapter found"
 MODEL_COMMANDS = ["run", "inspect", "memplan", "bench", "profile", "tune", "precision", "predict", "fuzz"]
