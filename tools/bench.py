@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, gpu_span_ms, interpreter, models, signature_feeds
+from .common import add_engine_options, at_least, feeds, gpu_span_ms, interpreter, models, signature_feeds
 from .litert_runner import time_invokes
 
 
@@ -217,8 +217,8 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="latency vs LiteRT CPU and LiteRT's GPU accelerator")
     bench.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
-    bench.add_argument("--runs", type=int, default=100, help="timed invokes (default 100)")
-    bench.add_argument("--warmup", type=int, default=10, help="untimed invokes first (default 10)")
+    bench.add_argument("--runs", type=at_least(1), default=100, help="timed invokes (default 100)")
+    bench.add_argument("--warmup", type=at_least(0), default=10, help="untimed invokes first (default 10)")
     bench.add_argument("--compare", default="cpu,litert-gpu", help="comma list of cpu, litert-gpu ('' for none)")
     bench.add_argument("--inflight", type=int, default=1,
                        help="invokes in flight for the throughput figure (Interpreter.invoke_async)")

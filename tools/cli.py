@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from . import (
     bench,
@@ -25,8 +26,15 @@ from . import (
 COMMANDS = (run, inspect, memplan, fetch, ops, bench, profile, tune, fuzz, precision, predict, calibrate, generate)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage mistakes said in one line (the usage itself is one --help away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuengine", description="Run TensorFlow Lite models on the GPU (WebGPU).")
+    parser = Parser(prog="gpuengine", description="Run TensorFlow Lite models on the GPU (WebGPU).")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
@@ -62,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             print(e.code, file=sys.stderr)
             raise UsageExit(e.code) from None
         raise
+    except OSError as e:  # a file the user named cannot be read or written
+        if e.filename is None:
+            raise
+        print(f"gpuengine: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gpuengine: interrupted", file=sys.stderr)
         return 130

@@ -154,6 +154,18 @@ def gpu_span_ms(it: Any, runs: int = 20, warmup_s: float | None = None) -> float
     return sum(DispatchTimer(p).span(runs=runs, warmup_s=warm) for p in it.compiled.gpu_programs) / 1e6
 
 
+def at_least(low: int) -> Any:
+    """An argparse type: an integer >= low (argparse then says `invalid ... value` in one line, exit 2)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
     p.add_argument("--target", default=None,

@@ -731,10 +731,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
+    from . import common
+
     p = sub.add_parser("fuzz", help="mutate models and check every mutant ends as a ModelError or a clean run")
     p.add_argument("models", nargs="+", metavar="MODEL", help="a .tflite path, a zoo name or a reference model name "
                                                               "(with --replay: saved mutants, run unchanged)")
-    p.add_argument("--count", type=int, default=100, help="mutants in all, spread over the models in turn")
+    p.add_argument("--count", type=common.at_least(1), default=100,
+                   help="mutants in all, spread over the models in turn")
     p.add_argument("--seed", type=int, default=0, help="seed of the mutations (default 0)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="start no case after S seconds")
     p.add_argument("--out", metavar="DIR", default="fuzz-findings",

@@ -11,7 +11,12 @@ from .common import add_engine_options, interpreter, load_model
 
 def cmd_memplan(args: argparse.Namespace) -> int:
     from gpuengine.memory import compare, format_table, plan_memory, plot
+    from gpuengine.memory.strategies import STRATEGIES
 
+    strategies = tuple(s.strip() for s in args.strategies.split(",")) if args.strategies else None
+    unknown = [s for s in strategies or () if s not in STRATEGIES]
+    if unknown:
+        raise SystemExit(f"gpuengine: --strategies: unknown {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     records_by_model = {}
     for spec in args.models:
         name, data = load_model(spec)
@@ -24,7 +29,6 @@ def cmd_memplan(args: argparse.Namespace) -> int:
                         for r in p.info.records]
             offset += span
         records_by_model[name.split(" ")[0]] = records
-    strategies = tuple(args.strategies.split(",")) if args.strategies else None
     report = compare(records_by_model, strategies) if strategies else compare(records_by_model)
     if args.plot:
         plans = {m: (r, plan_memory(r, "best")) for m, r in records_by_model.items()}

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, interpreter, load_model, read_input, signature_feeds
+from .common import add_engine_options, at_least, feeds, interpreter, load_model, read_input, signature_feeds
 
 HYBRID_TOLERANCE = 5e-2  # max |ours - LiteRT builtin| / range(LiteRT's output), tests/models/test_litert_torch_decoders
 
@@ -87,6 +87,11 @@ def compared(name: str, out: np.ndarray, ref: np.ndarray | None, yardstick: Yard
 def cmd_run(args: argparse.Namespace) -> int:
     name, data = load_model(args.model)
     given = dict(read_input(item) for item in args.input)  # checked before anything compiles
+    if args.output_dir:
+        try:
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"gpuengine: --output-dir {args.output_dir}: {e.strerror}") from None
     from gpuengine.model.reader import read_model
 
     keys = [s.key for s in read_model(data).signatures]
@@ -202,7 +207,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--output-dir", metavar="DIR", help="save every output to DIR/NAME.npy")
     run.add_argument("--signature", metavar="KEY",
                      help="run only this signature (default: every signature of a model with several)")
-    run.add_argument("--runs", type=int, default=10, help="timed invokes after a warm-up (default 10)")
+    run.add_argument("--runs", type=at_least(1), default=10, help="timed invokes after a warm-up (default 10)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tolerance", type=float, default=None,
                      help="max difference to LiteRT (default 1e-4 relative to max(1, max |LiteRT|); hybrid int8 "

@@ -170,3 +170,18 @@ def test_help_line_for_every_option():
     missing = [f"{name} {a.option_strings or a.dest}" for name, parser in sub.choices.items()
                for a in parser._actions if not a.help and not isinstance(a, argparse._HelpAction)]
     assert missing == []
+
+
+def test_argument_mistakes_take_one_line(capsys, tmp_path):
+    assert outcome(capsys, ["run", "tiny", "--runs", "-3"]) == (
+        2, "gpuengine run: argument --runs: invalid integer >= 1 value: '-3' (see gpuengine run --help)")
+    assert outcome(capsys, ["inspect"]) == (
+        2, "gpuengine inspect: the following arguments are required: model (see gpuengine inspect --help)")
+    status, line = outcome(capsys, ["bogus"])
+    assert status == 2 and line.startswith("gpuengine: argument command: invalid choice: 'bogus'")
+    assert outcome(capsys, ["memplan", "tiny", "--strategies", "greedy,bogus"]) == (
+        2, "gpuengine: --strategies: unknown bogus; known: naive, greedy, mincostflow, greedy_by_size, offsets, best")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert outcome(capsys, ["run", "tiny", "--runs", "1", "--output-dir", str(a_file)]) == (
+        2, f"gpuengine: --output-dir {a_file}: File exists")
