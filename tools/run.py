@@ -1,13 +1,16 @@
 """`gpuengine run MODEL`: run a model once (seeded random inputs unless given) and check it against LiteRT.
 
 A model with several signatures (a decoder's prefill and decode) runs each of them, or the one --signature names.
-The yardstick: LiteRT's CPU interpreter, max |ours - LiteRT| / max(1, max |LiteRT|) per output within
---tolerance (1e-4). Hybrid int8 models (FULLY_CONNECTED with float inputs and int8 weights) are held to LiteRT's
-builtin kernels instead, their difference relative to the range of LiteRT's output within 5e-2, as the decoder
-tests hold them (tests/models/test_litert_torch_decoders.py): the builtin kernels quantize each activation row
-symmetrically, gpuengine as LiteRT's default XNNPACK delegate does (asymmetrically, or not at all with --hybrid
-float), so their outputs differ by about 1e-2 of the range, and XNNPACK itself departs from the float64 answer on
-some decoders.
+The yardstick, said in the output:
+- float models: LiteRT's CPU interpreter, max |ours - LiteRT| / max(1, max |LiteRT|) per output within --tolerance
+  (1e-4);
+- integer-quantized models: the same against LiteRT's builtin integer kernels, whose rounding every int8 op of
+  gpuengine reproduces (tests/models/test_quantized_and_landmark_models.py; XNNPACK rounds some int8 ops otherwise);
+- hybrid int8 models (FULLY_CONNECTED with float inputs and int8 weights): LiteRT's builtin kernels, the difference
+  relative to the range of LiteRT's output within 5e-2, as the decoder tests hold them
+  (tests/models/test_litert_torch_decoders.py): the builtin kernels quantize each activation row symmetrically,
+  gpuengine as LiteRT's default XNNPACK delegate does (asymmetrically, or not at all with --hybrid float), so their
+  outputs differ by about 1e-2 of the range, and XNNPACK itself departs from the float64 answer on some decoders.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ class Yardstick:
     tolerance: float
 
     def describe(self, hybrid: bool) -> str:
+        if not hybrid and self.builtin:
+            return (f"integer-quantized model: LiteRT's builtin integer kernels (whose rounding gpuengine reproduces; "
+                    f"XNNPACK rounds some int8 ops otherwise), max |diff| / max(1, max |LiteRT|) <= {self.tolerance:g}")
         if not hybrid:
             return f"LiteRT (CPU), max |diff| / max(1, max |LiteRT|) <= {self.tolerance:g}"
         return (f"hybrid int8 model (FULLY_CONNECTED with float inputs, int8 weights): LiteRT's builtin kernels, "
@@ -55,6 +61,14 @@ def is_hybrid_model(data: bytes) -> bool:
 
     return any(op.code == "FULLY_CONNECTED" and len(op.inputs) >= 2 and op.inputs[1] >= 0 and is_hybrid(op, g)
                for g in read_model(data).subgraphs for op in g.ops)
+
+
+def is_quantized_model(data: bytes) -> bool:
+    """Whether some op computes on integer-quantized activations (an int8 / uint8 / int16 output with a scale)."""
+    from gpuengine.model.reader import read_model
+
+    return any(g.tensors[t].quantization is not None and np.issubdtype(g.tensors[t].dtype, np.integer)
+               for g in read_model(data).subgraphs for op in g.ops for t in op.outputs if t >= 0)
 
 
 def timed(call: Any, runs: int) -> list[float]:
@@ -98,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.signature is not None and args.signature not in keys:
         raise SystemExit(f"gpuengine: --signature {args.signature!r}: the model's signatures are {keys or 'none'}")
     hybrid = is_hybrid_model(data)
-    yardstick = Yardstick(builtin=hybrid, range_relative=hybrid,
+    yardstick = Yardstick(builtin=hybrid or is_quantized_model(data), range_relative=hybrid,
                           tolerance=args.tolerance if args.tolerance is not None
                           else HYBRID_TOLERANCE if hybrid else 1e-4)
     t0 = time.perf_counter()
