@@ -184,3 +184,12 @@ def test_quiet_by_default(tmp_path):
     assert all(line.startswith("gpuengine: no hardware GPU adapter found; running on the software adapter ")
                for line in lines) and len(lines) <= 1, proc.stderr
     assert "INFO" not in proc.stdout + proc.stderr
+
+
+def test_run_judges_an_int8_model_by_the_builtin_integer_kernels(capsys):
+    """The zoo's int8 MobileNet v2 is 1 step from XNNPACK on its softmax and equal to LiteRT's builtin integer
+    kernels: `run` compares with those, at the same tolerance, and says so."""
+    assert main(["run", "mobilenet_v2_int8", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "compared with: integer-quantized model: LiteRT's builtin integer kernels" in out
+    assert "max |diff| vs LiteRT 0 (relative 0)" in out
