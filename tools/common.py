@@ -36,6 +36,9 @@ def load_model(spec: str | None) -> tuple[str, bytes]:
         raise SystemExit(f"gpuengine: {spec} is a folder, not a model file")
     if looks_like_path(spec):
         raise SystemExit(f"gpuengine: no such file: {spec}")
+    if not fetch.cached_models():
+        print(f"gpuengine: {spec!r} is no model file or zoo model; fetching the reference models "
+              f"({fetch.MEDIAPIPE}) into {fetch.cache_dir()} to look for it", file=sys.stderr, flush=True)
     try:
         p = fetch.model_path(spec)
     except KeyError:

@@ -218,7 +218,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="the value of input NAME, from a .npy file of its shape (repeatable; the other inputs get "
                           "seeded random values)")
-    run.add_argument("--output-dir", metavar="DIR", help="save every output to DIR/NAME.npy")
+    run.add_argument("--output-dir", metavar="DIR",
+                     help="save every output to DIR/NAME.npy (several signatures run: DIR/SIGNATURE.NAME.npy)")
     run.add_argument("--signature", metavar="KEY",
                      help="run only this signature (default: every signature of a model with several)")
     run.add_argument("--runs", type=at_least(1), default=10, help="timed invokes after a warm-up (default 10)")
