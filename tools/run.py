@@ -54,21 +54,18 @@ class Yardstick:
         return range_error(got, ref)
 
 
-def is_hybrid_model(data: bytes) -> bool:
+def is_hybrid_model(model: Any) -> bool:
     """Whether any subgraph holds a hybrid FULLY_CONNECTED (float activations, int8 weights)."""
     from gpuengine.model.quantization import is_hybrid
-    from gpuengine.model.reader import read_model
 
     return any(op.code == "FULLY_CONNECTED" and len(op.inputs) >= 2 and op.inputs[1] >= 0 and is_hybrid(op, g)
-               for g in read_model(data).subgraphs for op in g.ops)
+               for g in model.subgraphs for op in g.ops)
 
 
-def is_quantized_model(data: bytes) -> bool:
+def is_quantized_model(model: Any) -> bool:
     """Whether some op computes on integer-quantized activations (an int8 / uint8 / int16 output with a scale)."""
-    from gpuengine.model.reader import read_model
-
     return any(g.tensors[t].quantization is not None and np.issubdtype(g.tensors[t].dtype, np.integer)
-               for g in read_model(data).subgraphs for op in g.ops for t in op.outputs if t >= 0)
+               for g in model.subgraphs for op in g.ops for t in op.outputs if t >= 0)
 
 
 def timed(call: Any, runs: int) -> list[float]:
@@ -108,11 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SystemExit(f"gpuengine: --output-dir {args.output_dir}: {e.strerror}") from None
     from gpuengine.model.reader import read_model
 
-    keys = [s.key for s in read_model(data).signatures]
+    model = read_model(data)
+    keys = [s.key for s in model.signatures]
     if args.signature is not None and args.signature not in keys:
         raise SystemExit(f"gpuengine: --signature {args.signature!r}: the model's signatures are {keys or 'none'}")
-    hybrid = is_hybrid_model(data)
-    yardstick = Yardstick(builtin=hybrid or is_quantized_model(data), range_relative=hybrid,
+    hybrid = is_hybrid_model(model)
+    yardstick = Yardstick(builtin=hybrid or is_quantized_model(model), range_relative=hybrid,
                           tolerance=args.tolerance if args.tolerance is not None
                           else HYBRID_TOLERANCE if hybrid else 1e-4)
     t0 = time.perf_counter()
