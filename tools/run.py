@@ -37,11 +37,11 @@ class Yardstick:
     range_relative: bool  # max |diff| / range(ref) (else / max(1, max |ref|))
     tolerance: float
 
-    def describe(self, hybrid: bool) -> str:
-        if not hybrid and self.builtin:
+    def describe(self) -> str:
+        if self.builtin and not self.range_relative:
             return (f"integer-quantized model: LiteRT's builtin integer kernels (whose rounding gpuengine reproduces; "
                     f"XNNPACK rounds some int8 ops otherwise), max |diff| / max(1, max |LiteRT|) <= {self.tolerance:g}")
-        if not hybrid:
+        if not self.range_relative:
             return f"LiteRT (CPU), max |diff| / max(1, max |LiteRT|) <= {self.tolerance:g}"
         return (f"hybrid int8 model (FULLY_CONNECTED with float inputs, int8 weights): LiteRT's builtin kernels, "
                 f"max |diff| / range of LiteRT's output <= {self.tolerance:g}")
@@ -49,9 +49,11 @@ class Yardstick:
     def error(self, got: np.ndarray, ref: np.ndarray) -> float:
         from gpuengine.oracle import range_error, relative_error
 
-        if not self.range_relative or np.asarray(got).shape != np.asarray(ref).shape or not np.size(ref):
-            return relative_error(got, ref)
-        return range_error(got, ref)
+        ref = np.asarray(ref, np.float64)
+        if (self.range_relative and np.asarray(got).shape == ref.shape and np.all(np.isfinite(ref))
+                and ref.size and np.ptp(ref) > 0):
+            return range_error(got, ref)
+        return relative_error(got, ref)  # (a constant or non-finite output has no range to measure against)
 
 
 def is_hybrid_model(model: Any) -> bool:
@@ -117,8 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     it = interpreter(data, args)
     compile_ms = (time.perf_counter() - t0) * 1e3
     if args.signature is not None or len(keys) > 1:
-        return run_signatures(args, name, data, it, [args.signature] if args.signature else keys, given, yardstick,
-                              hybrid)
+        return run_signatures(args, name, data, it, [args.signature] if args.signature else keys, given, yardstick)
     inputs = feeds(it, given, args.seed)
     for t, v in inputs.items():
         it.set_tensor(t, v)
@@ -133,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"invoke: median {np.median(times):.2f} ms over {len(times)} runs")
     ref = litert_outputs(data, inputs, yardstick)
     if ref is not None:
-        print(f"compared with: {yardstick.describe(hybrid)}")
+        print(f"compared with: {yardstick.describe()}")
     worst = 0.0
     for d in it.get_output_details():
         line, err = compared(d["name"], outputs[d["index"]], None if ref is None else ref[d["index"]], yardstick)
@@ -161,7 +162,7 @@ def verdict(compared_any: bool, worst: float, yardstick: Yardstick, what: str = 
 
 
 def run_signatures(args: argparse.Namespace, name: str, data: bytes, it: Any, keys: list[str],
-                   given: dict[str, np.ndarray], yardstick: Yardstick, hybrid: bool) -> int:
+                   given: dict[str, np.ndarray], yardstick: Yardstick) -> int:
     """Each signature in `keys`: seeded inputs (token ids 0..3, positions from 0, small floats) unless --input names
     them, its outputs compared with LiteRT's signature runner."""
     runners = {key: it.get_signature_runner(key) for key in keys}
@@ -181,7 +182,7 @@ def run_signatures(args: argparse.Namespace, name: str, data: bytes, it: Any, ke
     print(f"adapter: {gpu.name if gpu else 'none'}")
     print(f"signatures run: {', '.join(keys)}" + ("" if args.signature else " (all; --signature KEY runs one)"))
     if oracle is not None:
-        print(f"compared with: {yardstick.describe(hybrid)}")
+        print(f"compared with: {yardstick.describe()}")
     worst = 0.0
     for key, runner in runners.items():
         inputs = signature_feeds(runner, args.seed)
