@@ -95,6 +95,17 @@ def read_input(item: str) -> tuple[str, np.ndarray]:
         raise SystemExit(f"gpuengine: --input {name}: {file} is not a readable .npy array ({e})") from None
 
 
+def fitted(name: str, value: np.ndarray, shape: Any, dtype: Any, taker: str = "the model's input") -> np.ndarray:
+    """An --input array as the input takes it, or a one-line error naming what does not fit."""
+    shape = tuple(int(n) for n in shape)
+    if value.shape != shape:
+        raise SystemExit(f"gpuengine: --input {name}: the file holds shape {value.shape}, {taker} takes {shape}")
+    if not np.can_cast(value.dtype, dtype, "same_kind"):
+        raise SystemExit(f"gpuengine: --input {name}: the file holds {value.dtype}, {taker} takes "
+                         f"{np.dtype(dtype)}")
+    return value.astype(dtype)
+
+
 def feeds(it: Any, inputs: list[str] | dict[str, np.ndarray], seed: int) -> dict[int, np.ndarray]:
     """Inputs from `name=file.npy` arguments (or arrays by name), seeded random values for the others."""
     given = dict(inputs) if isinstance(inputs, dict) else dict(read_input(item) for item in inputs)
@@ -109,14 +120,7 @@ def feeds(it: Any, inputs: list[str] | dict[str, np.ndarray], seed: int) -> dict
         raise SystemExit(f"gpuengine: unknown input(s) {unknown}; the model's inputs are {names}")
     for d in it.get_input_details():
         if d["name"] in given:
-            value, shape = given[d["name"]], tuple(int(n) for n in d["shape"])
-            if value.shape != shape:
-                raise SystemExit(f"gpuengine: --input {d['name']}: the file holds shape {value.shape}, the model's "
-                                 f"input takes {shape}")
-            if not np.can_cast(value.dtype, d["dtype"], "same_kind"):
-                raise SystemExit(f"gpuengine: --input {d['name']}: the file holds {value.dtype}, the model's input "
-                                 f"takes {np.dtype(d['dtype'])}")
-            result[d["index"]] = value.astype(d["dtype"])
+            result[d["index"]] = fitted(d["name"], given[d["name"]], d["shape"], d["dtype"])
         elif np.issubdtype(d["dtype"], np.floating):
             result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
         else:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, at_least, feeds, interpreter, load_model, read_input, signature_feeds
+from .common import add_engine_options, at_least, feeds, fitted, interpreter, load_model, read_input, signature_feeds
 
 HYBRID_TOLERANCE = 5e-2  # max |ours - LiteRT builtin| / range(LiteRT's output), tests/models/test_litert_torch_decoders
 
@@ -163,13 +163,20 @@ def verdict(compared_any: bool, worst: float, yardstick: Yardstick, what: str = 
 
 def run_signatures(args: argparse.Namespace, name: str, data: bytes, it: Any, keys: list[str],
                    given: dict[str, np.ndarray], yardstick: Yardstick) -> int:
-    """Each signature in `keys`: seeded inputs (token ids 0..3, positions from 0, small floats) unless --input names
-    them, its outputs compared with LiteRT's signature runner."""
+    """Each signature in `keys`: seeded inputs (token ids 0..3, positions from 0, small floats) unless --input gives
+    them (one signature only: --signature KEY), its outputs compared with LiteRT's signature runner."""
+    if given and len(keys) > 1:
+        raise SystemExit(f"gpuengine: --input: the model has several signatures ({', '.join(keys)}); name the one "
+                         "the inputs are for with --signature KEY")
     runners = {key: it.get_signature_runner(key) for key in keys}
-    known = {n for r in runners.values() for n in r.get_input_details()}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise SystemExit(f"gpuengine: unknown input(s) {unknown}; the signatures' inputs are {sorted(known)}")
+    feeds = {key: signature_feeds(runner, args.seed) for key, runner in runners.items()}
+    for key, runner in runners.items():  # the given inputs checked before anything runs
+        details = runner.get_input_details()
+        unknown = sorted(set(given) - set(details))
+        if unknown:
+            raise SystemExit(f"gpuengine: unknown input(s) {unknown}; signature {key!r} takes {sorted(details)}")
+        feeds[key].update({n: fitted(n, v, details[n]["shape"], details[n]["dtype"], f"signature {key!r}")
+                           for n, v in given.items()})
     try:
         from gpuengine.oracle import litert_interpreter
 
@@ -185,14 +192,7 @@ def run_signatures(args: argparse.Namespace, name: str, data: bytes, it: Any, ke
         print(f"compared with: {yardstick.describe()}")
     worst = 0.0
     for key, runner in runners.items():
-        inputs = signature_feeds(runner, args.seed)
-        for n, d in runner.get_input_details().items():
-            if n in given:
-                shape = tuple(int(s) for s in d["shape"])
-                if given[n].shape != shape:
-                    raise SystemExit(f"gpuengine: --input {n}: the file holds shape {given[n].shape}, signature "
-                                     f"{key!r} takes {shape}")
-                inputs[n] = given[n].astype(d["dtype"])
+        inputs = feeds[key]
         t0 = time.perf_counter()
         outputs = runner(**inputs)  # compiles the signature's graph
         compile_ms = (time.perf_counter() - t0) * 1e3

@@ -143,9 +143,23 @@ def test_bad_option_values_exit_2(capsys):
 
 
 @pytest.mark.skipif(not (SHARED_MODELS / "toy_decoder_kv.tflite").exists(), reason="the shared models are absent")
-def test_an_unknown_signature_names_the_signatures(capsys):
-    status, line = outcome(capsys, ["run", str(SHARED_MODELS / "toy_decoder_kv.tflite"), "--signature", "prefil"])
+def test_signature_mistakes(capsys, tmp_path):
+    model = str(SHARED_MODELS / "toy_decoder_kv.tflite")
+    status, line = outcome(capsys, ["run", model, "--signature", "prefil"])
     assert (status, line) == (2, "gpuengine: --signature 'prefil': the model's signatures are ['prefill', 'decode']")
+    floats, ids = tmp_path / "floats.npy", tmp_path / "ids.npy"
+    np.save(floats, np.ones((1, 1), np.float32))
+    np.save(ids, np.ones((1, 1), np.int64))
+    assert outcome(capsys, ["run", model, "--runs", "1", "--input", f"tokens={ids}"]) == (
+        2, "gpuengine: --input: the model has several signatures (prefill, decode); name the one the inputs are for "
+           "with --signature KEY")
+    assert outcome(capsys, ["run", model, "--runs", "1", "--signature", "decode", "--input", f"tokens={floats}"]) == (
+        2, "gpuengine: --input tokens: the file holds float32, signature 'decode' takes int32")
+    assert outcome(capsys, ["run", model, "--runs", "1", "--signature", "prefill", "--input", f"tokens={ids}"]) == (
+        2, "gpuengine: --input tokens: the file holds shape (1, 1), signature 'prefill' takes (1, 100)")
+    status, line = outcome(capsys, ["run", model, "--runs", "1", "--signature", "decode", "--input", f"nope={ids}"])
+    assert status == 2 and line.startswith("gpuengine: unknown input(s) ['nope']; signature 'decode' takes [")
+    assert main(["run", model, "--runs", "1", "--signature", "decode", "--input", f"tokens={ids}"]) == 0
 
 
 def shell(*args: str) -> subprocess.CompletedProcess:
