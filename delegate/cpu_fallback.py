@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from gpuengine.errors import ModelError, UnsupportedOpError
+from gpuengine.litert_logging import without_litert_info
 from gpuengine.model.builder import give_bias, write_model
 from gpuengine.model.ir import Graph, Model, Op, Options, Tensor
 
@@ -131,8 +132,9 @@ class CpuProgram:
         self.graph, self.part = graph, part
         model_bytes, self.remap = sub_model(graph, part, model)
         try:
-            self.interpreter = Interpreter(model_content=model_bytes, num_threads=num_threads)
-            self.interpreter.allocate_tensors()
+            with without_litert_info():  # its XNNPACK delegate says it was created
+                self.interpreter = Interpreter(model_content=model_bytes, num_threads=num_threads)
+                self.interpreter.allocate_tensors()
         except (RuntimeError, ValueError) as e:
             error = refusal(e, graph, part)
             # An op nothing can run is named in full: LiteRT's own traceback would only repeat it.

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .litert_logging import without_litert_info
 from .model.ir import Graph
 from .model.reader import read_model
 
@@ -58,7 +59,10 @@ def litert_interpreter(model: bytes, builtin: bool = False, **options: Any) -> A
 
     if builtin:
         options["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    return Interpreter(model_content=model, **options)
+    with without_litert_info():  # its delegate is created (and says so) on the first allocation
+        interpreter = Interpreter(model_content=model, **options)
+        interpreter.allocate_tensors()
+    return interpreter
 
 
 def run_litert(model: bytes, feeds: dict[int, np.ndarray], builtin: bool = False) -> dict[int, np.ndarray]:

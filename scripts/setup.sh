@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
 # One-time (idempotent) set-up on a fresh machine: a virtual environment with gpuengine and its test/plot
 # extras, and — only when WebGPU finds no adapter — Mesa's software Vulkan driver (lavapipe).
+# Installs only when pyproject.toml changed since the last install (its hash is kept in .venv); prints one line
+# (pip's output goes to .venv/setup.log, shown when it fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,plot]'
+STAMP=.venv/gpuengine-setup.sha256
+WANT="$(sha256sum pyproject.toml | cut -d' ' -f1) $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])')"
+did="up to date"
+if [ ! -x .venv/bin/gpuengine ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  rm -f "$STAMP"
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[test,plot]'; } \
+      >.venv/setup.log 2>&1; then
+    tail -n 20 .venv/setup.log >&2
+    echo "setup: pip install failed (the whole log: .venv/setup.log)" >&2
+    exit 1
+  fi
+  echo "$WANT" >"$STAMP"
+  did="installed"
+fi
 
 # Counts the adapters worth running on: a hardware GPU, or any Vulkan/Metal/D3D12 one. Mesa's OpenGL
 # llvmpipe (present on most Linux images) does not count: lavapipe is the software driver we test on.
@@ -31,4 +45,4 @@ if [ "$(adapters | tail -n 1)" = "0" ]; then
     exit 1
   fi
 fi
-echo "setup: ready ($(.venv/bin/python -c 'import gpuengine; print("gpuengine", gpuengine.__version__)'))"
+echo "setup: $did ($(.venv/bin/python -c 'import gpuengine; print("gpuengine", gpuengine.__version__)'))"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, gpu_span_ms, interpreter, models
+from .common import add_engine_options, at_least, feeds, gpu_span_ms, interpreter, models, signature_feeds
 from .litert_runner import time_invokes
 
 
@@ -62,18 +62,6 @@ def throughput(it: Any, inputs: dict[int, np.ndarray], inflight: int, runs: int,
     return runs / (time.perf_counter() - start)
 
 
-def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs of a signature by name: integers 0..3 (valid token ids and positions), small floats."""
-    rng = np.random.default_rng(seed)
-    result = {}
-    for name, d in runner.get_input_details().items():
-        if np.issubdtype(d["dtype"], np.floating):
-            result[name] = (rng.uniform(-1, 1, d["shape"]) * 0.5).astype(d["dtype"])
-        else:
-            result[name] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
-    return result
-
-
 def carried(runner: Any) -> list[str]:
     """State a loop carries from call to call: float inputs that are also outputs of the same shape (a KV cache)."""
     ins, outs = runner.get_input_details(), runner.get_output_details()
@@ -103,15 +91,15 @@ def steps_per_second(step: Any, runs: int, warmup: int) -> float:
     return runs / (time.perf_counter() - start)
 
 
-def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
+def run_signature(args: argparse.Namespace, name: str, data: bytes, key: str, it: Any = None) -> dict[str, Any]:
     """bench MODEL --signature KEY: calls per second of one signature in a loop whose state (inputs that are also
     outputs: a decode step's KV cache) is carried from call to call: by gpuengine on the GPU (reading back only the
     other outputs), by gpuengine and LiteRT CPU through the host."""
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from gpuengine.oracle import litert_interpreter
 
-    it = interpreter(data, args)
+    it = it or interpreter(data, args)
     try:
-        runner = it.get_signature_runner(args.signature)
+        runner = it.get_signature_runner(key)
     except ValueError as e:
         raise SystemExit(f"gpuengine bench: {e}") from None
     inputs, state, call = resident_call(runner)
@@ -127,21 +115,37 @@ def run_signature(args: argparse.Namespace, name: str, data: bytes) -> int:
 
     host = steps_per_second(through_host(runner), args.runs, args.warmup)  # a host value ends each binding
     host_state.update({n: inputs[n] for n in state})
-    reference = LiteRT(model_content=data, num_threads=os.cpu_count()).get_signature_runner(args.signature)
+    reference = litert_interpreter(data, num_threads=os.cpu_count()).get_signature_runner(key)
     cpu = steps_per_second(through_host(reference), args.runs, args.warmup)
     program = runner.compiled.gpu_programs
-    report = {"model": name, "signature": args.signature, "adapter": it.compiled.gpu.name if program else None,
-              "dispatches": runner.compiled.dispatches, "carried_on_gpu": state,
-              "gpuengine_state_on_gpu_steps_per_s": resident, "gpuengine_through_host_steps_per_s": host,
-              "litert_cpu_steps_per_s": cpu}
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    print(f"model: {name}, signature {args.signature!r}\nadapter: {report['adapter']}, "
+    return {"model": name, "signature": key, "adapter": it.compiled.gpu.name if program else None,
+            "dispatches": runner.compiled.dispatches, "carried_on_gpu": state,
+            "gpuengine_state_on_gpu_steps_per_s": resident, "gpuengine_through_host_steps_per_s": host,
+            "litert_cpu_steps_per_s": cpu}
+
+
+def print_signature(report: dict[str, Any]) -> None:
+    state = report["carried_on_gpu"]
+    print(f"model: {report['model']}, signature {report['signature']!r}\nadapter: {report['adapter']}, "
           f"{report['dispatches']} dispatches per call\nstate carried from call to call: {', '.join(state) or 'none'}")
-    print(f"{'gpuengine, state on the GPU':<34} {resident:10.1f} steps/s")
-    print(f"{'gpuengine, state through the host':<34} {host:10.1f} steps/s")
-    print(f"{'LiteRT CPU, state through the host':<34} {cpu:10.1f} steps/s")
+    print(f"{'gpuengine, state on the GPU':<34} {report['gpuengine_state_on_gpu_steps_per_s']:10.1f} steps/s")
+    print(f"{'gpuengine, state through the host':<34} {report['gpuengine_through_host_steps_per_s']:10.1f} steps/s")
+    print(f"{'LiteRT CPU, state through the host':<34} {report['litert_cpu_steps_per_s']:10.1f} steps/s")
+
+
+def run_signatures(args: argparse.Namespace, name: str, data: bytes, keys: list[str]) -> int:
+    """Each signature in `keys` (--signature KEY: that one; a model with several: every one, saying so); --json: one
+    object for one signature, a list for several."""
+    it = interpreter(data, args)
+    if len(keys) > 1 and not args.json:
+        print(f"signatures: {', '.join(keys)} (all; --signature KEY benches one)")
+    reports = []
+    for key in keys:
+        reports.append(run_signature(args, name, data, key, it))
+        if not args.json:
+            print_signature(reports[-1])
+    if args.json:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports))
     return 0
 
 
@@ -154,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return run_bench(args)
     if getattr(args, "signature", None):
         name, data = models(args)[0]
-        return run_signature(args, name, data)
+        return run_signatures(args, name, data, [args.signature])
     compare = [c.strip() for c in args.compare.split(",") if c.strip()] if args.compare else []
     unknown = set(compare) - {"cpu", "litert-gpu"}
     if unknown:
@@ -162,6 +166,11 @@ def run(args: argparse.Namespace) -> int:
     name, data = models(args)[0]
     if args.inflight < 1:
         raise SystemExit("gpuengine bench: --inflight must be >= 1")
+    from gpuengine.model.reader import read_model
+
+    keys = [s.key for s in read_model(data).signatures]
+    if len(keys) > 1:  # a decoder's prefill and decode: each in its own loop
+        return run_signatures(args, name, data, keys)
     it = interpreter(data, args, max_inflight=args.inflight)
     inputs = feeds(it, [], seed=0)
     ours, our_out = time_invokes(it, inputs, args.runs, args.warmup)
@@ -208,12 +217,12 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="latency vs LiteRT CPU and LiteRT's GPU accelerator")
     bench.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
-    bench.add_argument("--runs", type=int, default=100)
-    bench.add_argument("--warmup", type=int, default=10)
+    bench.add_argument("--runs", type=at_least(1), default=100, help="timed invokes (default 100)")
+    bench.add_argument("--warmup", type=at_least(0), default=10, help="untimed invokes first (default 10)")
     bench.add_argument("--compare", default="cpu,litert-gpu", help="comma list of cpu, litert-gpu ('' for none)")
     bench.add_argument("--inflight", type=int, default=1,
                        help="invokes in flight for the throughput figure (Interpreter.invoke_async)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bench.add_argument("--signature", help="time this signature's calls in a loop carrying its state (decode "
                                             "steps per second), beside LiteRT CPU")
     from .generate import add_bench_options

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from .common import add_engine_options, interpreter, load_model, predicted_vs_measured
+from .common import add_engine_options, at_least, interpreter, load_model, predicted_vs_measured
 
 
 def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -81,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="fit the latency model to this device (probe kernels and models)")
     p.add_argument("models", nargs="*", help="models whose dispatches are timed too (default: the probes only)")
-    p.add_argument("--runs", type=int, default=8, help="timed passes per sample (the fastest is kept)")
+    p.add_argument("--runs", type=at_least(1), default=8, help="timed passes per sample (the fastest is kept)")
     p.add_argument("--alternatives", type=int, default=3, help="other decompositions timed per dispatch")
     p.add_argument("--scale", type=int, default=2, help="spatial scale of the probe net")
     p.add_argument("--budget", type=float, default=120.0, help="seconds to spend measuring (about)")
     p.add_argument("--plot", default=None, help="save predicted vs measured (needs matplotlib)")
     p.add_argument("--dry-run", action="store_true", help="fit and report, but do not save")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
     add_engine_options(p)
     p.set_defaults(func=run)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def looks_like_path(spec: str) -> bool:
+    """A model argument meant as a file (a suffix or a folder in it), not a zoo or reference-model name."""
+    return "/" in spec or os.sep in spec or bool(Path(spec).suffix)
 
 
 def load_model(spec: str | None) -> tuple[str, bytes]:
@@ -19,14 +26,28 @@ def load_model(spec: str | None) -> tuple[str, bytes]:
         spec = zoo.DEFAULT
     path = Path(spec)
     if path.is_file():
-        return path.name, path.read_bytes()
+        try:
+            return path.name, path.read_bytes()
+        except OSError as e:
+            raise SystemExit(f"gpuengine: cannot read {spec}: {e.strerror}") from None
     if spec in zoo.MODELS:
         return f"{spec} (zoo)", zoo.get(spec)
+    if path.is_dir():
+        raise SystemExit(f"gpuengine: {spec} is a folder, not a model file")
+    if looks_like_path(spec):
+        raise SystemExit(f"gpuengine: no such file: {spec}")
+    if not fetch.cached_models():
+        print(f"gpuengine: {spec!r} is no model file or zoo model; fetching the reference models "
+              f"({fetch.MEDIAPIPE}) into {fetch.cache_dir()} to look for it", file=sys.stderr, flush=True)
     try:
         p = fetch.model_path(spec)
-    except (KeyError, fetch.ModelsUnavailable) as e:
-        raise SystemExit(f"gpuengine: no model file, zoo model ({', '.join(zoo.MODELS)}) or reference model named "
-                         f"{spec!r}: {e}") from None
+    except KeyError:
+        raise SystemExit(f"gpuengine: no model file, zoo model or reference model named {spec!r}; zoo models: "
+                         f"{', '.join(zoo.MODELS)}; reference models: {', '.join(fetch.cached_models())}") from None
+    except fetch.ModelsUnavailable as e:  # a failed download, not a mistake: exit 1
+        print(f"gpuengine: {spec!r} is no model file or zoo model ({', '.join(zoo.MODELS)}), and the reference "
+              f"models are unavailable: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     return p.name, p.read_bytes()
 
 
@@ -39,6 +60,7 @@ def models(args: argparse.Namespace) -> list[tuple[str, bytes]]:
 def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None, max_inflight: int = 2) -> Any:
     """An allocated Interpreter with the command's engine options (tuning cache: `cache`, else --cache)."""
     from gpuengine import Interpreter
+    from gpuengine.errors import GpuEngineError
 
     try:
         it = Interpreter(model_content=data, adapter=args.adapter, memory_strategy=args.memory_strategy,
@@ -46,35 +68,78 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
                          f32_tensors=getattr(args, "f32_tensors", None),
                          hybrid_arithmetic=getattr(args, "hybrid", None))
+    except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
+        raise
     except ValueError as e:  # a bad option value: say so, as argparse would
         raise SystemExit(f"gpuengine: {e}") from None
     it.allocate_tensors()
     return it
 
 
-def feeds(it: Any, inputs: list[str], seed: int) -> dict[int, np.ndarray]:
-    """Inputs from `name=file.npy` arguments, seeded random values for the others."""
-    given = {}
-    for item in inputs:
-        name, _, file = item.partition("=")
-        if not file:
-            raise SystemExit(f"gpuengine: --input takes name=file.npy, got {item!r}")
-        given[name] = np.load(file)
+def read_input(item: str) -> tuple[str, np.ndarray]:
+    """An `--input NAME=FILE.npy` argument -> (NAME, the array), or a one-line error."""
+    name, _, file = item.partition("=")
+    if not name or not file:
+        raise SystemExit(f"gpuengine: --input takes NAME=FILE.npy, got {item!r}")
+    try:
+        with open(file, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise SystemExit(f"gpuengine: --input {name}: {file} is not a .npy file")
+            f.seek(0)
+            return name, np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise SystemExit(f"gpuengine: --input {name}: no such file: {file}") from None
+    except IsADirectoryError:
+        raise SystemExit(f"gpuengine: --input {name}: {file} is a folder, not a .npy file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise SystemExit(f"gpuengine: --input {name}: {file} is not a readable .npy array ({e})") from None
+
+
+def fitted(name: str, value: np.ndarray, shape: Any, dtype: Any, taker: str = "the model's input") -> np.ndarray:
+    """An --input array as the input takes it, or a one-line error naming what does not fit."""
+    shape = tuple(int(n) for n in shape)
+    if value.shape != shape:
+        raise SystemExit(f"gpuengine: --input {name}: the file holds shape {value.shape}, {taker} takes {shape}")
+    if not np.can_cast(value.dtype, dtype, "same_kind"):
+        raise SystemExit(f"gpuengine: --input {name}: the file holds {value.dtype}, {taker} takes "
+                         f"{np.dtype(dtype)}")
+    return value.astype(dtype)
+
+
+def feeds(it: Any, inputs: list[str] | dict[str, np.ndarray], seed: int) -> dict[int, np.ndarray]:
+    """Inputs from `name=file.npy` arguments (or arrays by name), seeded random values for the others."""
+    given = dict(inputs) if isinstance(inputs, dict) else dict(read_input(item) for item in inputs)
     from gpuengine.oracle import integer_input_bounds
 
     rng = np.random.default_rng(seed)
     id_bound = integer_input_bounds(it.compiled.source) if hasattr(it, "compiled") else {}
     result = {}
+    names = [d["name"] for d in it.get_input_details()]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise SystemExit(f"gpuengine: unknown input(s) {unknown}; the model's inputs are {names}")
     for d in it.get_input_details():
         if d["name"] in given:
-            result[d["index"]] = np.asarray(given.pop(d["name"]), d["dtype"])
+            result[d["index"]] = fitted(d["name"], given[d["name"]], d["shape"], d["dtype"])
         elif np.issubdtype(d["dtype"], np.floating):
             result[d["index"]] = rng.uniform(-1, 1, d["shape"]).astype(d["dtype"])
         else:
             result[d["index"]] = rng.integers(0, id_bound.get(d["index"], 4), d["shape"]).astype(d["dtype"])
-    if given:
-        names = [d["name"] for d in it.get_input_details()]
-        raise SystemExit(f"gpuengine: unknown input(s) {sorted(given)}; the model's inputs are {names}")
+    return result
+
+
+def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs of a signature by name: positions 0, 1, ... for `input_pos`, integers 0..3 for the others
+    (valid token ids), small floats (a KV cache)."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for name, d in runner.get_input_details().items():
+        if np.issubdtype(d["dtype"], np.floating):
+            result[name] = (rng.uniform(-1, 1, d["shape"]) * 0.5).astype(d["dtype"])
+        elif name == "input_pos" and len(d["shape"]) == 1:
+            result[name] = np.arange(d["shape"][0]).astype(d["dtype"])
+        else:
+            result[name] = rng.integers(0, 4, d["shape"]).astype(d["dtype"])
     return result
 
 
@@ -96,6 +161,18 @@ def gpu_span_ms(it: Any, runs: int = 20, warmup_s: float | None = None) -> float
     return sum(DispatchTimer(p).span(runs=runs, warmup_s=warm) for p in it.compiled.gpu_programs) / 1e6
 
 
+def at_least(low: int) -> Any:
+    """An argparse type: an integer >= low (argparse then says `invalid ... value` in one line, exit 2)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
     p.add_argument("--target", default=None,
@@ -108,9 +185,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="fp16 only: keep these tensors in f32 (mixed precision; a JSON list of tensor names, or "
                         "what `gpuengine precision --search-f32 --save FILE` wrote)")
     p.add_argument("--hybrid", default=None, metavar="ARITHMETIC",
-                   help="hybrid int8 FULLY_CONNECTED (float activations, int8 weights): integer (default; env "
-                        "GPUENGINE_HYBRID), rows quantized as LiteRT does, i32 sums: LiteRT's numbers; or float: "
-                        "weights dequantized in registers, f32 sums: the float64 answer up to f32 rounding")
+                   help="hybrid int8 FULLY_CONNECTED (float activations, int8 weights): integer (default, but float "
+                        "for generate and bench --llm; env GPUENGINE_HYBRID), rows quantized as LiteRT does, i32 "
+                        "sums: LiteRT's Interpreter's numbers; or float: weights dequantized in registers, f32 sums: "
+                        "LiteRT-LM's arithmetic, the float64 answer up to f32 rounding")
     p.add_argument("--memory-strategy", default="best",
                    help="naive, greedy, mincostflow, greedy_by_size or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")

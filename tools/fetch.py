@@ -98,5 +98,5 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("fetch-models", help="download the reference models (mediapipe==0.10.14) into the cache")
-    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--force", action="store_true", help="download again even if the models are cached")
     parser.set_defaults(func=cmd_fetch)

@@ -702,6 +702,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r['outcome']:<12} {r['path']}  {r.get('type', '')} {r.get('message', '')[:160]}")
         return 1 if bad else 0
     models = [load_model(m) for m in args.models]
+    from gpuengine.model.reader import read_model
+
+    for _, data in models:  # mutants are made of valid models: a bad one is the user's (ModelError: exit 2)
+        read_model(data)
 
     def progress(k: int, name: str, mutation: dict, result: dict) -> None:
         late = result["outcome"] == "model_error" and result.get("stage") != "load"
@@ -727,18 +731,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
+    from . import common
+
     p = sub.add_parser("fuzz", help="mutate models and check every mutant ends as a ModelError or a clean run")
     p.add_argument("models", nargs="+", metavar="MODEL", help="a .tflite path, a zoo name or a reference model name "
                                                               "(with --replay: saved mutants, run unchanged)")
-    p.add_argument("--count", type=int, default=100, help="mutants in all, spread over the models in turn")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--count", type=common.at_least(1), default=100,
+                   help="mutants in all, spread over the models in turn")
+    p.add_argument("--seed", type=int, default=0, help="seed of the mutations (default 0)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="start no case after S seconds")
     p.add_argument("--out", metavar="DIR", default="fuzz-findings",
                    help="keep every case that is neither clean nor a ModelError here (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wall-time limit of one case (a hang)")
     p.add_argument("--memory-mb", type=int, default=6144, help="address-space limit of the worker (RLIMIT_AS)")
     p.add_argument("--replay", action="store_true", help="run the MODEL files as they are (a saved corpus)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the campaign's summary as JSON")
     p.set_defaults(func=run)
 
 

@@ -137,8 +137,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     ins = sub.add_parser("inspect", help="partitions, dispatches, memory and kernels of a model")
-    ins.add_argument("model")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument("model", help="a .tflite path, a zoo name or a reference model name")
+    ins.add_argument("--json", action="store_true", help="print the report as one JSON object")
     ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
     ins.add_argument("--signature", metavar="KEY", help="report this signature's graph (get_signature_list())")
     ins.add_argument("--resize", action="append", default=[], metavar="INDEX=D0,D1,...",

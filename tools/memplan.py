@@ -11,7 +11,12 @@ from .common import add_engine_options, interpreter, load_model
 
 def cmd_memplan(args: argparse.Namespace) -> int:
     from gpuengine.memory import compare, format_table, plan_memory, plot
+    from gpuengine.memory.strategies import STRATEGIES
 
+    strategies = tuple(s.strip() for s in args.strategies.split(",")) if args.strategies else None
+    unknown = [s for s in strategies or () if s not in STRATEGIES]
+    if unknown:
+        raise SystemExit(f"gpuengine: --strategies: unknown {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     records_by_model = {}
     for spec in args.models:
         name, data = load_model(spec)
@@ -24,7 +29,6 @@ def cmd_memplan(args: argparse.Namespace) -> int:
                         for r in p.info.records]
             offset += span
         records_by_model[name.split(" ")[0]] = records
-    strategies = tuple(args.strategies.split(",")) if args.strategies else None
     report = compare(records_by_model, strategies) if strategies else compare(records_by_model)
     if args.plot:
         plans = {m: (r, plan_memory(r, "best")) for m, r in records_by_model.items()}
@@ -35,10 +39,11 @@ def cmd_memplan(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
-    mem.add_argument("models", nargs="+")
+    mem.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
     mem.add_argument("--strategies",
                      help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,offsets,best")
-    mem.add_argument("--json", action="store_true")
-    mem.add_argument("--plot", metavar="OUT.png")
+    mem.add_argument("--json", action="store_true", help="print the results as JSON")
+    mem.add_argument("--plot", metavar="OUT.png",
+                     help="save the strategies' comparison and the chosen plans as PNG pictures (needs matplotlib)")
     add_engine_options(mem)
     mem.set_defaults(func=cmd_memplan)

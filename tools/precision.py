@@ -382,7 +382,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("precision", help="accuracy vs LiteRT and vs the float64 reference, and memory, per precision")
     p.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
     p.add_argument("--seeds", type=int, default=5, help="seeded random inputs per model (default 5)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--search-f32", type=float, nargs="?", const=SEARCH_TARGET, default=None, metavar="TARGET",
                    help="search the tensors fp16 keeps in f32 for an emulated error within TARGET (default "
                         f"{SEARCH_TARGET:g}) and add an fp16-mixed row")

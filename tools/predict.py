@@ -101,9 +101,10 @@ def add_parser(sub: Any) -> None:
                    help="built-in description (h100, rtx4090, rtx3060, apple-m1, iris-xe, lavapipe; 'all': each), "
                         "or with --fit the adapter key in the fit file (default: its only one)")
     p.add_argument("--fit", default=None, help="a fit file written by `gpuengine calibrate`")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                   help="precision to predict for (default fp32)")
     p.add_argument("--signature", default=None, help="predict this signature's subgraph (default: the main graph)")
     p.add_argument("--hybrid", default="integer", choices=("integer", "float"),
                    help="arithmetic of hybrid int8 FULLY_CONNECTED ops (the engine option hybrid_arithmetic)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.set_defaults(func=run)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_engine_options, feeds, interpreter, models, predicted_vs_measured
+from .common import add_engine_options, at_least, feeds, interpreter, models, predicted_vs_measured
 from .litert_runner import time_invokes
 
 
@@ -158,8 +158,8 @@ def signature_loop(it: Any, args: argparse.Namespace) -> tuple[Any, Any, dict[st
 def add_parser(sub: Any) -> None:
     prof = sub.add_parser("profile", help="GPU time per dispatch (timestamp queries) and host time per invoke")
     prof.add_argument("models", nargs="?", help="model (default: the zoo's mobilenet_v2)")
-    prof.add_argument("--runs", type=int, default=10)
-    prof.add_argument("--json", action="store_true")
+    prof.add_argument("--runs", type=at_least(1), default=10, help="timed passes per dispatch (default 10)")
+    prof.add_argument("--json", action="store_true", help="print the profile as JSON")
     prof.add_argument("--plot", default=None, help="save predicted vs measured per dispatch (needs matplotlib)")
     prof.add_argument("--signature", metavar="KEY", help="profile this signature's calls in a loop carrying its "
                       "state on the GPU (decode: the KV cache)")

@@ -213,6 +213,6 @@ def add_parser(sub: Any) -> None:
     tune.add_argument("--measure-all", action="store_true",
                       help="search every decomposition (as before the latency model) instead of measuring only "
                            "the quarter the model predicts fastest")
-    tune.add_argument("--json", action="store_true")
+    tune.add_argument("--json", action="store_true", help="print the results as JSON")
     add_engine_options(tune)
     tune.set_defaults(func=run)

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import os
 import re
+import struct
 from typing import Any
 
 import flatbuffers
@@ -97,6 +98,11 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
         raise
     except RecursionError as e:
         raise ModelError("malformed .tflite model: nested tables too deep") from e
+    except struct.error as e:  # a table or vector read past the end: the file was cut short
+        need = re.search(r"at least (\d+) bytes", str(e))
+        if need and int(need.group(1)) > len(data):
+            raise ModelError(f"truncated: the file has {len(data)} bytes, its tables need {need.group(1)}") from e
+        raise ModelError(f"malformed .tflite model: {e}") from e
     except Exception as e:  # noqa: BLE001 - any decoding failure of a corrupt flatbuffer
         raise ModelError(f"malformed .tflite model: {type(e).__name__}: {e}") from e
 
@@ -104,7 +110,8 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
 def _read(data: bytes) -> Model:
     root = int.from_bytes(data[0:4], "little")
     if root + 4 > len(data):
-        raise ModelError(f"root table offset {root} is past the end of the file ({len(data)} bytes)")
+        raise ModelError(f"truncated: the file has {len(data)} bytes, its tables need {root + 4} (root table offset "
+                         f"{root})")
     m = tflite.Model.GetRootAsModel(data, 0)
     buffers = _read_buffers(m, data)
     n_codes = m.OperatorCodesLength()
@@ -185,7 +192,8 @@ def _read_buffers(m: Any, data: bytes) -> list[np.ndarray]:
         offset, size = int(b.Offset()), int(b.Size())
         if offset > 1:  # stored after the flatbuffer (models over 2 GB)
             if offset + size > len(data):
-                raise ModelError(f"buffers[{i}]: offset {offset} + size {size} is past the end of the file")
+                raise ModelError(f"truncated: the file has {len(data)} bytes, its buffers[{i}] (offset {offset}, "
+                                 f"size {size}) needs {offset + size}")
             out.append(np.frombuffer(data, np.uint8, size, offset))
             continue
         length = b.DataLength()
@@ -193,8 +201,11 @@ def _read_buffers(m: Any, data: bytes) -> list[np.ndarray]:
             out.append(np.zeros(0, np.uint8))
             continue
         start = b._tab.Vector(4)  # noqa: SLF001 - the vector's position, for a bounds check before the view
-        if start < 0 or start + length > len(data):
-            raise ModelError(f"buffers[{i}]: data of {length} bytes at {start} is past the end of the file")
+        if start < 0:
+            raise ModelError(f"buffers[{i}]: data at {start} is before the start of the file")
+        if start + length > len(data):
+            raise ModelError(f"truncated: the file has {len(data)} bytes, its buffers[{i}] ({length} bytes at "
+                             f"{start}) needs {start + length}")
         out.append(np.frombuffer(data, np.uint8, length, start))  # zero-copy view
     return out
 

@@ -70,6 +70,7 @@ def _evaluate_litert(op: Op, graph: Graph) -> list[np.ndarray] | None:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
         return None
+    from ..litert_logging import without_litert_info
     from ..model.builder import _OPTION_CODES, give_bias, write_model
 
     if op.options is not None and op.options.kind not in _OPTION_CODES:
@@ -85,8 +86,9 @@ def _evaluate_litert(op: Op, graph: Graph) -> list[np.ndarray] | None:
     give_bias(one, tensors)
     sub = Graph(tensors=tensors, ops=[one], inputs=[], outputs=[remap[t] for t in op.outputs], name="fold")
     try:
-        it = Interpreter(model_content=write_model(Model(subgraphs=[sub])))
-        it.allocate_tensors()
+        with without_litert_info():
+            it = Interpreter(model_content=write_model(Model(subgraphs=[sub])))
+            it.allocate_tensors()
         it.invoke()
         values = [np.array(it.get_tensor(remap[t])) for t in op.outputs]
     except Exception:  # noqa: BLE001 - LiteRT refusing the op just means it stays an op

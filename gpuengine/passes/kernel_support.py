@@ -39,7 +39,7 @@ def install(registry: KernelRegistry, op_ns: Callable[..., tuple[float, int]]) -
 
 def _installed() -> KernelRegistry:
     if _registry is None:
-        raise RuntimeError("no kernel registry installed: import gpuengine.kernels before running passes")
+        raise RuntimeError("no kernel registry installed: import gpuengine.lowering.kernels before running passes")
     return _registry
 
 

@@ -1,7 +1,8 @@
-"""Adapter and device choice: prefer a hardware GPU, fall back to a software one with a warning."""
+"""Adapter and device choice: prefer a hardware GPU, fall back to a software one with a notice."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -158,6 +159,20 @@ def _rank(adapter: Any) -> tuple[int, int]:
     return (1 if info.get("adapter_type") == "CPU" else 0, _BACKEND_RANK.get(info.get("backend_type"), 1))
 
 
+_software_noted: set[str] = set()
+
+
+def _note_software(summary: str) -> None:
+    """Say once per process, in one line, that the engine runs on a software adapter: a log record of the
+    `gpuengine` logger (Python prints an unconfigured logger's warnings to stderr as the bare message; an
+    application silences it with logging.getLogger("gpuengine").setLevel(logging.ERROR))."""
+    if summary in _software_noted:
+        return
+    _software_noted.add(summary)
+    logging.getLogger("gpuengine").warning(
+        "gpuengine: no hardware GPU adapter found; running on the software adapter %r (much slower)", summary)
+
+
 def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
     """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
     or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
@@ -169,8 +184,7 @@ def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
     if preference == "auto":
         chosen = adapters[0]
         if _rank(chosen)[0]:
-            warnings.warn(f"No hardware GPU adapter found; using the software adapter {chosen.summary!r}, "
-                          "which is much slower.", RuntimeWarning, stacklevel=3)
+            _note_software(chosen.summary)
         return chosen
     if preference in ("hardware", "gpu"):
         hw = [a for a in adapters if not _rank(a)[0]]
