@@ -24,7 +24,8 @@ SOURCES = {"gpuengine": ROOT / "gpuengine", "gpuengine.delegate": ROOT / "delega
 # The pipeline, lowest layer first: a module may import its own layer and the layers before it. A module is in
 # the layer of the longest prefix naming it (a prefix is a module or a package and everything in it).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("errors", ("gpuengine.errors", "gpuengine.settings")),  # exception types; the user's environment settings
+    # exception types; the user's environment settings; LiteRT's start-up lines filtered (stdlib only)
+    ("errors", ("gpuengine.errors", "gpuengine.settings", "gpuengine.litert_logging")),
     ("model", ("gpuengine.model",)),  # reader, IR, builder, shapes, validation, op vocabulary
     ("latency", ("gpuengine.latency",)),  # the latency model: prediction only (devices, policy, target classes)
     ("passes", ("gpuengine.passes",)),  # IR -> IR
