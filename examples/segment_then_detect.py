@@ -17,11 +17,13 @@ first use).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 import wgpu
 from gpuengine.tools import fetch
+from tqdm import tqdm
 
 import gpuengine
 from gpuengine import CompiledModel, Interpreter
@@ -61,6 +63,8 @@ def main() -> int:
     parser.add_argument("--api", choices=("interpreter", "compiled"), default="interpreter",
                         help="gpuengine API of the GPU path: Interpreter, or LiteRT 2.x's CompiledModel")
     args = parser.parse_args()
+    print("compiling selfie_segmentation and face_detection_short_range, twice (GPU-chained and through the host)",
+          file=sys.stderr, flush=True)
     device = gpuengine.get_device()
     segment_path = str(fetch.model_path("selfie_segmentation"))
     detect_path = str(fetch.model_path("face_detection_short_range"))
@@ -138,13 +142,13 @@ def main() -> int:
         gpu, host = gpu_frame(frame), host_frame(frame)
         worst = max(worst, *(float(np.max(np.abs(g.reshape(-1) - h.reshape(-1))) / max(1.0, float(np.max(np.abs(h)))))
                              for g, h in zip(gpu, host)))
+    print(f"adapter: {adapter}, GPU path through gpuengine's {args.api} API", flush=True)
     rates = {}
     for name, step in (("GPU-chained", gpu_frame), ("through the host", host_frame)):
         start = time.perf_counter()
-        for k in range(args.frames):
+        for k in tqdm(range(args.frames), desc=name, unit="frame", leave=False, file=sys.stderr):
             step(frames[k % len(frames)])
         rates[name] = args.frames / (time.perf_counter() - start)
-    print(f"adapter: {adapter}, GPU path through gpuengine's {args.api} API")
     for name, fps in rates.items():
         print(f"{name:>17}: {fps:8.1f} frames/s")
     print(f"detections, GPU-chained vs through the host: max relative difference {worst:.2g}")
