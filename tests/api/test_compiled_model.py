@@ -260,7 +260,7 @@ def test_cpu_accelerator_runs_on_litert():
         CompiledModel.from_buffer(conv_model(1, 3, 5), hardware_accel=HardwareAccelerator.NPU)
 
 
-@pytest.mark.skipif(not TOY_LLM.exists(), reason=f"{TOY_LLM} not present (see /work/shared/models/README.md)")
+@pytest.mark.skipif(not TOY_LLM.exists(), reason=f"{TOY_LLM} not present (see ../shared/models/README.md)")
 def test_decoder_signatures_by_name(count_maps):  # noqa: F811 - the imported fixture
     """The toy decoder's decode signature through run_by_name, two steps with the KV cache passed from one
     step's output buffers to the next step's inputs on the GPU: logits and caches as the SignatureRunner's (host

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 import pytest
-from helpers import assert_matches_litert, run_gpuengine, run_litert
+from helpers import assert_matches_litert, reference_model, run_gpuengine, run_litert
 
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.folding import FOLDERS
 from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 from gpuengine.passes.fold_constants import _evaluate_litert, fold_constants
-
-POSE = "/tmp/mp/mediapipe/modules/pose_detection/pose_detection.tflite"
 
 
 def _codes(it) -> list[str]:  # noqa: ANN001 - an Interpreter
@@ -82,18 +79,18 @@ def test_constant_depthwise_conv_without_bias_folds() -> None:
     np.testing.assert_allclose(folded, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not os.path.exists(POSE), reason="MediaPipe pose_detection model not downloaded")
 def test_densify_matches_litert_on_pose_detection() -> None:
     """The real sparse model: every folded DENSIFY output equals what LiteRT materializes for it."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    graph = read_model(POSE).main
+    pose = reference_model("pose_detection")
+    graph = read_model(pose).main
     targets = [op.outputs[0] for op in graph.ops if op.code == "DENSIFY"]
     assert targets
     folded = fold_constants(graph)
     assert not any(op.code in ("DENSIFY", "DEQUANTIZE") for op in folded.ops)
     # Without XNNPACK: it consumes the sparse weights itself and leaves LiteRT's DENSIFY outputs unwritten.
-    ref = Interpreter(model_path=POSE, experimental_preserve_all_tensors=True,
+    ref = Interpreter(model_content=pose, experimental_preserve_all_tensors=True,
                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     ref.allocate_tensors()
     ref.invoke()

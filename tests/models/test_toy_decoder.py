@@ -3,14 +3,11 @@ output of both signatures compared with LiteRT's."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, SHARED_MODELS
 
-MODEL = Path(os.environ.get("GPUENGINE_SHARED_MODELS", "/work/shared/models")) / "toy_decoder_kv.tflite"
+MODEL = SHARED_MODELS / "toy_decoder_kv.tflite"
 
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} is absent (the shared test models)")
 
