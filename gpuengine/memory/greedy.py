@@ -1,9 +1,10 @@
 """Greedy shared-object assignment (Lee et al. 2019, Algorithm 1).
 
 Walk the steps in execution order.  At step ``t`` every object whose tensor was last read before ``t``
-goes back to the pool; then every tensor produced at ``t`` takes the free object closest in size: the
-smallest one that is large enough, or, if none is, the largest one, grown to fit.  An empty pool means a
-new object.  Objects are kept in a sorted pool and releases in a heap, so the whole walk is O(n log n).
+goes back to the pool; then every tensor produced at ``t`` takes the free object "that has the closest size
+by absolute difference" (the paper's words), grown to fit when it is smaller: of the smallest object large
+enough and the largest one too small, the nearer (the large enough one on a tie: nothing to grow), as TFLite's
+GreedyInOrderAssignment does.  An empty pool means a new object.  Objects are kept in a sorted pool and releases in a heap, so the whole walk is O(n log n).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ class _Pool:
             bisect.insort(self._items, (size, obj))
 
     def take_closest(self, size: int) -> int:
-        """Remove and return the smallest object of at least ``size`` bytes, else the largest one."""
+        """Remove and return the object nearest ``size`` bytes by absolute difference (of the smallest one large
+        enough and the largest one too small; the large enough one on a tie)."""
         i = bisect.bisect_left(self._items, (size, -1))
-        if i == len(self._items):
+        if i == len(self._items) or (i > 0 and size - self._items[i - 1][0] < self._items[i][0] - size):
             i -= 1
         return self._items.pop(i)[1]
 

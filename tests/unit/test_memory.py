@@ -357,7 +357,9 @@ def test_offsets_are_aligned_and_valid(recs, alignment):
 
 
 def _reference_greedy(recs: list[UsageRecord]) -> list[int]:
-    """Algorithm 1 written the slow obvious way, to check the sorted-pool version."""
+    """Algorithm 1 written the slow obvious way, to check the sorted-pool version: each tensor takes the free object
+    of the closest size by absolute difference, grown to fit; on a tie the one large enough (nothing to grow), then
+    the lowest id among those large enough, the highest among those too small (the pool's order)."""
     order = sorted(recs, key=lambda r: (r.first, -r.size, r.tensor))
     sizes: list[int] = []
     busy: list[tuple[int, int]] = []  # (last, obj)
@@ -366,11 +368,8 @@ def _reference_greedy(recs: list[UsageRecord]) -> list[int]:
         free += [obj for last, obj in busy if last < r.first]
         busy = [(last, obj) for last, obj in busy if last >= r.first]
         if free:
-            adequate = [o for o in free if sizes[o] >= r.size]
-            if adequate:
-                pick = min(adequate, key=lambda o: (sizes[o], o))
-            else:
-                pick = max(free, key=lambda o: (sizes[o], o))
+            pick = min(free, key=lambda o: (sizes[o] - r.size, 0, o) if sizes[o] >= r.size
+                       else (r.size - sizes[o], 1, -o))
             free.remove(pick)
             sizes[pick] = max(sizes[pick], r.size)
         else:
@@ -378,6 +377,16 @@ def _reference_greedy(recs: list[UsageRecord]) -> list[int]:
             sizes.append(r.size)
         busy.append((r.last, pick))
     return sorted(sizes)
+
+
+def test_greedy_takes_the_closest_size_by_absolute_difference():
+    """The paper's rule, not "the smallest that fits": after the first two tensors die, the 32-byte tensor takes the
+    30-byte object (2 bytes away, grown to 32) rather than the 100-byte one, which the later 100-byte tensor then
+    takes: 132 bytes, the lower bound ("smallest that fits" gave 200)."""
+    recs = [UsageRecord(0, 30, 0, 1), UsageRecord(1, 100, 0, 1), UsageRecord(2, 32, 2, 5), UsageRecord(3, 100, 3, 5)]
+    plan = plan_greedy(recs)
+    assert plan.total_bytes == 132 == lower_bound(recs)
+    assert plan.placement[2] == plan.placement[0] and plan.placement[3] == plan.placement[1]
 
 
 @PROPERTY_SETTINGS
@@ -502,13 +511,15 @@ def test_plot_without_matplotlib(monkeypatch, tmp_path):
 
 
 def test_pool_helpers_keep_order():
-    # The greedy pool must order by (size, id) so ties go to the lowest object id.
+    # The greedy pool orders by (size, id): among equal sizes large enough the lowest id goes first.
     pool = greedy_module._Pool()
-    for size, obj in [(32, 2), (16, 1), (32, 0)]:
+    for size, obj in [(32, 2), (16, 1), (32, 0), (24, 3)]:
         pool.add(size, obj)
+    assert pool.take_closest(20) == 3  # 24 is 4 away, 16 is 4 away too: the one large enough wins the tie
+    assert pool.take_closest(20) == 1  # 16 (4 away) before 32 (12 away)
     assert pool.take_closest(20) == 0
     assert pool.take_closest(64) == 2
-    assert len(pool) == 1
+    assert len(pool) == 0
 
 
 # -- the exact offsets planner (memory/exact.py) ------------------------------------------------------------------
