@@ -4,7 +4,8 @@ Walk the steps in execution order.  At step ``t`` every object whose tensor was 
 goes back to the pool; then every tensor produced at ``t`` takes the free object "that has the closest size
 by absolute difference" (the paper's words), grown to fit when it is smaller: of the smallest object large
 enough and the largest one too small, the nearer (the large enough one on a tie: nothing to grow), as TFLite's
-GreedyInOrderAssignment does.  An empty pool means a new object.  Objects are kept in a sorted pool and releases in a heap, so the whole walk is O(n log n).
+GreedyInOrderAssignment does.  An empty pool means a new object.  Objects are kept in a sorted pool and releases
+in a heap, so the whole walk is O(n log n).
 """
 
 from __future__ import annotations
