@@ -15,7 +15,6 @@ Run: .venv/bin/python examples/compiled_model.py [MODEL.tflite | zoo name, defau
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import numpy as np
@@ -47,25 +46,6 @@ def generate(model: Any, prompt: list[int], steps: int) -> list[int]:
     return generated
 
 
-def model_bytes(spec: str) -> bytes:
-    """A model given as a .tflite path, a zoo model name or a reference model name (selfie_segmentation, ...:
-    from the model cache that `gpuengine fetch-models` fills)."""
-    from gpuengine.tools import fetch
-
-    from gpuengine import zoo
-
-    if os.path.exists(spec):
-        with open(spec, "rb") as f:
-            return f.read()
-    if spec in zoo.MODELS:
-        return zoo.get(spec)
-    try:
-        return fetch.model_path(spec).read_bytes()
-    except (KeyError, fetch.ModelsUnavailable) as e:
-        names = ", ".join(zoo.MODELS)
-        raise SystemExit(f"no such file, zoo model ({names}) or reference model: {spec!r} ({e})") from None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="tiny", help="a .tflite file or a gpuengine zoo model name")
@@ -82,7 +62,9 @@ def main() -> int:
         from gpuengine import CompiledModel, HardwareAccelerator
 
         accel = HardwareAccelerator.GPU
-    model = CompiledModel.from_buffer(model_bytes(args.model), hardware_accel=accel)
+    from gpuengine.tools.common import load_model  # a .tflite path, a zoo name or a reference-model name
+
+    model = CompiledModel.from_buffer(load_model(args.model)[1], hardware_accel=accel)
     if args.generate:
         if "decode" not in model.get_signature_list():
             raise SystemExit(f"--generate needs a language model with a `decode` signature (e.g. "
