@@ -51,7 +51,7 @@ def random_inputs(model: bytes, seed: int = 0, low: float = -1.0, high: float = 
 
 
 def litert_interpreter(model: bytes, builtin: bool = False, **options: Any) -> Any:
-    """LiteRT's (CPU) Interpreter over `model`; ImportError without ai-edge-litert. builtin: its builtin kernels
+    """LiteRT's (CPU) Interpreter over `model`, allocated; ImportError without ai-edge-litert. builtin: its builtin
     without the default XNNPACK delegate (the integer kernels whose rounding the int8 path reproduces; XNNPACK
     requantizes some int8 ops, CONV_2D among them, differently, and LiteRT 2.3's XNNPACK departs on decoders whose
     heads x head dim differs from the width). `options`: further Interpreter arguments."""
@@ -68,7 +68,6 @@ def litert_interpreter(model: bytes, builtin: bool = False, **options: Any) -> A
 def run_litert(model: bytes, feeds: dict[int, np.ndarray], builtin: bool = False) -> dict[int, np.ndarray]:
     """Every output of one LiteRT (CPU) invoke (builtin: see litert_interpreter)."""
     it = litert_interpreter(model, builtin)
-    it.allocate_tensors()
     for t, v in feeds.items():
         it.set_tensor(t, v)
     it.invoke()

@@ -26,7 +26,6 @@ def model() -> bytes:
 def builtin(data: bytes, **kwargs):
     """LiteRT's reference integer kernels (no XNNPACK), tensors allocated."""
     it = litert_interpreter(data, builtin=True, **kwargs)
-    it.allocate_tensors()
     return it
 
 

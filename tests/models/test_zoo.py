@@ -98,7 +98,6 @@ def feeds_for(name: str, data: bytes) -> dict[int, np.ndarray]:
 def _litert(data: bytes) -> object:
     """LiteRT, builtin kernels only: a delegate would skip the Prepare that recomputes intermediate shapes."""
     it = litert_interpreter(data, builtin=True, num_threads=2)
-    it.allocate_tensors()
     return it
 
 
