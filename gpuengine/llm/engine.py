@@ -385,9 +385,9 @@ class Engine:
 
 class DecodeSampler:
     """The GPU decode loop's next-token sampler: lowering/kernels/sampler.py's WGSL added by the runtime after each
-    decode
-    step (CompiledGraph.add_dispatch, submitted with SignatureRunner.submit(after=...)); it reads the step's logits,
-    writes the next step's token and position where decode reads them and keeps the tokens in its state buffer."""
+    decode step (CompiledGraph.add_dispatch, submitted with SignatureRunner.submit(after=...)); it reads the step's
+    logits, writes the next step's token and position where decode reads them and keeps the tokens in its state
+    buffer."""
 
     def __init__(self, compiled: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
         self.gpu = compiled.gpu

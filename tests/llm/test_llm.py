@@ -180,20 +180,24 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
     and history it writes equal the numpy sampler's, greedy and sampled, step after step."""
     import wgpu
 
-    from gpuengine import get_device
     from gpuengine.llm.sampling import sample
-    from gpuengine.lowering.kernels.sampler import HISTORY, GpuSampler
+    from gpuengine.lowering.kernels.sampler import HISTORY, header, source
+    from gpuengine.runtime.added_dispatch import AddedDispatch, state_buffer
+    from gpuengine.runtime.device import get_device
 
-    device = get_device()
+    gpu = get_device("auto")
+    device = gpu.device
     vocab, steps = 49152, 4
     rng = np.random.default_rng(3)
     storage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
     logits_buffer = device.create_buffer(size=vocab * 4, usage=storage)
     tokens, position = (device.create_buffer(size=16, usage=storage) for _ in range(2))
-    sampler = GpuSampler(device, vocab, logits_buffer, tokens, position, steps)
+    state = state_buffer(gpu, (HISTORY + steps) * 4)
+    sampler = AddedDispatch(gpu, source(vocab), [logits_buffer, tokens, position, state])
     for config in (SamplerConfig(), SamplerConfig(top_k=40, top_p=0.95, temperature=0.7, seed=11),
                    SamplerConfig(top_k=64, top_p=1.0, temperature=1.5, seed=5)):
-        sampler.reset(config.seed, config.top_k, config.top_p, 0.0 if config.greedy else config.temperature)
+        device.queue.write_buffer(state, 0, header(config.seed, config.top_k, config.top_p,
+                                                   0.0 if config.greedy else config.temperature))
         device.queue.write_buffer(position, 0, np.array([10], np.float32))
         expected = []
         for step in range(steps):
@@ -205,8 +209,8 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
             sampler.record(encoder)
             device.queue.submit([encoder.finish()])
             expected.append(sample(logits, config, step))
-        state = np.frombuffer(device.queue.read_buffer(sampler.state), np.uint32)
-        assert state[0] == steps and list(state[HISTORY:HISTORY + steps]) == expected, config
+        written = np.frombuffer(device.queue.read_buffer(state), np.uint32)
+        assert written[0] == steps and list(written[HISTORY:HISTORY + steps]) == expected, config
         assert np.frombuffer(device.queue.read_buffer(tokens), np.float32)[0] == expected[-1]
         assert np.frombuffer(device.queue.read_buffer(position), np.float32)[0] == 10 + steps
 

@@ -9,8 +9,6 @@ Not a TFLite op: a dispatch the language-model layer appends to a decode signatu
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import codegen
@@ -40,35 +38,3 @@ def header(seed: int, top_k: int, top_p: float, temperature: float, step: int = 
     words[TOP_P] = np.float32(top_p).view(np.uint32)
     words[TEMPERATURE] = np.float32(temperature).view(np.uint32)
     return words
-
-
-class GpuSampler:
-    """One compiled sampler bound to a decode signature's buffers: `record(encoder)` appends its dispatch."""
-
-    def __init__(self, device: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
-        import wgpu
-
-        self.device, self.vocab, self.steps = device, vocab, steps
-        self.state = device.create_buffer(size=(HISTORY + steps) * 4, usage=wgpu.BufferUsage.STORAGE
-                                          | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
-        module = device.create_shader_module(code=source(vocab))
-        self.pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module,
-                                                                                "entry_point": "main"})
-        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                   for i, b in enumerate([logits, tokens, position, self.state])]
-        self.bind_group = device.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=entries)
-
-    def reset(self, seed: int, top_k: int, top_p: float, temperature: float) -> None:
-        """Step 0 with these settings (written through the queue, ordered before the next submission)."""
-        self.device.queue.write_buffer(self.state, 0, header(seed, top_k, top_p, temperature))
-
-    def record(self, encoder: Any) -> None:
-        compute = encoder.begin_compute_pass()
-        compute.set_pipeline(self.pipeline)
-        compute.set_bind_group(0, self.bind_group)
-        compute.dispatch_workgroups(1, 1, 1)
-        compute.end()
-
-    def history_offset(self, step: int) -> int:
-        """Byte offset of step `step`'s token in the state buffer."""
-        return (HISTORY + step) * 4
