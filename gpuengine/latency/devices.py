@@ -82,9 +82,9 @@ def for_target(target: Target | str) -> Device:
 
 # -- fitted descriptions, beside the tuning cache ------------------------------------------------------------
 def tuning_cache_path() -> Path:
-    """Where the tuning cache (lowering/kernels/tuned.py) lives: ~/.cache/gpuengine/tuning.json, or
+    """Where the tuning cache (lowering/kernels/tuned.py) lives: ~/.cache/gpuengine/tuning.json, or the path in
     GPUENGINE_TUNE_CACHE."""
-    env = os.environ.get("GPUENGINE_TUNE_CACHE")
+    env = settings.get(settings.TUNE_CACHE)
     return Path(env) if env else Path.home() / ".cache" / "gpuengine" / "tuning.json"
 
 

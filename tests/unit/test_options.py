@@ -46,3 +46,17 @@ def test_f32_tensor_names() -> None:
         f32_tensor_names(graph, ["c"])
     with pytest.raises(ValueError):
         f32_tensor_names(graph, [2])
+
+
+def test_only_settings_reads_the_environment() -> None:
+    """No library module but gpuengine/settings.py reads a GPUENGINE_* variable (os.environ / os.getenv)."""
+    import re
+
+    from helpers import REPO_ROOT
+
+    reads = re.compile(r"os\.(environ|getenv)\b")
+    offenders = [f"{path.relative_to(REPO_ROOT)}:{n}" for folder in ("gpuengine", "delegate", "tools")
+                 for path in sorted((REPO_ROOT / folder).rglob("*.py")) if path.name != "settings.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if reads.search(line) and "GPUENGINE_" in line]
+    assert not offenders, offenders
