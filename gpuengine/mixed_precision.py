@@ -5,8 +5,7 @@ outputs unamplified (README, Precision), but an ill-conditioned one does not: po
 logits are 0.2-0.4 of their range off even in an engine whose every op is correctly rounded to f16, because a
 rounding anywhere in its backbone is amplified ~10^3 times. `f32_tensors` (an Interpreter option) names tensors
 stored as f32 inside an fp16 program (lowering/storage_precision.py kept_f32: the dispatch writing one stores in f32,
-its
-readers convert on load); `search` finds such a set with the float64 reference executor (gpuengine/reference.py),
+its readers convert on load); `search` finds such a set with the float64 reference executor (gpuengine/reference.py),
 without a GPU:
 
 1. candidates: the tensors the fp16 program would store (after graph passes and fusion; planned, not compiled);

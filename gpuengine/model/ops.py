@@ -94,9 +94,8 @@ class ViewStep:
 @dataclass(frozen=True)
 class ExpressionStep:
     """One elementwise op absorbed into a tree (lowering/kernels/prologue.py). `op` gives its code and options (its
-    tensors
-    are not read again); `args` gives each operand: k >= 0 is the consumer's input k, a negative value -1 - j the
-    result of step j."""
+    tensors are not read again); `args` gives each operand: k >= 0 is the consumer's input k, a negative value -1 - j
+    the result of step j."""
 
     op: Op
     args: tuple[int, ...]

@@ -5,8 +5,7 @@ RESHAPE to [N, 1, T, H], BROADCAST_TO [N, G, T, H] (each KV head repeated for it
 [1, N*G, T, H], and for K and Q a MUL by a scalar (the softmax scale split as 1/sqrt(sqrt(H)) on each side). As
 ops each is a copy of a whole cache per step (the BROADCAST_TO one G times larger). Here each becomes a step of the
 operand's view (lowering/kernels/layout_view.py; BROADCAST_TO is a step reading index 0 on the repeated axis, so query
-head
-h reads KV head h // G without a copy) and a scalar MUL of Q or K joins the op's `scale`. Runs after
+head h reads KV head h // G without a copy) and a scalar MUL of Q or K joins the op's `scale`. Runs after
 fuse_attention; an op is changed only when the kernel accepts the result (kernel_support.check).
 """
 

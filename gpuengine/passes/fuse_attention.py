@@ -1,6 +1,5 @@
 """Fuse scaled dot-product attention into one ATTENTION op (lowering/kernels/attention.py): one dispatch instead of
-three, and
-the [M, N] score and probability matrices are never written.
+three, and the [M, N] score and probability matrices are never written.
 
 Pattern: S = BATCH_MATMUL(Q, K) (adj_y: K stored [N, D]; else [D, N]), optionally S' = MUL(S, c) or DIV(S, c) with c
 a constant scalar, optionally S'' = ADD(S', mask) (a mask of rank >= 2 broadcasting to the scores), P = SOFTMAX (any

@@ -4,8 +4,7 @@ rewrite a graph.
 A pass only merges ops where a kernel accepts the result, so the op never lands where nothing could run it; a
 fusion that trades a dispatch for recomputation weighs the latency model's prediction of both. Passes sit below
 lowering and import none of it: the kernels package (lowering/kernels/__init__.py) installs the registry and the cost
-here
-when any kernel module is first imported, which every engine entry point does before it runs passes.
+here when any kernel module is first imported, which every engine entry point does before it runs passes.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ and MUL(·, u): three dispatches after epilogue fusion (the two projections, the
 merged op reads x once: its weights stack Wg and Wu interleaved by output slice (slice s of the gate, then slice s
 of the up projection), a tile computes both slices and its epilogue stores (g * sigmoid(g)) * u
 (lowering/kernels/fully_connected.py, option `gated`). The products are the same ops LiteRT evaluates, in the same
-order;
-a hybrid (int8-weight) pair quantizes the one input row once, as LiteRT quantizes it identically for both.
+order; a hybrid (int8-weight) pair quantizes the one input row once, as LiteRT quantizes it identically for both.
 
 Only when: both projections read the same run-time float tensor, have no activation, the same weight shape
 [O, I] with O a multiple of 4 and the same weight kind (float32, or symmetric int8 per channel); g is read only by

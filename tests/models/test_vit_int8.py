@@ -94,13 +94,11 @@ def test_every_int8_op_alone_matches_litert(model: bytes, precision: str):
     # MEAN rounds as LiteRT's QuantizedMeanOrSum (lowering/kernels/reduce.py integer_requantize), SQUARED_DIFFERENCE and
     # RSQRT compute as its integer kernels, MUL (here by LayerNorm's int8 gamma) rounds as its output stage
     # (lowering/kernels/elementwise.py); FULLY_CONNECTED (per-channel weights) and BATCH_MATMUL (plain and adj_y) sum
-    # exact
-    # integers and requantize as LiteRT's output stages (lowering/kernels/fully_connected.py int8_requant; before, one
-    # rounding was 1 step off on 6, 14 and 66 elements), and so does the stem CONV_2D (lowering/kernels/conv2d.py
+    # exact integers and requantize as LiteRT's output stages (lowering/kernels/fully_connected.py int8_requant; before,
+    # one rounding was 1 step off on 6, 14 and 66 elements), and so does the stem CONV_2D (lowering/kernels/conv2d.py
     # int8_requant); SOFTMAX computes as LiteRT's table kernel (lowering/kernels/softmax.py): exactly LiteRT's integers,
     # ADD and SUB as its integer kernels too (lowering/kernels/elementwise.py _int8_add); in fp16 as well (elementwise
-    # ops
-    # read 8-bit operands back onto their grid: lowering/kernels/common.py operand)
+    # ops read 8-bit operands back onto their grid: lowering/kernels/common.py operand)
     assert all(steps == 0 for _, steps in report.values()), report
 
 
@@ -136,8 +134,7 @@ def test_int8_conv_and_every_softmax_are_litert_exact(model: bytes):
 def test_int8_mul_of_two_runtime_tensors_rounds_as_litert(model: bytes):
     """An int8 MUL of two run-time tensors (LayerNorm's x * rsqrt(var)) rounds its product with LiteRT's
     MultiplyByQuantizedMultiplier (lowering/kernels/elementwise.py integer_requantize): LiteRT's integers exactly. In
-    fp16
-    too: the operands, stored f16-rounded, are read back onto their grid (before, a step off on up to ~3 %)."""
+    fp16 too: the operands, stored f16-rounded, are read back onto their grid (before, a step off on up to ~3 %)."""
     from gpuengine import Interpreter
 
     graph = read_model(model).main

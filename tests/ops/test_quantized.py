@@ -334,9 +334,8 @@ def test_intermediate_activations_are_rounded_on_the_gpu() -> None:
     conv's rounded integers, so each kernel must round what it writes to its tensor's grid, or the TANH output
     moves by several steps. Against LiteRT's builtin integer kernels, whose CONV_2D output stage the GPU
     reproduces (lowering/kernels/conv2d.py int8_requant): exactly their integers. (XNNPACK, LiteRT's default,
-    requantizes
-    the conv in f32 with ties to even: its TANH output departs from the builtin kernels' by 13 and 19 steps on 1
-    and 2 of the 1,188 elements of seeds 1 and 2; the GPU's float rounding before matched XNNPACK here.)"""
+    requantizes the conv in f32 with ties to even: its TANH output departs from the builtin kernels' by 13 and 19 steps
+    on 1 and 2 of the 1,188 elements of seeds 1 and 2; the GPU's float rounding before matched XNNPACK here.)"""
     rng = np.random.default_rng(2)
     mb = ModelBuilder()
     x = mb.input("x", SHAPE)
