@@ -19,7 +19,8 @@ def collect(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     """(the first program's GpuDevice and target, samples) over the probes and the named models."""
     from gpuengine.tuning import calibrate
 
-    named = [("probes", calibrate.probe_model(args.scale))] + [load_model(m) for m in args.models]
+    named = [("probes", calibrate.probe_model(args.scale)), ("gathers", calibrate.gather_probe_model())]
+    named += [load_model(m) for m in args.models]
     samples, first = [], None
     deadline = time.monotonic() + args.budget
     for name, data in named:

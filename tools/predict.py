@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import models
+from .common import at_least, models
 
 
 def description(args: argparse.Namespace, name: str | None) -> Any:
@@ -48,21 +48,24 @@ def planned(data: bytes, target: str, precision: str = "fp32", signature: str | 
 
 
 def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict[str, Any] | None = None,
-                  signature: str | None = None, hybrid: str = "integer") -> Any:
-    """The latency model's prediction for a model on a description (`plans`: plans by class, reused)."""
+                  signature: str | None = None, hybrid: str = "integer", position: int | None = None) -> Any:
+    """The latency model's prediction for a model on a description (`plans`: plans by class, reused; `position`: a
+    decode step's, for what kernels read up to it; None: the cache full)."""
     from gpuengine.lowering.kernels.dispatch_cost import predict_specs
 
     plans = {} if plans is None else plans
     if device.target not in plans:
         plans[device.target] = planned(data, device.target, precision, signature, hybrid)
     graph, partitions = plans[device.target]
-    return predict_specs(partitions, graph, device, precision)
+    return predict_specs(partitions, graph, device, precision, position)
 
 
-def as_json(name: str, p: Any) -> dict[str, Any]:
-    return {"model": name, "device": p.device.name, "device_source": p.device.source,
+def as_json(name: str, p: Any, position: int | None = None) -> dict[str, Any]:
+    return {"model": name, "device": p.device.name, "device_source": p.device.source, "position": position,
             "predicted_ms": p.gpu_ns / 1e6, "floor_ms": p.floor_ns / 1e6, "ratio": p.ratio,
             "fixed_ms": p.fixed_ns / 1e6, "total_ms": p.total_ns / 1e6,
+            "host_record_us_per_dispatch": p.device.recording_ns / 1e3, "host_ms": p.host_ns / 1e6,
+            "steps_per_s": p.steps_per_s, "bound_by": "host" if p.host_ns > p.gpu_ns else "gpu",
             "dispatches": [{"label": c.label, "predicted_ms": ns / 1e6, "floor_ms": fl / 1e6,
                             "invocations": c.invocations, "workgroups": c.workgroups, "bytes": c.bytes,
                             "macs": c.macs} for c, ns, fl in p.dispatches]}
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
         for name in names:
             results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans,
-                                                             args.signature, args.hybrid)))
+                                                             args.signature, args.hybrid, args.position),
+                                   args.position))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
         return 0
@@ -91,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
                       f"{ratio:8.1f}")
         print(f"{r['model']} on {r['device']}: GPU {r['predicted_ms']:.3f} ms predicted, floor {r['floor_ms']:.3f} ms "
               f"({r['ratio']:.1f}x the floor); with submit and recording {r['total_ms']:.3f} ms per invoke")
+        what = "tokens/s (decode steps in flight)" if args.signature == "decode" else "invokes/s with invokes in flight"
+        print(f"  {r['steps_per_s']:,.0f} {what}: min(GPU {1e3 / r['predicted_ms']:,.0f}, host "
+              f"{1e3 / r['host_ms']:,.0f}), the host recording {len(r['dispatches'])} dispatches at "
+              f"{r['host_record_us_per_dispatch']:.1f} us ({r['host_ms']:.3f} ms); {r['bound_by']}-bound")
     return 0
 
 
@@ -106,5 +114,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--signature", default=None, help="predict this signature's subgraph (default: the main graph)")
     p.add_argument("--hybrid", default="integer", choices=("integer", "float"),
                    help="arithmetic of hybrid int8 FULLY_CONNECTED ops (the engine option hybrid_arithmetic)")
+    p.add_argument("--position", type=at_least(0), default=None,
+                   help="a decode step's position, for what a kernel reads only up to it (default: the cache full, "
+                        "the worst case)")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.set_defaults(func=run)

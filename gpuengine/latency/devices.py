@@ -5,9 +5,10 @@ Published figures: compute units, lanes, boost clock, memory bandwidth, last-lev
 work unit and the fixed costs were measured on an NVIDIA H100 (../shared/perf/h100, kept in
 tests/fixtures/h100): 7.7 clock cycles per cost unit when latency-bound (MobileNet v2's 7x7 960 -> 160 1x1
 conv unsplit: 207 us for 53,760 units), 2.2 us per dependent dispatch, 0.19-0.26 ms per submit and readback,
-6.8 us of Python per recorded dispatch. The other GPUs take the same cycles per unit at their own clock and the
-H100's fixed costs: an estimate until a fit (`gpuengine calibrate`) replaces it. lavapipe's figures were fitted
-on the dev box (2 cores) and scale with the host's cores.
+6.8 us of Python per recorded dispatch through wgpu-py's API and 3.4 us through wgpu-native's C functions (the
+runtime's path; issue 32's figure from the same host). The other GPUs take the same cycles per unit at their own
+clock and the H100's fixed costs: an estimate until a fit (`gpuengine calibrate`) replaces it. lavapipe's figures
+were fitted on the dev box (2 cores) and scale with the host's cores.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .target import Target
 
 CYCLES_PER_UNIT = 7.7  # H100, latency-bound (see the module docstring)
 H100_FIXED = {"dispatch_ns": 2230.0, "workgroup_ns": 20.0, "barrier_ns": 20.0, "invocation_ns": 20.0,
-              "store_ns": 20.0, "shuffle_ns": 4.0, "submit_ns": 220_000.0, "record_ns": 6830.0}
+              "store_ns": 20.0, "shuffle_ns": 4.0, "submit_ns": 220_000.0, "record_ns": 6830.0, "record_raw_ns": 3400.0}
 
 
 def _gpu(name: str, units: int, lanes: int, clock_ghz: float, bandwidth_gbs: float, cache_mib: float,

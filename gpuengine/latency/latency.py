@@ -55,11 +55,14 @@ class Device:
     workgroup_ns: float  # launching one workgroup on a unit
     barrier_ns: float  # one workgroup barrier (split reductions through workgroup memory)
     submit_ns: float  # one submit + readback map round trip
-    record_ns: float  # host time to record one dispatch (set_pipeline + set_bind_group + dispatch)
+    record_ns: float  # host time to record one dispatch (set_pipeline + set_bind_group + dispatch), wgpu-py's API
     invocation_ns: float = 0.0  # what one invocation costs its lane besides its work (start, index math, exit)
     store_ns: float = 0.0  # storing one output vec4 (bounds check, fused epilogue, the write)
     shuffle_ns: float = 0.0  # one vec4 through one level of a subgroup reduction
     cache_speedup: float = 3.0  # cache bandwidth / memory bandwidth
+    # host time to record one dispatch through wgpu-native's C functions (runtime/program.py records that way where
+    # the wgpu package exposes them); 0: not measured, record_ns stands for it
+    record_raw_ns: float = 0.0
     # per template (KernelSpec.shader): how many times the generic cost of a work unit it takes (fitted; 1 if absent)
     efficiency: dict[str, float] = field(default_factory=dict)
     target: str = "discrete"  # the adapter class (latency/target.py) the description stands for
@@ -69,6 +72,11 @@ class Device:
     def peak_gflops(self) -> float:
         """Fused multiply-add throughput: 2 FLOPs per lane per clock."""
         return 2.0 * self.units * self.lanes * self.clock_ghz
+
+    @property
+    def recording_ns(self) -> float:
+        """Host time the runtime spends recording one dispatch (its C path where measured)."""
+        return self.record_raw_ns or self.record_ns
 
     @property
     def concurrent(self) -> int:
@@ -199,7 +207,7 @@ class ModelPrediction:
     @property
     def fixed_ns(self) -> float:
         """Per invoke, besides the GPU's work: the submit + readback round trip and recording the dispatches."""
-        return self.device.submit_ns + self.device.record_ns * len(self.dispatches)
+        return self.device.submit_ns + self.host_ns
 
     @property
     def total_ns(self) -> float:
@@ -214,6 +222,18 @@ class ModelPrediction:
     def ratio(self) -> float:
         """How many times the floor the plan is predicted to take on the GPU."""
         return self.gpu_ns / self.floor_ns if self.floor_ns > 0 else math.inf
+
+    @property
+    def host_ns(self) -> float:
+        """Host time to record one invoke: every dispatch at the device's recording cost (Device.recording_ns)."""
+        return self.device.recording_ns * len(self.dispatches)
+
+    @property
+    def steps_per_s(self) -> float:
+        """Invokes per second with several in flight (a decode loop's steps): the host records one while the GPU
+        runs another, so the slower of the two sets the pace: min(GPU, host)."""
+        slowest = max(self.gpu_ns, self.host_ns)
+        return 1e9 / slowest if slowest > 0 else math.inf
 
 
 def with_parameters(device: Device, values: dict[str, float], source: str,

@@ -35,7 +35,7 @@ class Sample:
 
 def probe_model(scale: int = 1) -> bytes:
     """Probe kernels: convolutions, a depthwise conv, a mean and a softmax of several shapes (`scale`
-    multiplies the spatial size)."""
+    multiplies the spatial size); gather_probe_model has the gathers."""
     from ..zoo.mobilenet import Net
 
     net = Net(7, "latency probes")
@@ -46,6 +46,29 @@ def probe_model(scale: int = 1) -> bytes:
     d = net.conv(c, 256, 1, 1, "NONE", name="wide")
     e = net.conv(d, 16, 1, 1, "NONE", name="deep")
     return net.build(net.softmax(net.global_avg_pool(e)))
+
+
+def gather_probe_model(rows: int = 8192, width: int = 576, seed: int = 0) -> bytes:
+    """Probe gathers, which read a few rows of a large table (the model counts the rows, not the table: an
+    embedding lookup of one token): EMBEDDING_LOOKUP of one id from an int8 table with row scales (SmolLM's
+    embedding at `width`) and from an f32 table, and a GATHER of two rows with run-time indices."""
+    from ..model.builder import ModelBuilder
+    from ..model.ir import Quantization
+
+    rng = np.random.default_rng(seed)
+    mb = ModelBuilder("gather probes")
+    one = mb.input("id", (1,), np.int32)
+    two = mb.input("ids", (2,), np.int32)
+    table = rng.standard_normal((rows, width)).astype(np.float32)
+    scale = (np.abs(table).max(axis=1) / 127.0).astype(np.float32)
+    q = np.round(table / scale[:, None]).astype(np.int8)
+    int8_table = mb.const("int8_table", q, np.int8, Quantization(scale, np.zeros(rows, np.int64), axis=0))
+    f32_table = mb.const("f32_table", table[:, :256])
+    params = mb.const("params", table[: rows // 2, :128])
+    mb.output(mb.op("EMBEDDING_LOOKUP", [one, int8_table], (1, width)),
+              mb.op("EMBEDDING_LOOKUP", [one, f32_table], (1, 256)),
+              mb.op("GATHER", [params, two], (2, 128), {"axis": 0}))
+    return mb.build()
 
 
 def measure_program(it: Any, name: str, runs: int = 5, alternatives: int = 3, target_pass_ns: float = 2e6,

@@ -21,21 +21,26 @@ def _probe_samples() -> list[calibrate.Sample]:
     from gpuengine import Interpreter
 
     samples = []
-    for scale in (1, 2):
-        it = Interpreter(model_content=calibrate.probe_model(scale), workgroup_cache="/nonexistent/none.json",
-                         target="cpu")
+    probes = [("probe1", calibrate.probe_model(1)), ("probe2", calibrate.probe_model(2)),
+              ("gathers", calibrate.gather_probe_model())]
+    for name, model in probes:
+        it = Interpreter(model_content=model, workgroup_cache="/nonexistent/none.json", target="cpu")
         it.allocate_tensors()
-        samples += calibrate.measure_program(it, f"probe{scale}", runs=8, alternatives=3, target_pass_ns=2e6)
+        samples += calibrate.measure_program(it, name, runs=8, alternatives=3, target_pass_ns=2e6)
     return samples
 
 
 @pytest.mark.timing
 def test_fit_predicts_held_out_dispatches_on_lavapipe():
-    """Lavapipe's "GPU" is this machine's CPU, shared with whatever else runs: each sample is already the fastest
-    of 8 rounds of 2 ms passes. When the goal is missed, the probes are measured again and each sample keeps the
-    faster of the two (16 rounds over a longer time: more chances of a quiet moment); the goal never moves."""
+    """Gathers included (the model counts the rows they read). Lavapipe's "GPU" is this machine's CPU, shared with
+    whatever else runs: each sample is already the fastest of 8 rounds of 2 ms passes. When the goal is missed, the
+    probes are measured again and each sample keeps the faster of the two (16 rounds over a longer time: more
+    chances of a quiet moment); the goal never moves."""
     samples = _probe_samples()
     assert len({s.group for s in samples}) >= 15 and len(samples) >= 40
+    # the gathers are among the held-out dispatches: one token's rows of a 4.7 MB (int8) and an 8.4 MB (f32) table
+    gathers = [s for s in samples if s.cost.label.startswith(("EMBEDDING_LOOKUP", "GATHER"))]
+    assert len(gathers) == 3 and all(s.cost.bytes < 8192 for s in gathers)
     errors, order = calibrate.cross_validate(samples, devices.lavapipe())
     if np.median(errors) > GOAL_ERROR or np.median(list(order.values())) < GOAL_SPEARMAN:
         again = _probe_samples()

@@ -70,7 +70,7 @@ def test_a_models_prediction_adds_its_fixed_costs():
     rows = [(c, latency.predict_ns(c, H100), latency.floor_ns(c, H100)) for c in costs]
     prediction = ModelPrediction(H100, rows)
     assert prediction.gpu_ns == pytest.approx(sum(p for _, p, _ in rows))
-    assert prediction.total_ns == pytest.approx(prediction.gpu_ns + H100.submit_ns + 2 * H100.record_ns)
+    assert prediction.total_ns == pytest.approx(prediction.gpu_ns + H100.submit_ns + 2 * H100.recording_ns)
     assert prediction.ratio >= 1.0
     assert ModelPrediction(H100, []).ratio == math.inf
 

@@ -35,6 +35,23 @@ class Code(str):
     """WGSL text written by gpuengine itself. Only Code (never user strings) is pasted into shaders."""
 
 
+@dataclass(frozen=True)
+class Touched:
+    """The part of a binding a dispatch touches, when it is not the whole (the latency model counts bytes as the
+    kernel moves them: lowering/kernels/dispatch_cost.py): `rows` of the binding's `of` equal rows (a gather's
+    rows of its table, the rows a KV-cache write stores). With `by_position`, the rows are the positions up to a
+    decode step's position plus `rows` (a cache read up to the position): the prediction's position, or, where
+    none is given, all `of` (a full cache: the worst case)."""
+
+    rows: int
+    of: int
+    by_position: bool = False
+
+    def fraction(self, position: int | None = None) -> float:
+        rows = self.rows + (self.of if position is None else position) if self.by_position else self.rows
+        return min(1.0, max(0, rows) / max(1, self.of))
+
+
 @dataclass
 class Binding:
     """One storage buffer of a dispatch: a graph tensor (PHWC4), a prepared constant, or scratch space."""
@@ -62,6 +79,7 @@ class Binding:
     # cleared by the runtime (runtime/program.py share_shaders): a small constant bound (as f32) instead of baked, so
     # dispatches that differ only in it (identical layers) share one shader
     bake: bool = True
+    touched: Touched | None = None  # the part the dispatch reads or writes, when not all of it (cost only)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ layout; the model itself knows only numbers and imports nothing above gpuengine.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,13 @@ def binding_bytes(b: Binding, graph: Graph, precision: str = "fp32") -> int:
         return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
     return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", precision)))
 
+def touched_bytes(b: Binding, graph: Graph, precision: str = "fp32", position: int | None = None) -> int:
+    """Bytes a dispatch moves of a binding: all it holds, or the part the kernel declares it touches
+    (`Binding.touched`: a gather's rows, a KV-cache write's update, a cache read up to `position`)."""
+    whole = binding_bytes(b, graph, precision)
+    return whole if b.touched is None else math.ceil(whole * b.touched.fraction(position))
+
+
 def _workgroups(spec: KernelSpec) -> tuple[int, int]:
     """(workgroups, invocations per workgroup) of a finished spec."""
     wg = spec.workgroup or (tiling.WORKGROUP, 1, 1)
@@ -51,12 +59,13 @@ def _workgroups(spec: KernelSpec) -> tuple[int, int]:
     return int(np.prod(groups)), int(np.prod(wg))
 
 
-def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32") -> DispatchCost:
-    """The model's view of one finished dispatch (workgroup set)."""
+def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", position: int | None = None) -> DispatchCost:
+    """The model's view of one finished dispatch (workgroup set); bytes as the kernel touches them (`position`: a
+    decode step's, for bindings read up to it; None: the whole cache)."""
     groups, per_group = _workgroups(spec)
     invocations = groups * per_group
-    read = sum(binding_bytes(b, graph, precision) for b in spec.bindings if not b.writable)
-    written = sum(binding_bytes(b, graph, precision) for b in spec.bindings if b.writable)
+    read = sum(touched_bytes(b, graph, precision, position) for b in spec.bindings if not b.writable)
+    written = sum(touched_bytes(b, graph, precision, position) for b in spec.bindings if b.writable)
     macs = spec.macs or 0
     if spec.variants is not None and spec.decomposition is not None:
         d = spec.decomposition
@@ -73,11 +82,11 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32") -> Di
                         spec.shader)
 
 def predict_specs(partitions: list[list[KernelSpec]], graph: Graph, device: Device,
-                  precision: str = "fp32") -> ModelPrediction:
+                  precision: str = "fp32", position: int | None = None) -> ModelPrediction:
     rows = []
     for specs in partitions:
         for spec in specs:
-            cost = dispatch_cost(spec, graph, precision)
+            cost = dispatch_cost(spec, graph, precision, position)
             rows.append((cost, predict_ns(cost, device), floor_ns(cost, device)))
     return ModelPrediction(device, rows)
 

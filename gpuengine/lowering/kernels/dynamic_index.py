@@ -20,7 +20,7 @@ from ...model.ir import Graph, Op
 from ...model.quantization import INT4, int8_values
 from ..layout import slices, to_bhwc, to_phwc4
 from . import packed_int8
-from .base import Binding, Code, KernelSpec, Lowering
+from .base import Binding, Code, KernelSpec, Lowering, Touched
 from .common import float_tensors, tensor_values
 from .index_map import Ix, lanes, output_coords, storage_index
 from .packed_int8 import chunked_reader, chunked_rows, pack_rows
@@ -89,6 +89,14 @@ def _table(graph: Graph, t: int, out: int, name: str) -> tuple[list[Binding], li
     if packed.block:
         return bindings, [fn], at
     return [*bindings, Binding(f"{name}_scale", data=packed.scale, element="f32")], [fn], at
+
+
+def _gathered(bindings: list[Binding], graph: Graph, source: int, out: int) -> None:
+    """Cost declaration: a gather reads of its source (each of the table's bindings: rows, scales, chunks) only the
+    elements it copies out, the output's share of the source's elements (one token's row of an embedding table)."""
+    part = Touched(graph.tensors[out].size, graph.tensors[source].size)
+    for b in bindings:
+        b.touched = part
 
 
 def _spec(op: Op, graph: Graph, bindings: list[Binding], lane: str) -> KernelSpec:
@@ -161,6 +169,7 @@ def build_gather(op: Op, graph: Graph) -> Lowering:
     o = _coords(graph, op.outputs[0])
     line = _index("indices", i_shape, [*o[:batch_dims], *o[axis:axis + q]], p_shape[axis], "row")
     bindings, functions, at = _table(graph, params, op.outputs[0], "params")
+    _gathered(bindings, graph, params, op.outputs[0])
     lane = f"{line} value[l] = {at([*o[:axis], Ix('row', 0), *o[axis + q:]])};"
     spec = _spec(op, graph, [*bindings, _source(graph, indices, "indices")], lane)
     spec.functions = functions
@@ -220,6 +229,7 @@ class DynamicIndexKernel:
             ids, table = op.inputs
             ids_shape, table_shape = graph.tensors[ids].shape, graph.tensors[table].shape
             bindings, functions, at = _table(graph, table, op.outputs[0], "table")
+            _gathered(bindings, graph, table, op.outputs[0])
             lane = (_index("ids", ids_shape, [o[0]], table_shape[0], "row") + " "
                     + f"value[l] = {at([Ix('row', 0), *o[1:]])};")
             spec = _spec(op, graph, [_source(graph, ids, "ids"), *bindings], lane)
@@ -238,7 +248,9 @@ class DynamicIndexKernel:
             lines = [_index("indices", i_shape, [*o[:batch], Ix.const(j)], p_shape[j], f"i{j}") for j in range(k)]
             coords = [Ix(f"i{j}", 0) for j in range(k)] + o[batch:]
             lane = " ".join([*lines, f"value[l] = {_at('params', p_shape, coords)};"])
-            return [_spec(op, graph, [_source(graph, params, "params"), _source(graph, indices, "indices")], lane)]
+            source = _source(graph, params, "params")
+            _gathered([source], graph, params, op.outputs[0])
+            return [_spec(op, graph, [source, _source(graph, indices, "indices")], lane)]
         operand, update, start = op.inputs
         shape, u_shape = graph.tensors[operand].shape, graph.tensors[update].shape
         s_shape = graph.tensors[start].shape

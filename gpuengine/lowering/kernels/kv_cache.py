@@ -27,7 +27,7 @@ from ...model.ops import GROUPS, KV_CACHE_WRITE, QUERY, ROPE, ROPE_TABLES, VIEW_
 from .. import codegen
 from ..layout import slices, to_bhwc
 from . import layout_view
-from .base import Binding, Code, KernelSpec, Lowering
+from .base import Binding, Code, KernelSpec, Lowering, Touched
 from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
@@ -126,9 +126,12 @@ class KvCacheKernel:
             labels.append(label)
             totals.append(total)
             whole = query or logical_update(single, graph)[-1] == graph.tensors[single.inputs[0]].shape[-1]
+            # cost declaration: a write stores only its update's elements of the cache
             outs.append(Binding(f"dst{g}", tensor=single.outputs[0], writable=True) if query else
                         Binding(f"dst{g}", tensor=single.outputs[0], writable=True, raw=True,
-                                element="vec4<f32>" if whole else "f32"))
+                                element="vec4<f32>" if whole else "f32",
+                                touched=Touched(int(np.prod(logical_update(single, graph), dtype=np.int64)),
+                                                graph.tensors[single.inputs[0]].size)))
         bindings += outs
         total = max(totals)
         params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks))}
