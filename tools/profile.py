@@ -6,7 +6,9 @@ Host figures, medians over --runs invokes of `Interpreter.invoke()`:
   invoke cannot hide: handing the command buffer to the queue and the engine's own bookkeeping.
 * host_overlapped_ms: recording the next invoke's command buffer, done while the GPU runs this one; it costs
   nothing as long as it is shorter than the GPU's work (gpu_span_ms), else the excess lengthens the wait.
-* host_encode_ms: recording one invoke's command buffer (the same work, timed alone).
+* host_encode_ms: recording one invoke's command buffer (the same work, timed alone); host_record_us_per_dispatch:
+  that per dispatch (the latency model's Device.record_raw_ns on this machine); recorded_calls: the host calls it
+  makes (a pipeline or bind group is set only where it changes).
 With --signature KEY, an invoke is one call of that signature in a loop carrying its state on the GPU (a decode
 step: the KV cache bound to the last call's output buffers, only the other outputs read back), as a decode loop
 runs it.
@@ -50,7 +52,10 @@ def host_figures(it: Any, runs: int, call: Any = None) -> dict[str, float]:
     encode = (time.perf_counter() - start) * 1e3 / max(1, runs)
     keys = ("invoke_ms", "host_critical_ms", "upload_ms", "readback_ms", "host_overlapped_ms", "gpu_wait_ms",
             "submit_ms")
-    return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode}
+    dispatches = sum(len(p.dispatches) for p in progs)
+    return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode,
+            "host_record_us_per_dispatch": encode * 1e3 / dispatches if dispatches else 0.0,
+            "recorded_calls": sum(p.recorded_calls for p in progs)}
 
 
 def device_of(prog: Any) -> Any:
@@ -132,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"host per invoke: critical {report['host_critical_ms']:.3f} ms (submit {report['submit_ms']:.3f}), "
           f"upload {report['upload_ms']:.3f}, readback {report['readback_ms']:.3f}, waiting for the GPU "
           f"{report['gpu_wait_ms']:.3f}, recording the next invoke meanwhile {report['host_overlapped_ms']:.3f} ms")
-    print(f"recording one invoke alone: {report['host_encode_ms']:.3f} ms; end to end: "
+    print(f"recording one invoke alone: {report['host_encode_ms']:.3f} ms ({report['host_record_us_per_dispatch']:.2f}"
+          f" us per dispatch, {report['recorded_calls']} calls for {len(rows)} dispatches); end to end: "
           f"{report['end_to_end_ms']:.3f} ms per invoke")
     return 0
 

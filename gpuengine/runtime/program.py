@@ -151,6 +151,18 @@ _CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # wgpu devi
 SHARED_CONSTANT_BYTES = 1024  # constants at least this large are shared by content
 
 
+def recording_calls(hot: list[tuple[Any, Any, int, int, int]]) -> list[tuple[Any, Any, int, int, int]]:
+    """The dispatches (pipeline, bind group, workgroups x, y, z) as recorded into one compute pass: the pipeline None
+    where it is the previous dispatch's, and the bind group None where both are (a compute pass keeps what was set;
+    a bind group is set again after another pipeline, whose layout is another object)."""
+    calls, pipeline, bind_group = [], None, None
+    for p, g, x, y, z in hot:
+        same = p is pipeline
+        calls.append((None if same else p, None if same and g is bind_group else g, x, y, z))
+        pipeline, bind_group = p, g
+    return calls
+
+
 def shared_constant(dev: Any, data: np.ndarray) -> Any:
     """A read-only storage buffer holding `data`: weights with the same bytes are uploaded once per device, so the
     signatures of a model (prefill, decode: separate subgraphs reading the same weights) and the programs of
@@ -436,21 +448,27 @@ class GpuProgram:
 
     # -- hot loop -------------------------------------------------------------------------------------------
     def _recorder(self) -> Any:
-        """A function recording every dispatch into a compute pass: through wgpu-native's C functions when the
-        wgpu package exposes them (about half the cost of its Python wrapper), else through the wrapper."""
+        """A function recording every dispatch into a compute pass, its arguments prepared here (at allocation, and
+        again when a dispatch or binding changes): a pipeline or bind group is set only where it differs from the
+        previous dispatch's (recording_calls). Through wgpu-native's C functions when the wgpu package exposes them
+        (about half the cost of its Python wrapper), else through the wrapper."""
+        calls = recording_calls(self._hot)
         try:
             from wgpu.backends.wgpu_native._api import ffi, lib
 
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
             set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
             dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
-            raw = [(p._internal, g._internal, x, y, z) for p, g, x, y, z in self._hot]  # noqa: SLF001
+            raw = [(None if p is None else p._internal, None if g is None else g._internal, x, y, z)  # noqa: SLF001
+                   for p, g, x, y, z in calls]
             null = ffi.NULL
         except (ImportError, AttributeError):  # another wgpu backend or version: the public API
             def record(compute: Any) -> None:
-                for pipeline, bind_group, x, y, z in self._hot:
-                    compute.set_pipeline(pipeline)
-                    compute.set_bind_group(0, bind_group)
+                for pipeline, bind_group, x, y, z in calls:
+                    if pipeline is not None:
+                        compute.set_pipeline(pipeline)
+                    if bind_group is not None:
+                        compute.set_bind_group(0, bind_group)
                     compute.dispatch_workgroups(x, y, z)
 
             return record
@@ -458,11 +476,18 @@ class GpuProgram:
         def record_raw(compute: Any) -> None:
             handle = compute._internal  # noqa: SLF001
             for pipeline, bind_group, x, y, z in raw:
-                set_pipeline(handle, pipeline)
-                set_bind_group(handle, 0, bind_group, 0, null)
+                if pipeline is not None:
+                    set_pipeline(handle, pipeline)
+                if bind_group is not None:
+                    set_bind_group(handle, 0, bind_group, 0, null)
                 dispatch(handle, x, y, z)
 
         return record_raw
+
+    @property
+    def recorded_calls(self) -> int:
+        """Host calls recording one invoke's dispatches makes (set_pipeline, set_bind_group, dispatch_workgroups)."""
+        return sum((p is not None) + (g is not None) + 1 for p, g, *_ in recording_calls(self._hot))
 
     def _encode(self, slot: Slot | None) -> Any:
         """One invoke's command buffer: the compute pass, then (when the outputs come back to the host) the

@@ -317,6 +317,10 @@ def test_profile_signature_reports_a_decode_step(capsys):
     assert kernels.count("kv_cache") == 2 and "bhwc_to_phwc4" in kernels  # tokens and positions only
     assert sum(d["ops"][0].startswith("input decode_kv") for d in report["dispatches"]) == 0
     assert report["upload_ms"] >= 0 and report["host_critical_ms"] > 0 and report["end_to_end_ms"] > 0
+    # the host's recording of a step, per dispatch (measured here), and its calls: at most 3 a dispatch
+    dispatches = len(report["dispatches"])
+    assert report["host_record_us_per_dispatch"] == pytest.approx(report["host_encode_ms"] * 1e3 / dispatches)
+    assert report["host_record_us_per_dispatch"] > 0 and dispatches <= report["recorded_calls"] <= 3 * dispatches
 
 
 def decode_step_transposed(k_layout: str) -> bytes:
