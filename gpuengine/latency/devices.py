@@ -52,10 +52,13 @@ def lavapipe(cores: int | None = None) -> Device:
     better with 4 than with AVX2's 8 f32 lanes (held-out median error 15-21 % against 21-24 %). The costs were
     fitted there (`gpuengine calibrate`, 2 cores) while other jobs loaded it, then scaled by 0.63 so that whole
     models match the GPU times measured on the unloaded box (README: MobileNet v2 493 ms, selfie_segmentation
-    150 ms, ...; the fit alone predicted 1.35-1.75x those). The rest is a typical desktop CPU."""
+    150 ms, ...; the fit alone predicted 1.35-1.75x those). The rest is a typical desktop CPU. Recording a dispatch
+    on the dev box (2026-11-26, SmolLM-shaped decode steps of 47 and 259 dispatches): 3.9-4.0 us through wgpu-py's
+    API, 1.6-1.8 us through wgpu-native's C functions (about 0.9 us of Python and cffi, the rest in the command
+    buffer's finish), besides ~15 us per compute pass."""
     return Device("lavapipe", cores or os.cpu_count() or 1, 4, 3.0, 20.0, 32 * 2**20, unit_ns=6.6,
                   dispatch_ns=12_600.0, workgroup_ns=1.0, barrier_ns=95.0, invocation_ns=1.0, store_ns=1.0,
-                  shuffle_ns=50.0, submit_ns=250_000.0, record_ns=4_000.0, target="cpu",
+                  shuffle_ns=50.0, submit_ns=250_000.0, record_ns=4_000.0, record_raw_ns=1_700.0, target="cpu",
                   source="fitted on lavapipe, dev box (2 cores)")
 
 
