@@ -51,7 +51,8 @@ def probe_model(scale: int = 1) -> bytes:
 def gather_probe_model(rows: int = 8192, width: int = 576, seed: int = 0) -> bytes:
     """Probe gathers, which read a few rows of a large table (the model counts the rows, not the table: an
     embedding lookup of one token): EMBEDDING_LOOKUP of one id from an int8 table with row scales (SmolLM's
-    embedding at `width`) and from an f32 table, and a GATHER of two rows with run-time indices."""
+    embedding at `width`) and from an f32 table of up to 8,192 x 256, and a GATHER of two rows with run-time indices
+    from up to 4,096 x 128."""
     from ..model.builder import ModelBuilder
     from ..model.ir import Quantization
 
@@ -59,15 +60,15 @@ def gather_probe_model(rows: int = 8192, width: int = 576, seed: int = 0) -> byt
     mb = ModelBuilder("gather probes")
     one = mb.input("id", (1,), np.int32)
     two = mb.input("ids", (2,), np.int32)
-    table = rng.standard_normal((rows, width)).astype(np.float32)
+    table = rng.random((rows, width), dtype=np.float32) - 0.5
     scale = (np.abs(table).max(axis=1) / 127.0).astype(np.float32)
     q = np.round(table / scale[:, None]).astype(np.int8)
     int8_table = mb.const("int8_table", q, np.int8, Quantization(scale, np.zeros(rows, np.int64), axis=0))
-    f32_table = mb.const("f32_table", table[:, :256])
-    params = mb.const("params", table[: rows // 2, :128])
+    f32_table = mb.const("f32_table", table[:8192, :256])
+    params = mb.const("params", table[:4096, :128])
     mb.output(mb.op("EMBEDDING_LOOKUP", [one, int8_table], (1, width)),
-              mb.op("EMBEDDING_LOOKUP", [one, f32_table], (1, 256)),
-              mb.op("GATHER", [params, two], (2, 128), {"axis": 0}))
+              mb.op("EMBEDDING_LOOKUP", [one, f32_table], (1, min(width, 256))),
+              mb.op("GATHER", [params, two], (2, min(width, 128)), {"axis": 0}))
     return mb.build()
 
 

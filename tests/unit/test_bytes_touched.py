@@ -114,3 +114,22 @@ def test_tokens_per_second_is_the_slower_of_gpu_and_host():
     assert prediction.steps_per_s == pytest.approx(1e9 / max(prediction.gpu_ns, prediction.host_ns))
     host_bound = latency.ModelPrediction(H100, [(cost, 1000.0, 1000.0)] * 100)
     assert host_bound.steps_per_s == pytest.approx(1e9 / (100 * 3400.0))
+
+
+def test_predict_reports_tokens_per_second_for_a_decode_step(capsys):
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["predict", "decoder_tiny", "--signature", "decode", "--device", "h100", "--position", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "tokens/s (decode steps in flight): min(GPU" in text and "at 3.4 us" in text
+    assert main(["predict", "decoder_tiny", "--signature", "decode", "--device", "h100", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["position"] is None and r["host_record_us_per_dispatch"] == 3.4
+    assert r["host_ms"] == pytest.approx(len(r["dispatches"]) * 3.4e-3)
+    assert r["steps_per_s"] == pytest.approx(1e3 / max(r["predicted_ms"], r["host_ms"]))
+    assert r["bound_by"] == ("host" if r["host_ms"] > r["predicted_ms"] else "gpu")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "decoder_tiny", "--position", "-1"])
+    assert exit_info.value.code == 2
