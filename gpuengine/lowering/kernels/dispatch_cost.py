@@ -45,6 +45,7 @@ def binding_bytes(b: Binding, graph: Graph, precision: str = "fp32") -> int:
         return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
     return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", precision)))
 
+
 def touched_bytes(b: Binding, graph: Graph, precision: str = "fp32", position: int | None = None) -> int:
     """Bytes a dispatch moves of a binding: all it holds, or the part the kernel declares it touches
     (`Binding.touched`: a gather's rows, a KV-cache write's update, a cache read up to `position`)."""
