@@ -66,6 +66,19 @@ VIEW_UPDATE = "view_update"
 ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
 GROUPS = "groups"  # several writes in one dispatch: ((inputs, view, rope[, kind]), ...), one output each
 QUERY = "query"  # a group's kind: a rotated tensor (ROPE) rather than a cache write
+# KV_CACHE_WRITE and ROPE (passes/fold_position_math.py): the rotation's cos / sin inputs are the step's position
+# (an int32 of one element) and the inverse frequencies; the kernel computes cos / sin(f32(position) * frequency)
+ROPE_ANGLES = "rope_angles"
+# KV_CACHE_WRITE: the offsets input is the position (int32, one element); the offsets are this tuple with the
+# position where it holds None (litert-torch's PACK([0, position, 0, 0])); with GROUPS, one such tuple per group
+# (None for a rotated query's)
+OFFSETS_FROM_POSITION = "offsets_from_position"
+# ATTENTION (passes/fold_position_math.py): inputs 3 and 4 are a mask table [R + 1, N] and the position; the mask is
+# row position of the table (position + R where negative: `wrap`; row R, the out-of-range fill, where outside
+# [0, R)): (logical mask shape, wrap, window); window None, or (below, above, inside, outside, row first): the
+# row's minimum with `inside` at the columns j with position - below < j < position + above, `outside` elsewhere
+# (Gemma 3's sliding window; row first: the row is MINIMUM's first operand)
+MASK_FROM_POSITION = "mask_from_position"
 
 # ELEMENTWISE_TREE and the inputs of conv / reduction ops (passes/fuse_input_expression.py)
 TREE_OPTION = "tree"  # an ELEMENTWISE_TREE op's ExpressionSteps

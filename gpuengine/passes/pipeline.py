@@ -9,7 +9,9 @@ and ·V into one attention op (after the layout fold, whose views it keeps); rot
 (before the elementwise fusions take its MULs); the copies and scalar MULs in front of the attention's operands (a
 KV cache's transpose and grouped-query broadcast) into its views and scale (K/V heads repeated for grouped-query
 attention by RESHAPE/BROADCAST_TO alone went into its kv_group just before); then a signature's KV cache write in
-place (after those folds: it needs the attention to read the cache through views); a gated MLP's gate and up
+place (after those folds: it needs the attention to read the cache through views); the decode step's position
+math (RoPE angles, the mask row, the cache offsets) into the writes and attentions that read it (after the writes
+exist); a gated MLP's gate and up
 projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an
 RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
 SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its
@@ -44,6 +46,7 @@ from .fold_attention_operands import fold_attention_operands
 from .fold_constants import fold_constants
 from .fold_gather_dequantize import fold_gather_dequantize
 from .fold_matmul_layout import fold_matmul_layout
+from .fold_position_math import fold_position_math
 from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
@@ -67,7 +70,7 @@ REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize, fuse_normalization,
                                             fold_matmul_layout, fuse_attention,
                                             attention_kv_group, fuse_rope, fold_attention_operands,
-                                            kv_cache_in_place,
+                                            kv_cache_in_place, fold_position_math,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,

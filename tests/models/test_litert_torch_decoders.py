@@ -147,3 +147,22 @@ def test_a_shorter_prompt_leaves_room_in_the_cache():
     assert result.max_error <= TOLERANCE["f32"] and result.greedy_equal == 3, result.summary()
     with pytest.raises(ValueError, match="prompt_tokens must be 1..8"):
         compare(Interpreter(model_content=data), litert_interpreter(data, builtin=True), steps=1, prompt_tokens=9)
+
+
+@pytest.mark.parametrize("position", [5, 40, 63])
+def test_gemma3_decode_step_past_the_sliding_window_matches_litert(position: int):
+    """One decode step at positions before and past Gemma 3's sliding window (16 keys each side), seeded caches: the
+    attention derives its mask (the causal row and the window) from the position (passes/fold_position_math.py)."""
+    data = (FIXTURES / "gemma3_1b_2l_f32.tflite").read_bytes()
+    from gpuengine import Interpreter
+
+    ours = Interpreter(model_content=data).get_signature_runner("decode")
+    want_runner = litert_interpreter(data, builtin=True).get_signature_runner("decode")
+    rng = np.random.default_rng(position)
+    feeds = {"tokens": np.array([[17]], np.int32), "input_pos": np.array([position], np.int32)}
+    for name, detail in ours.get_input_details().items():
+        if name.startswith("kv_cache"):
+            feeds[name] = (rng.standard_normal(detail["shape"]) * 0.5).astype(np.float32)
+    got, want = ours(**feeds), want_runner(**feeds)
+    for name, ref in want.items():
+        assert np.abs(got[name] - ref).max() <= TOLERANCE["f32"] * np.ptp(ref), name
