@@ -1,4 +1,4 @@
-"""passes/fold_position_math.py on two litert-torch exports (tests/fixtures/litert_torch): the decode step's
+"""passes/fold_position_math.py (and passes/choose_attention_split.py, which runs after it) on two litert-torch exports (tests/fixtures/litert_torch): the decode step's
 position math (RoPE angles, the mask row, the cache offsets) leaves the graph, and what its readers now read means the
 same values as the ops it replaced, checked against the float64 reference of those ops for positions inside and
 outside the cache (negative ones wrapped, out-of-range ones filled) and at the sliding window's edges. No GPU, no
@@ -133,3 +133,27 @@ def test_a_graph_without_the_pattern_is_returned_unchanged():
     graph = before_fold("llama32_2l_f32_bnth")
     graph.ops = [op for op in graph.ops if op.code not in (KV_CACHE_WRITE, ATTENTION)]
     assert fold_position_math(graph) is graph
+
+
+def test_choose_attention_split_follows_the_latency_model():
+    """A decode attention over 64 keys: one dispatch where the h100 description predicts it faster than
+    flash-decoding's two, with a remark saying so; no description, no change."""
+    from gpuengine.latency import devices
+    from gpuengine.model.ops import ONE_DISPATCH
+    from gpuengine.passes import kernel_support
+    from gpuengine.passes.choose_attention_split import choose_attention_split
+    from gpuengine.passes.graph_utils import with_fields
+
+    graph = fold_position_math(before_fold("llama32_2l_f32_bnth"))
+    assert choose_attention_split(graph) is graph
+    device = devices.built_in("h100")
+    after = choose_attention_split(graph, device)
+    attentions = [op for op in graph.ops if op.code == ATTENTION]
+    chosen = [op for op in after.ops if op.code == ATTENTION]
+    assert len(attentions) == len(chosen) == 2
+    for op, new in zip(attentions, chosen):
+        split_ns, dispatches = kernel_support.op_ns(op, graph, device)
+        one_ns, one = kernel_support.op_ns(with_fields(op, **{ONE_DISPATCH: True}), graph, device)
+        assert (dispatches, one) == (2, 1)
+        assert bool(new.opt(ONE_DISPATCH)) == (one_ns < split_ns)
+    assert any(r.startswith("ATTENTION (2x)") and "latency model" in r for r in after.remarks), after.remarks

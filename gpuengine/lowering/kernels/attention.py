@@ -27,7 +27,17 @@ import math
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import ATTENTION, K_ADJ, KV_GROUP, MASK_FROM_POSITION, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ...model.ops import (
+    ATTENTION,
+    K_ADJ,
+    KV_GROUP,
+    MASK_FROM_POSITION,
+    MASK_SCALE,
+    ONE_DISPATCH,
+    OUT_VIEW,
+    SCALE,
+    SOURCE_OPS,
+)
 from ...model.ops import ATTENTION_VIEWS as VIEWS
 from .. import codegen
 from ..codegen import literal
@@ -40,7 +50,7 @@ from .reduce import FLT_MAX
 
 MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays of vec4)
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
-MIN_CHUNK = 32  # keys per flash-decoding chunk at least
+MIN_CHUNK = 8  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
 
 
@@ -59,6 +69,11 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
     while len(shape) > 1 and shape[0] == 1:
         shape = shape[1:]
     return shape
+
+
+def flash_decoding(m: int, n: int) -> bool:
+    """Whether m queries per head over n keys are split across workgroups (two dispatches) unless ONE_DISPATCH."""
+    return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
 
 
 def _mask_rows_check(op: Op, graph: Graph) -> str | None:
@@ -231,7 +246,7 @@ class AttentionKernel:
         if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
             unit = b1 * m
         units = rows // unit
-        if m <= DECODE_ROWS and n >= 2 * MIN_CHUNK:
+        if flash_decoding(m, n) and not op.opt(ONE_DISPATCH):
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
                                         macs, [readers, mask_value], out)
         dst = Binding("dst", tensor=out, writable=True)
