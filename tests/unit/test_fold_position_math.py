@@ -1,8 +1,8 @@
-"""passes/fold_position_math.py (and passes/choose_attention_split.py, which runs after it) on two litert-torch exports (tests/fixtures/litert_torch): the decode step's
-position math (RoPE angles, the mask row, the cache offsets) leaves the graph, and what its readers now read means the
-same values as the ops it replaced, checked against the float64 reference of those ops for positions inside and
-outside the cache (negative ones wrapped, out-of-range ones filled) and at the sliding window's edges. No GPU, no
-LiteRT."""
+"""passes/fold_position_math.py (and passes/choose_attention_split.py, which runs after it) on two litert-torch
+exports (tests/fixtures/litert_torch): the decode step's position math (RoPE angles, the mask row, the cache offsets)
+leaves the graph, and what its readers now read means the same values as the ops it replaced, checked against the
+float64 reference of those ops for positions inside and outside the cache (negative ones wrapped, out-of-range ones
+filled) and at the sliding window's edges. No GPU, no LiteRT."""
 
 from __future__ import annotations
 
