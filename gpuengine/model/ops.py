@@ -69,8 +69,10 @@ VIEW_UPDATE = "view_update"
 ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
 GROUPS = "groups"  # several writes in one dispatch: ((inputs, view, rope[, kind]), ...), one output each
 QUERY = "query"  # a group's kind: a rotated tensor (ROPE) rather than a cache write
-# KV_CACHE_WRITE and ROPE (passes/fold_position_math.py): the rotation's cos / sin inputs are the step's position
-# (an int32 of one element) and the inverse frequencies; the kernel computes cos / sin(f32(position) * frequency)
+# KV_CACHE_WRITE and ROPE (passes/fold_position_math.py): True: the rotation's cos / sin inputs are the step's
+# position (an int32 of one element) and the inverse frequencies; the kernel computes cos / sin(f32(position) *
+# frequency). ("rows", wrap): position and a [R + 1, 2H] table of cos | sin rows, read at the position (+ R where
+# negative when wrap; row R, the fill, out of [0, R))
 ROPE_ANGLES = "rope_angles"
 # KV_CACHE_WRITE: the offsets input is the position (int32, one element); the offsets are this tuple with the
 # position where it holds None (litert-torch's PACK([0, position, 0, 0])); with GROUPS, one such tuple per group

@@ -7,12 +7,14 @@ and the KV-cache write offsets with a dozen one-element or one-row ops, each a d
     position + R, position) (a negative index wrapped, then bounds-checked as torch's indexing does);
   * Gemma 3's sliding-window layers: MINIMUM(that mask, SELECT_V2(position - W < j < position + W, inside,
     outside)) over the key columns j (a constant iota);
-  * the offsets: PACK([0, position, 0, 0]), or a CAST of a CONCATENATION of floats for transposed caches.
+  * the offsets: PACK([0, position, 0, 0]), or a CAST of a CONCATENATION of floats for transposed caches;
+  * cos / sin gathered from constant tables by the position (the mask's pattern, e.g. the toy decoder's).
 Here their readers take the position itself: a KV_CACHE_WRITE (with its rotated query) computes the angles
-(ROPE_ANGLES: inputs cos, sin become position, frequencies) and its offsets (OFFSETS_FROM_POSITION), an ATTENTION
-reads its mask row from the table by the position (MASK_FROM_POSITION: inputs table with the fill as row R, and the
-position). The values are the same ops' values: the same f32 product, the same cos / sin, the same table row.
-The ops that fed them go when nothing else reads them. Runs after kv_cache_in_place (which makes the writes).
+(ROPE_ANGLES: inputs cos, sin become position, frequencies; or position, one [R + 1, 2H] table of cos | sin rows)
+and its offsets (OFFSETS_FROM_POSITION), an ATTENTION reads its mask row from the table by the position
+(MASK_FROM_POSITION: inputs table with the fill as row R, and the position). The values are the same ops' values:
+the same f32 product, the same cos / sin, the same table row. The ops that fed them go when nothing else reads
+them. Runs after kv_cache_in_place (which makes the writes).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class _Graph:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.producers = {t: op for op in graph.ops for t in op.outputs}
+        self.made: dict[tuple, int] = {}  # constants the pass added, by what they were made from
 
     def made_by(self, t: int, code: str) -> Op | None:
         op = self.producers.get(t)
@@ -202,6 +205,21 @@ class _Graph:
             return None
         return bounds["GREATER"][0], bounds["GREATER"][1], bounds["LESS"][1], values[0], values[1]
 
+    def table_rows(self, cos_t: int, sin_t: int) -> tuple[int, int, bool] | None:
+        """(position, table [R + 1, 2H] of cos | sin rows and their fills, wrap) when cos_t and sin_t are each a
+        row of a constant [R, H] table by the same position (mask's pattern); the table is added to the graph once
+        per pair of source tables."""
+        cos, sin = self.mask(cos_t), self.mask(sin_t)
+        if cos is None or sin is None or cos[0] != sin[0] or cos[2] != sin[2] or cos[1].shape != sin[1].shape:
+            return None
+        if tuple(self.graph.tensors[cos_t].shape) != (1, cos[1].shape[1]):
+            return None
+        key = ("rope rows", cos_t, sin_t)
+        if key not in self.made:
+            self.made[key] = new_const(self.graph, cos_t, np.concatenate([cos[1], sin[1]], axis=1),
+                                       f"{self.graph.tensors[cos_t].name}/rope_rows_by_position")
+        return cos[0], self.made[key], cos[2]
+
     def wrapped(self, index: int, rows: int) -> tuple[int, bool] | None:
         """(position, wrap) when index is SELECT(LESS(position, 0), ADD(position, rows), position), or (position,
         False) when it is the position itself."""
@@ -276,10 +294,15 @@ def _fold_write(graph: Graph, op: Op, match: _Graph) -> Op | None:
     groups = _groups(op)
     rotations = [(first + 1 if query else first + 3) for first, rope, query in groups if rope]
     angles = [match.angles(inputs[c], inputs[c + 1]) for c in rotations]
+    rows = [match.table_rows(inputs[c], inputs[c + 1]) for c in rotations]
     if rotations and all(a is not None for a in angles):
         for c, (position, freq) in zip(rotations, angles):
             inputs[c], inputs[c + 1] = position, freq
         fields[ROPE_ANGLES] = True
+    elif rotations and all(r is not None for r in rows) and len({r[2] for r in rows}) == 1:
+        for c, (position, table, _wrap) in zip(rotations, rows):
+            inputs[c], inputs[c + 1] = position, table
+        fields[ROPE_ANGLES] = ("rows", rows[0][2])
     offsets = [None if query else match.offsets(inputs[first + 2]) for first, _rope, query in groups]
     if all(o is not None for (_f, _r, query), o in zip(groups, offsets) if not query):
         for (first, _rope, _query), found in zip(groups, offsets):
@@ -298,13 +321,13 @@ def _fold_mask(graph: Graph, op: Op, match: _Graph) -> Op | None:
     if found is None:
         return None
     position, table, wrap, window = found
-    rows = new_const(graph, op.inputs[3], table, f"{graph.tensors[op.inputs[3]].name}/rows_by_position")
+    key = ("mask rows", table.tobytes())
+    if key not in match.made:  # one table for every attention reading the same rows (a model's layers)
+        match.made[key] = new_const(graph, op.inputs[3], table, f"{graph.tensors[op.inputs[3]].name}/rows_by_position")
     shape = tuple(graph.tensors[op.inputs[3]].shape)
-    folded = with_fields(op, [*op.inputs[:3], rows, position], **{MASK_FROM_POSITION: (shape, wrap, window)})
-    if kernel_support.check(folded, graph) is not None:
-        graph.tensors.pop()
-        return None
-    return folded
+    folded = with_fields(op, [*op.inputs[:3], match.made[key], position],
+                         **{MASK_FROM_POSITION: (shape, wrap, window)})
+    return folded if kernel_support.check(folded, graph) is None else None
 
 
 def _drop_unread(graph: Graph) -> Graph:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, SHARED_MODELS
 
 import gpuengine.lowering.kernels  # noqa: F401  (installs the kernel registry the passes ask)
 from gpuengine.model.ir import Graph
@@ -26,14 +26,19 @@ from gpuengine.passes.fold_position_math import fold_position_math
 from gpuengine.passes.pipeline import OPTIONAL, REQUIRED, WITH_DEVICE, WITH_MODEL
 from gpuengine.reference import run_reference
 
-POSITIONS = [-300, -65, -64, -50, -1, 0, 1, 15, 16, 17, 37, 63, 64, 255, 256, 1000]
+POSITIONS = [-300, -101, -100, -65, -64, -50, -1, 0, 1, 15, 16, 17, 37, 63, 64, 99, 100, 255, 256, 1000]
 POSITION_CODES = {"CAST", "COS", "SIN", "LESS", "SELECT", "GREATER_EQUAL", "LESS_EQUAL", "REDUCE_ALL", "GATHER_ND",
                   "PACK"}
 
 
 def before_fold(name: str) -> Graph:
     """The decode graph as the pipeline hands it to fold_position_math."""
-    model = read_model((FIXTURES / "litert_torch" / f"{name}.tflite").read_bytes())
+    path = FIXTURES / "litert_torch" / f"{name}.tflite"
+    if not path.exists():
+        path = SHARED_MODELS / f"{name}.tflite"
+        if not path.exists():
+            pytest.skip(f"{path} is absent (the shared test models)")
+    model = read_model(path.read_bytes())
     graph = model.subgraphs[{s.key: s.subgraph for s in model.signatures}["decode"]]
     for with_model in WITH_MODEL:
         graph = with_model(graph, model)
@@ -71,7 +76,7 @@ def mask_row(table: np.ndarray, wrap: bool, window: tuple | None, position: int)
     return np.minimum(row, values) if row_first else np.minimum(values, row)
 
 
-@pytest.mark.parametrize("name", ["llama32_2l_f32_bnth", "gemma3_1b_2l_f32"])
+@pytest.mark.parametrize("name", ["llama32_2l_f32_bnth", "gemma3_1b_2l_f32", "toy_decoder_kv"])
 def test_position_math_folds_into_its_readers_with_the_same_values(name: str):
     graph = before_fold(name)
     position_input = graph.inputs[1]
@@ -85,25 +90,33 @@ def test_position_math_folds_into_its_readers_with_the_same_values(name: str):
     for op in folded:
         before = old[op.outputs[0]]
         if op.code == KV_CACHE_WRITE:
-            assert op.opt(ROPE_ANGLES) is True
+            # angles from frequencies (litert-torch), or rows of cos / sin tables (the toy decoder)
+            assert op.opt(ROPE_ANGLES) == (("rows", True) if name == "toy_decoder_kv" else True)
             first, targets, checks = 0, [], []
             for g, (count, _steps, rope, *kind) in enumerate(op.opt(GROUPS)):
                 tables = first + (1 if kind == [QUERY] else 3)
                 if rope or kind == [QUERY]:
                     assert op.inputs[tables] == position_input
-                    freq = np.asarray(after.tensors[op.inputs[tables + 1]].data, np.float32)
+                    data = np.asarray(after.tensors[op.inputs[tables + 1]].data, np.float32)
                     targets += before.inputs[tables:tables + 2]
-                    checks.append(("angles", freq))
+                    checks.append(("angles" if op.opt(ROPE_ANGLES) is True else "rows", data))
                 if kind != [QUERY]:
                     assert op.inputs[first + 2] == position_input
                     targets.append(before.inputs[first + 2])
                     checks.append(("offsets", op.opt(OFFSETS_FROM_POSITION)[g]))
                 first += count
+            rows = graph.tensors[before.inputs[0]].shape[1]  # the cache's length, the tables' rows
             for p in POSITIONS:
+                if any(kind_ == "rows" for kind_, _ in checks) and not -rows <= p < rows:
+                    continue  # the reference refuses GATHER_ND out of range (the mask's check covers the fill)
                 values = evaluate(graph, position_input, targets, p)
                 got = iter(values[t] for t in targets)
                 for kind_, data in checks:
-                    if kind_ == "angles":
+                    if kind_ == "rows":
+                        row = mask_row(data, True, None, p)
+                        np.testing.assert_array_equal(next(got).reshape(-1), row[:row.size // 2])
+                        np.testing.assert_array_equal(next(got).reshape(-1), row[row.size // 2:])
+                    elif kind_ == "angles":
                         # the reference multiplies in float64, the kernel (as the MUL kernel did) in f32
                         angle, tolerance = np.float64(p) * data, 1e-7 * max(1, abs(p))
                         np.testing.assert_allclose(next(got), np.cos(angle), atol=tolerance)
@@ -114,8 +127,9 @@ def test_position_math_folds_into_its_readers_with_the_same_values(name: str):
             shape, wrap, window = op.opt(MASK_FROM_POSITION)
             assert op.inputs[:3] == before.inputs[:3] and op.inputs[4] == position_input
             table = np.asarray(after.tensors[op.inputs[3]].data)
+            rows = table.shape[0] - 1
             for p in POSITIONS:
-                if -64 <= p < 64:
+                if -rows <= p < rows:
                     want = evaluate(graph, position_input, [before.inputs[3]], p)[before.inputs[3]]
                     np.testing.assert_array_equal(mask_row(table, wrap, window, p).reshape(shape), want)
                 else:  # the reference refuses GATHER_ND out of range, which SELECT_V2 replaces by its fill, NaN
@@ -124,6 +138,7 @@ def test_position_math_folds_into_its_readers_with_the_same_values(name: str):
                     assert np.isnan(mask_row(table, wrap, window, p)).all()
             windows.append(window)
     assert len(windows) == 2  # every attention's mask
+    assert len({op.inputs[3] for op in folded if op.code == ATTENTION}) == 1  # one table for the layers' masks
     # Gemma 3's first layer is a local one: the row's minimum with a sliding window of 16 on each side
     assert [w[:2] if w else None for w in windows] == ([(16, 16), None] if name.startswith("gemma") else [None] * 2)
     assert not {op.code for op in after.ops} & POSITION_CODES

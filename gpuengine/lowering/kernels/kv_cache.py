@@ -29,7 +29,6 @@ from ...model.ops import (
     OFFSETS_FROM_POSITION,
     QUERY,
     ROPE,
-    ROPE_ANGLES,
     ROPE_TABLES,
     VIEW_UPDATE,
     VIEW_X,
@@ -42,7 +41,17 @@ from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
 from .rope import KERNEL as ROPE_KERNEL
-from .rope import RowNorm, angles_check, epsilon_of, norm_check, rope_check, rope_lanes, table_shapes, view_read
+from .rope import (
+    RowNorm,
+    angles_check,
+    angles_of,
+    epsilon_of,
+    norm_check,
+    rope_check,
+    rope_lanes,
+    table_shapes,
+    view_read,
+)
 from .wgsl_math import helpers_for
 
 
@@ -173,7 +182,7 @@ class KvCacheKernel:
         names = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
         rows = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], names)]
         lane = rope_lanes(x, steps, shape, rows, *table_shapes(op, graph, 1), cos=cos, sin=sin, norm=norm,
-                          angles=bool(op.opt(ROPE_ANGLES)))
+                          angles=angles_of(op, graph, 1))
         lines = [f"let ox = i % {w}u;", f"let oy = (i / {w}u) % {h}u;", f"let os = (i / {w * h}u) % {s}u;",
                  f"let ob = i / {w * h * s}u;",
                  codegen.fill("lanes_guarded.wgsl", {"INIT": Code("vec4<f32>(0.0)"), "LANE": Code(lane), "C": c},
@@ -222,7 +231,7 @@ class KvCacheKernel:
             norm = (RowNorm(bind(op.inputs[5], "tab"), bind(op.inputs[6], "tab"), epsilon_of(graph, op.inputs[7]))
                     if len(op.inputs) == 8 else None)
             lane = rope_lanes(upd, steps, u_shape, coords, *table_shapes(op, graph, 3), cos=cos, sin=sin, norm=norm,
-                              angles=bool(op.opt(ROPE_ANGLES)))
+                              angles=angles_of(op, graph, 3))
             label += " (RMS_NORM of the update)" if norm else ""
         else:
             lane = f"value[l] = {view_read(upd, steps, u_shape, [*coords, Ix('c', np.int64(0))])};"

@@ -92,31 +92,49 @@ def epsilon_of(graph: Graph, t: int) -> float:
 
 def table_shapes(op: Op, graph: Graph, first: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The shapes of the cos / sin tables of a rotation whose tables are inputs first, first + 1: with ROPE_ANGLES
-    (passes/fold_position_math.py) the inputs are the position and the frequencies, the tables the frequencies'."""
+    (passes/fold_position_math.py) the inputs are the position and the frequencies, the tables the frequencies'
+    (or, for table rows by the position, a row [1, H] of the [R + 1, 2H] cos | sin table)."""
     if op.opt(ROPE_ANGLES):
-        freq = tuple(graph.tensors[op.inputs[first + 1]].shape)
-        return freq, freq
+        second = tuple(graph.tensors[op.inputs[first + 1]].shape)
+        row = second if op.opt(ROPE_ANGLES) is True else (1, second[-1] // 2)
+        return row, row
     return tuple(graph.tensors[op.inputs[first]].shape), tuple(graph.tensors[op.inputs[first + 1]].shape)
 
 
+def angles_of(op: Op, graph: Graph, first: int) -> bool | tuple[str, int, bool]:
+    """rope_lanes' `angles` for a rotation whose tables are inputs first, first + 1: False (tables), True
+    (position, frequencies) or ("rows", R, wrap) (position, the [R + 1, 2H] cos | sin table)."""
+    mode = op.opt(ROPE_ANGLES)
+    if isinstance(mode, tuple):
+        return ("rows", graph.tensors[op.inputs[first + 1]].shape[0] - 1, bool(mode[1]))
+    return bool(mode)
+
+
 def angles_check(op: Op, graph: Graph, first: int) -> str | None:
-    """Why inputs first, first + 1 of a ROPE_ANGLES rotation are not (position, frequencies) (None: they are)."""
-    if not op.opt(ROPE_ANGLES):
+    """Why inputs first, first + 1 of a ROPE_ANGLES rotation are not (position, frequencies), or (position, table
+    rows) (None: they are)."""
+    mode = op.opt(ROPE_ANGLES)
+    if not mode:
         return None
-    position, freq = (graph.tensors[t] for t in op.inputs[first:first + 2])
+    position, second = (graph.tensors[t] for t in op.inputs[first:first + 2])
     if position.data is not None or position.dtype != np.int32 or position.size != 1:
         return "the rotation's position must be a run-time int32 of one element"
-    if freq.data is None or freq.dtype != np.float32 or freq.quantization:
-        return "the rotation's frequencies must be float32 constants"
+    if second.data is None or second.dtype != np.float32 or second.quantization:
+        return "the rotation's frequencies or table rows must be float32 constants"
+    if mode is not True and (not isinstance(mode, tuple) or len(mode) != 2 or mode[0] != "rows"
+                             or len(second.shape) != 2 or second.shape[0] < 2 or second.shape[1] % 2):
+        return f"{ROPE_ANGLES} must be True or ('rows', wrap) with a [rows + 1, 2H] table"
     return None
 
 
 def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[Ix],
                cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], cos: str = "cos_t", sin: str = "sin_t",
-               norm: RowNorm | None = None, angles: bool = False) -> str:
+               norm: RowNorm | None = None, angles: bool | tuple[str, int, bool] = False) -> str:
     """WGSL setting `value[l]` to the rotated element at channel `c` (a u32 in scope) of row `rows` of x (first
-    RMS-normalized over its row with `norm`). With `angles`, `cos` is the position and `sin` the frequencies: cos
-    and sin of f32(position) * frequency, as CAST, MUL, COS and SIN compute them (kernels/elementwise.py)."""
+    RMS-normalized over its row with `norm`). With `angles` True, `cos` is the position and `sin` the frequencies:
+    cos and sin of f32(position) * frequency, as CAST, MUL, COS and SIN compute them (kernels/elementwise.py); with
+    ("rows", R, wrap), `sin` is a [R + 1, 2H] table of cos | sin rows: row position (+ R where negative when wrap), or
+    row R (the fill) out of [0, R), as GATHER_ND and SELECT_V2 read them."""
     half = shape[-1] // 2
     cx = Ix("cx", np.int64(0))
     j = Ix("j", np.int64(0))
@@ -134,7 +152,15 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
                   view_read(norm.offset, None, (width,), [cx]))
         read_a = f"({read_a} * inv * {scale[0]} + {offset[0]})"
         read_b = f"({read_b} * inv * {scale[1]} + {offset[1]})"
-    if angles:
+    if isinstance(angles, tuple):
+        _, count, wrap = angles
+        table = (count + 1, 2 * half)
+        wrapped = f"select(pp, pp + {count}i, pp < 0i)" if wrap else "pp"
+        tables = [f"let pp = i32(f32({cos}[0])); let pq = {wrapped};",
+                  f"let pr = select({count}u, u32(pq), pq >= 0i && pq < {count}i); let jh = j + {half}u;",
+                  f"let cs = {view_read(sin, None, table, [Ix('pr', np.int64(0)), j])};",
+                  f"let sn = {view_read(sin, None, table, [Ix('pr', np.int64(0)), Ix('jh', np.int64(0))])};"]
+    elif angles:
         freq = view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))
         angle = f"turns4(vec4<f32>(f32({cos}[0]) * {freq}))"
         tables = [f"let ang = {angle};", "let cs = cos(ang).x;", "let sn = sin(ang).x;"]
@@ -181,7 +207,7 @@ class RopeKernel:
         row_ix = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], rows)]
         norm = RowNorm("scale_t", "offset_t", epsilon_of(graph, op.inputs[5])) if len(op.inputs) == 6 else None
         lane = rope_lanes("xs", op.opt(VIEW_X), shape, row_ix, *table_shapes(op, graph, 1), norm=norm,
-                          angles=bool(op.opt(ROPE_ANGLES)))
+                          angles=angles_of(op, graph, 1))
         bindings = [Binding("xs", tensor=x_t, element="S1"), _source(graph, cos_t, "cos_t"),
                     _source(graph, sin_t, "sin_t"), Binding("dst", tensor=out, writable=True)]
         if norm is not None:
