@@ -272,7 +272,15 @@ def fold_position_math(graph: Graph) -> Graph:
         if folded is not None:
             graph.ops[i] = folded
             changed = True
-    return _drop_unread(graph) if changed else original
+    if not changed:
+        return original
+    before = len(graph.ops)
+    graph = _drop_unread(graph)
+    folded_into = sorted({op.code for op in graph.ops if op.opt(ROPE_ANGLES) or op.opt(OFFSETS_FROM_POSITION)
+                          is not None or op.opt(MASK_FROM_POSITION)})
+    graph.remarks.append(f"position math: {before - len(graph.ops)} ops computing from the position alone folded "
+                         f"into the {' and '.join(folded_into)} ops reading them")
+    return graph
 
 
 def _groups(op: Op) -> list[tuple[int, bool, bool]]:

@@ -83,6 +83,7 @@ def test_position_math_folds_into_its_readers_with_the_same_values(name: str):
     assert graph.tensors[position_input].name.endswith("input_pos")
     after = fold_position_math(graph)
     assert len(after.ops) < len(graph.ops)
+    assert f"position math: {len(graph.ops) - len(after.ops)} ops" in after.remarks[-1]  # what inspect shows
     old = {op.outputs[0]: op for op in graph.ops if op.code in (KV_CACHE_WRITE, ATTENTION)}
     folded = [op for op in after.ops if op.code in (KV_CACHE_WRITE, ATTENTION)]
     windows: list[tuple | None] = []
