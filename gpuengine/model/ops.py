@@ -43,6 +43,9 @@ K_ADJ = "k_adj"
 SCALE = "scale"
 MASK_SCALE = "mask_scale"  # with a 4th input (an additive mask): logits = scale * QK^T + mask_scale * mask
 KV_GROUP = "kv_group"  # query heads per K/V head (grouped-query attention); absent or 1: K/V batch like Q's
+# True: few queries over many keys in one dispatch (keys split within a workgroup), not flash-decoding's two
+# (passes/choose_attention_split.py, where the latency model predicts one dispatch faster)
+ONE_DISPATCH = "one_dispatch"
 # ATTENTION, LAYER_NORM, RMS_NORM: the model's op codes the pass replaced (named by inspect's labels)
 SOURCE_OPS = "source_ops"
 # ATTENTION and BATCH_MATMUL / FULLY_CONNECTED (passes/fold_matmul_layout.py): ViewSteps from the logical output
@@ -66,6 +69,21 @@ VIEW_UPDATE = "view_update"
 ROPE_TABLES = "rope"  # inputs 3 and 4 are cos and sin: the update is rotated as it is written
 GROUPS = "groups"  # several writes in one dispatch: ((inputs, view, rope[, kind]), ...), one output each
 QUERY = "query"  # a group's kind: a rotated tensor (ROPE) rather than a cache write
+# KV_CACHE_WRITE and ROPE (passes/fold_position_math.py): True: the rotation's cos / sin inputs are the step's
+# position (an int32 of one element) and the inverse frequencies; the kernel computes cos / sin(f32(position) *
+# frequency). ("rows", wrap): position and a [R + 1, 2H] table of cos | sin rows, read at the position (+ R where
+# negative when wrap; row R, the fill, out of [0, R))
+ROPE_ANGLES = "rope_angles"
+# KV_CACHE_WRITE: the offsets input is the position (int32, one element); the offsets are this tuple with the
+# position where it holds None (litert-torch's PACK([0, position, 0, 0])); with GROUPS, one such tuple per group
+# (None for a rotated query's)
+OFFSETS_FROM_POSITION = "offsets_from_position"
+# ATTENTION (passes/fold_position_math.py): inputs 3 and 4 are a mask table [R + 1, N] and the position; the mask is
+# row position of the table (position + R where negative: `wrap`; row R, the out-of-range fill, where outside
+# [0, R)): (logical mask shape, wrap, window); window None, or (below, above, inside, outside, row first): the
+# row's minimum with `inside` at the columns j with position - below < j < position + above, `outside` elsewhere
+# (Gemma 3's sliding window; row first: the row is MINIMUM's first operand)
+MASK_FROM_POSITION = "mask_from_position"
 
 # ELEMENTWISE_TREE and the inputs of conv / reduction ops (passes/fuse_input_expression.py)
 TREE_OPTION = "tree"  # an ELEMENTWISE_TREE op's ExpressionSteps

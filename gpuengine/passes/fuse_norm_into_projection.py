@@ -36,7 +36,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
     readers = graph.consumers()
     producers = {t: k for k, op in enumerate(graph.ops) for t in op.outputs}
     gone: set[int] = set()
-    answers: dict[tuple, tuple[float, float]] = {}  # _shape_key of (fused, norm, FC) -> predicted ns (fused, apart)
+    answers: dict[tuple, tuple[float, float]] = {}  # shape_key of (fused, norm, FC) -> predicted ns (fused, apart)
     for i, op in enumerate(graph.ops):
         if op.code != "FULLY_CONNECTED" or op.opt(NORM) or not op.inputs or op.inputs[0] < 0:
             continue
@@ -55,7 +55,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
             continue
         if device is not None:
             # identical layers ask the same question: build and predict each shape once (building packs weights)
-            key = (_shape_key(fused, graph), _shape_key(norm, graph), _shape_key(op, graph))
+            key = (shape_key(fused, graph), shape_key(norm, graph), shape_key(op, graph))
             if key not in answers:
                 ns = kernel_support.op_ns
                 answers[key] = (ns(fused, graph, device)[0], ns(norm, graph, device)[0] + ns(op, graph, device)[0])
@@ -75,7 +75,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
     return graph
 
 
-def _shape_key(op: Op, graph: Graph) -> tuple:
+def shape_key(op: Op, graph: Graph) -> tuple:
     """What the latency model's prediction for `op` depends on: its code, options and the shape, type and
     quantization layout of every tensor it reads or writes, with tensor indices in its options replaced by the same
     (weights' values and tensor names left out, so the ops of identical layers share one key)."""

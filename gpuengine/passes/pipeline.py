@@ -9,7 +9,10 @@ and ·V into one attention op (after the layout fold, whose views it keeps); rot
 (before the elementwise fusions take its MULs); the copies and scalar MULs in front of the attention's operands (a
 KV cache's transpose and grouped-query broadcast) into its views and scale (K/V heads repeated for grouped-query
 attention by RESHAPE/BROADCAST_TO alone went into its kv_group just before); then a signature's KV cache write in
-place (after those folds: it needs the attention to read the cache through views); a gated MLP's gate and up
+place (after those folds: it needs the attention to read the cache through views); the decode step's position
+math (RoPE angles, the mask row, the cache offsets) into the writes and attentions that read it (after the writes
+exist); flash-decoding or one dispatch for each decode attention, by the latency model (after the folds, so it
+predicts the op as it will run); a gated MLP's gate and up
 projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an
 RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
 SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from ..latency.latency import Device
 from ..model.ir import Graph, Model
 from .attention_kv_group import attention_kv_group
+from .choose_attention_split import choose_attention_split
 from .conv_to_fully_connected import conv_to_fully_connected
 from .dilated_conv import dilated_conv
 from .drop_leading_units import drop_leading_units
@@ -44,6 +48,7 @@ from .fold_attention_operands import fold_attention_operands
 from .fold_constants import fold_constants
 from .fold_gather_dequantize import fold_gather_dequantize
 from .fold_matmul_layout import fold_matmul_layout
+from .fold_position_math import fold_position_math
 from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
@@ -67,7 +72,7 @@ REQUIRED: list[Callable[[Graph], Graph]] = [fold_constants, drop_leading_units]
 OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize, fuse_normalization,
                                             fold_matmul_layout, fuse_attention,
                                             attention_kv_group, fuse_rope, fold_attention_operands,
-                                            kv_cache_in_place,
+                                            kv_cache_in_place, fold_position_math, choose_attention_split,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,
@@ -77,7 +82,7 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
 
 # Given the latency model's description of the device the plan is for: fusions that trade a dispatch for
 # recomputation, decided by predicted time.
-WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection}
+WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split}
 
 # Always applied first, given the model: passes that read the subgraphs other ops reference.
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]

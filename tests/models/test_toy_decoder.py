@@ -167,14 +167,17 @@ def test_greedy_decode_with_cache_on_gpu_matches_litert():
 
 def test_signatures_share_weight_buffers():
     """prefill and decode read the same weights: each is uploaded once per device (runtime/program.py
-    shared_constant), both programs bind the same buffers."""
+    shared_constant), both programs bind the same buffers. What one signature binds alone are small position tables:
+    decode's mask and cos | sin rows read by the position (passes/fold_position_math.py), prefill's own tables."""
     from gpuengine import Interpreter
 
     interpreter = Interpreter(model_path=str(MODEL))
     prefill, decode = (interpreter.get_signature_runner(k).compiled.gpu_programs[0] for k in ("prefill", "decode"))
     weights = [{id(b): b for b in p._held.values() if b.size >= 1024} for p in (prefill, decode)]  # noqa: SLF001
-    assert weights[0] and set(weights[0]) == set(weights[1])
-    assert sum(b.size for b in weights[1].values()) > 0.8 * MODEL.stat().st_size  # the weights, not a few tables
+    shared = set(weights[0]) & set(weights[1])
+    assert sum(weights[1][k].size for k in shared) > 0.8 * MODEL.stat().st_size  # the weights, not a few tables
+    alone = sorted(b.size for w in weights for k, b in w.items() if k not in shared)
+    assert sum(alone) < 0.1 * MODEL.stat().st_size, alone
 
 
 def test_bench_signature_reports_decode_steps(capsys):

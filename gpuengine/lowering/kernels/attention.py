@@ -27,7 +27,17 @@ import math
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import ATTENTION, K_ADJ, KV_GROUP, MASK_SCALE, OUT_VIEW, SCALE, SOURCE_OPS
+from ...model.ops import (
+    ATTENTION,
+    K_ADJ,
+    KV_GROUP,
+    MASK_FROM_POSITION,
+    MASK_SCALE,
+    ONE_DISPATCH,
+    OUT_VIEW,
+    SCALE,
+    SOURCE_OPS,
+)
 from ...model.ops import ATTENTION_VIEWS as VIEWS
 from .. import codegen
 from ..codegen import literal
@@ -40,7 +50,7 @@ from .reduce import FLT_MAX
 
 MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays of vec4)
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
-MIN_CHUNK = 32  # keys per flash-decoding chunk at least
+MIN_CHUNK = 8  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
 
 
@@ -61,14 +71,70 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
+def flash_decoding(m: int, n: int) -> bool:
+    """Whether m queries per head over n keys are split across workgroups (two dispatches) unless ONE_DISPATCH."""
+    return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
+
+
+def _mask_rows_check(op: Op, graph: Graph) -> str | None:
+    """Why inputs 3 and 4 are not a MASK_FROM_POSITION table [R + 1, N] and position (None: they are)."""
+    shape, wrap, window = op.opt(MASK_FROM_POSITION)
+    if window is not None and (len(window) != 5 or not all(isinstance(v, int) for v in window[:2])
+                               or not all(isinstance(v, float) for v in window[2:4])):
+        return "a mask window is (below, above, inside, outside, row first)"
+    table, position = graph.tensors[op.inputs[3]], graph.tensors[op.inputs[4]]
+    if not isinstance(wrap, bool) or not shape or any(d != 1 for d in shape[:-1]):
+        return "a mask from the position is one row of the scores' width"
+    if table.data is None or table.dtype != np.float32 or len(table.shape) != 2 or table.shape[0] < 2 \
+            or table.shape[1] != shape[-1]:
+        return f"mask rows {table.shape} are not [rows + 1, {shape[-1]}] float32 constants"
+    if position.data is not None or position.dtype != np.int32 or position.size != 1:
+        return "the mask's position must be a run-time int32 of one element"
+    return None
+
+
+def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
+    """`am_at(i0, i1, row, sl)` of a MASK_FROM_POSITION mask: slice sl of table row p (the position, plus R where
+    negative when `wrap`), or of row R (the fill) where p is outside [0, R): GATHER_ND's row, SELECT_V2's fill; then
+    its minimum with the window's value where there is a window. The window's values follow the rows in the table's
+    binding (they may be infinite, which WGSL cannot spell)."""
+    _shape, wrap, window = op.opt(MASK_FROM_POSITION)
+    table = np.asarray(graph.tensors[op.inputs[3]].data, np.float32)
+    rows, width = table.shape[0] - 1, table.shape[1]
+    s = slices(width)
+    padded = np.zeros((rows + 2, s * 4), np.float32)  # the rows, then the window's values (may be infinite)
+    padded[:rows + 1, :width] = table
+    wrapped = f"select(p, p + {rows}i, p < 0i)" if wrap else "p"
+    windowed = ""
+    if window is not None:  # the minimum with the window, as the MINIMUM kernel takes it (operands in its order)
+        below, above, inside, outside, row_first = window
+        padded[rows + 1, :2] = inside, outside
+        value = f"select(w.y, w.x, j > p - {below}i && j < p + {above}i)"
+        pair = f"v[l], {value}" if row_first else f"{value}, v[l]"
+        windowed = (f"  let w = am_rows[{(rows + 1) * s}u];\n"
+                    f"  for (var l = 0u; l < 4u; l++) {{ let j = i32(sl * 4u + l); v[l] = min({pair}); }}\n")
+    fn = (f"fn am_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n"
+          f"  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
+          f"  let r = select({rows}u, u32(q), q >= 0i && q < {rows}i);\n"
+          f"  var v = am_rows[r * {s}u + sl];\n{windowed}  return v;\n}}\n")
+    bindings = [Binding("am_rows", data=padded.reshape(-1, 4), element="vec4<f32>"),
+                Binding("am_pos", tensor=op.inputs[4], element="S1")]
+    return fn, bindings
+
+
 class AttentionKernel:
     ops = (ATTENTION,)
     internal_ops = (ATTENTION,)  # made by a pass, never read from a model
 
     def supports(self, op: Op, graph: Graph) -> str | None:
-        if len(op.inputs) not in (3, 4) or len(op.outputs) != 1:
-            return f"{ATTENTION} expects q, k, v[, mask] and 1 output"
-        reason = float_tensors(op, graph)
+        from_position = op.opt(MASK_FROM_POSITION)
+        if len(op.inputs) not in ((5,) if from_position else (3, 4)) or len(op.outputs) != 1:
+            return f"{ATTENTION} expects q, k, v[, mask | mask rows, position] and 1 output"
+        if from_position:
+            reason = _mask_rows_check(op, graph)
+            if reason:
+                return reason
+        reason = float_tensors(op, graph, inputs=[0, 1, 2, 3])
         if reason:
             return reason
         for key in (*VIEWS, OUT_VIEW):
@@ -103,8 +169,8 @@ class AttentionKernel:
         scale = op.opt(SCALE)
         if not isinstance(scale, float) or not np.isfinite(scale):
             return "scale must be a finite float"
-        if len(op.inputs) == 4:
-            mask = tuple(graph.tensors[op.inputs[3]].shape)
+        if len(op.inputs) >= 4:
+            mask = tuple(from_position[0]) if from_position else tuple(graph.tensors[op.inputs[3]].shape)
             mask_scale = op.opt(MASK_SCALE)
             if not isinstance(mask_scale, float) or not np.isfinite(mask_scale):
                 return "mask_scale must be a finite float"
@@ -148,14 +214,18 @@ class AttentionKernel:
         readers = fq + fk + fv
         mask_bindings = []
         mask_value = "0.0"
-        if len(op.inputs) == 4:
-            mshape = tuple(graph.tensors[op.inputs[3]].shape)
-            fm, bm, _, _ = operand_reader(graph, op.inputs[3], False, "am", None)
+        if len(op.inputs) >= 4:
+            if op.opt(MASK_FROM_POSITION):
+                mshape = tuple(op.opt(MASK_FROM_POSITION)[0])
+                fm, mask_bindings = _mask_rows_reader(op, graph)
+            else:
+                mshape = tuple(graph.tensors[op.inputs[3]].shape)
+                fm, bm, _, _ = operand_reader(graph, op.inputs[3], False, "am", None)
+                mask_bindings = [bm]
             row = "m" if len(mshape) >= 2 and mshape[-2] > 1 else "0u"
             sl, ln = ("n / 4u", "n % 4u") if mshape[-1] > 1 else ("0u", "0u")
             mask_value = f"am_at(i0, i1, {row}, {sl})[{ln}] * {literal(float(op.opt(MASK_SCALE)))}"
             readers += fm
-            mask_bindings = [bm]
         oc_ = to_bhwc(tuple(graph.tensors[out].shape))[3]
         locate = output_locator(graph, out, oshape, op.opt(OUT_VIEW), "\n  ")
         rows = b0 * b1 * m
@@ -176,7 +246,7 @@ class AttentionKernel:
         if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
             unit = b1 * m
         units = rows // unit
-        if m <= DECODE_ROWS and n >= 2 * MIN_CHUNK:
+        if flash_decoding(m, n) and not op.opt(ONE_DISPATCH):
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
                                         macs, [readers, mask_value], out)
         dst = Binding("dst", tensor=out, writable=True)

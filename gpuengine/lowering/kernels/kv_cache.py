@@ -23,7 +23,16 @@ import dataclasses
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import GROUPS, KV_CACHE_WRITE, QUERY, ROPE, ROPE_TABLES, VIEW_UPDATE, VIEW_X
+from ...model.ops import (
+    GROUPS,
+    KV_CACHE_WRITE,
+    OFFSETS_FROM_POSITION,
+    QUERY,
+    ROPE,
+    ROPE_TABLES,
+    VIEW_UPDATE,
+    VIEW_X,
+)
 from .. import codegen
 from ..layout import slices, to_bhwc
 from . import layout_view
@@ -32,7 +41,18 @@ from .common import float_tensors
 from .dynamic_index import _index, _source
 from .index_map import Ix
 from .rope import KERNEL as ROPE_KERNEL
-from .rope import RowNorm, epsilon_of, norm_check, rope_check, rope_lanes, view_read
+from .rope import (
+    RowNorm,
+    angles_check,
+    angles_of,
+    epsilon_of,
+    norm_check,
+    rope_check,
+    rope_lanes,
+    table_shapes,
+    view_read,
+)
+from .wgsl_math import helpers_for
 
 
 def writes(op: Op) -> list[Op]:
@@ -42,8 +62,10 @@ def writes(op: Op) -> list[Op]:
         return [op]
     result, first = [], 0
     for g, (count, steps, rope, *kind) in enumerate(groups):
-        fields = {k: v for k, v in op.options.fields.items() if k != GROUPS}
+        fields = {k: v for k, v in op.options.fields.items() if k not in (GROUPS, OFFSETS_FROM_POSITION)}
         own = {VIEW_X: steps} if kind == [QUERY] else {VIEW_UPDATE: steps, ROPE_TABLES: rope}
+        if op.opt(OFFSETS_FROM_POSITION) is not None and kind != [QUERY]:  # one tuple per group
+            own[OFFSETS_FROM_POSITION] = op.opt(OFFSETS_FROM_POSITION)[g]
         single = dataclasses.replace(op, code=ROPE if kind == [QUERY] else op.code,
                                      inputs=op.inputs[first:first + count], outputs=[op.outputs[g]],
                                      options=dataclasses.replace(op.options, fields={**fields, **own}))
@@ -66,6 +88,9 @@ class KvCacheKernel:
         if groups:
             if sum(g[0] for g in groups) != len(op.inputs) or len(groups) != len(op.outputs) or len(groups) > 3:
                 return f"{KV_CACHE_WRITE} groups do not match its inputs and outputs (at most 3)"
+            offsets = op.opt(OFFSETS_FROM_POSITION)
+            if offsets is not None and (not isinstance(offsets, tuple) or len(offsets) != len(groups)):
+                return f"{OFFSETS_FROM_POSITION} must hold one entry per group"
             for single in writes(op):
                 reason = (ROPE_KERNEL if single.code == ROPE else self).supports(single, graph)
                 if reason:
@@ -86,7 +111,12 @@ class KvCacheKernel:
         if steps and layout_view.check(tuple(steps)):
             return layout_view.check(tuple(steps))
         u_shape = logical_update(op, graph)
-        if start.dtype != np.int32 or start.shape != (len(cache.shape),):
+        from_position = op.opt(OFFSETS_FROM_POSITION)
+        if from_position is not None:
+            if start.dtype != np.int32 or start.size != 1 or start.data is not None \
+                    or len(from_position) != len(cache.shape) or None not in from_position:
+                return f"offsets from the position: an int32 of one element and {len(cache.shape)} offsets"
+        elif start.dtype != np.int32 or start.shape != (len(cache.shape),):
             return f"offsets must be int32 of shape ({len(cache.shape)},)"
         if out.shape != cache.shape or len(u_shape) != len(cache.shape) or not 1 <= len(cache.shape) <= 4:
             return f"update {u_shape} does not fit cache {cache.shape}"
@@ -97,7 +127,9 @@ class KvCacheKernel:
         if rope:
             if u_shape[-1] != cache.shape[-1]:
                 return "a rotated update must hold whole rows of the cache"
-            tables = [tuple(graph.tensors[t].shape) for t in op.inputs[3:5]]
+            if angles_check(op, graph, 3):
+                return angles_check(op, graph, 3)
+            tables = list(table_shapes(op, graph, 3))
             if any(d != 1 for table in tables for d in table[:-1]):
                 return "rotation tables must be the same for every row (a decode step's)"
             if len(op.inputs) == 8 and norm_check(graph, op.inputs[5:], u_shape[-1]):
@@ -134,7 +166,8 @@ class KvCacheKernel:
                                                 graph.tensors[single.inputs[0]].size)))
         bindings += outs
         total = max(totals)
-        params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks))}
+        params = {"TOTAL": total, "WRITES": Code("\n  ".join(blocks)),
+                  "HELPERS": Code("\n".join(helpers_for(*blocks)))}
         return [KernelSpec("kv_cache", params, bindings, grid=(total, 1, 1), workgroup=(min(64, total), 1, 1),
                            label=" + ".join(labels) + " (in place)")]
 
@@ -151,8 +184,8 @@ class KvCacheKernel:
         x, cos, sin = bind(x_t, "upd", "S1"), bind(cos_t, "tab"), bind(sin_t, "tab")
         names = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
         rows = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], names)]
-        lane = rope_lanes(x, steps, shape, rows, tuple(graph.tensors[cos_t].shape),
-                          tuple(graph.tensors[sin_t].shape), cos=cos, sin=sin, norm=norm)
+        lane = rope_lanes(x, steps, shape, rows, *table_shapes(op, graph, 1), cos=cos, sin=sin, norm=norm,
+                          angles=angles_of(op, graph, 1))
         lines = [f"let ox = i % {w}u;", f"let oy = (i / {w}u) % {h}u;", f"let os = (i / {w * h}u) % {s}u;",
                  f"let ob = i / {w * h * s}u;",
                  codegen.fill("lanes_guarded.wgsl", {"INIT": Code("vec4<f32>(0.0)"), "LANE": Code(lane), "C": c},
@@ -182,8 +215,12 @@ class KvCacheKernel:
             rest = f"({rest} / {u_shape[j]}u)"
         coords = [Ix.const(0) if d == 1 else Ix(f"u{j}", np.int64(0)) for j, d in enumerate(u_shape[:axes])]
         steps = op.opt(VIEW_UPDATE)
-        lines += [_index(start, s_shape, [Ix.const(j)], d - u + 1, f"s{j}")
-                  for j, (d, u) in enumerate(zip(shape[:axes], u_shape[:axes]))]
+        from_position = op.opt(OFFSETS_FROM_POSITION)
+        for j, (d, u) in enumerate(zip(shape[:axes], u_shape[:axes])):
+            if from_position is None or from_position[j] is None:  # clamped so the update fits, as DUS does
+                lines.append(_index(start, s_shape, [Ix.const(0 if from_position else j)], d - u + 1, f"s{j}"))
+            else:
+                lines.append(f"let s{j} = {min(max(int(from_position[j]), 0), d - u)}u;")
         linear = "0u"
         for j, d in enumerate(shape[:axes]):
             linear = f"(({linear}) * {d}u + s{j} + u{j})"
@@ -196,8 +233,8 @@ class KvCacheKernel:
             cos, sin = bind(op.inputs[3], "tab"), bind(op.inputs[4], "tab")
             norm = (RowNorm(bind(op.inputs[5], "tab"), bind(op.inputs[6], "tab"), epsilon_of(graph, op.inputs[7]))
                     if len(op.inputs) == 8 else None)
-            lane = rope_lanes(upd, steps, u_shape, coords, *(tuple(graph.tensors[t].shape) for t in op.inputs[3:5]),
-                              cos=cos, sin=sin, norm=norm)
+            lane = rope_lanes(upd, steps, u_shape, coords, *table_shapes(op, graph, 3), cos=cos, sin=sin, norm=norm,
+                              angles=angles_of(op, graph, 3))
             label += " (RMS_NORM of the update)" if norm else ""
         else:
             lane = f"value[l] = {view_read(upd, steps, u_shape, [*coords, Ix('c', np.int64(0))])};"

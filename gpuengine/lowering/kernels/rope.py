@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import ROPE, VIEW_X
+from ...model.ops import ROPE, ROPE_ANGLES, VIEW_X
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from . import layout_view
@@ -25,6 +25,7 @@ from .base import Binding, Code, KernelSpec, Lowering
 from .common import float_tensors
 from .dynamic_index import _source
 from .index_map import Ix, storage_index
+from .wgsl_math import helpers_for
 
 
 def logical_x(op: Op, graph: Graph) -> tuple[int, ...]:
@@ -89,11 +90,51 @@ def epsilon_of(graph: Graph, t: int) -> float:
     return float(np.asarray(graph.tensors[t].data, np.float32).reshape(-1)[0])
 
 
+def table_shapes(op: Op, graph: Graph, first: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of the cos / sin tables of a rotation whose tables are inputs first, first + 1: with ROPE_ANGLES
+    (passes/fold_position_math.py) the inputs are the position and the frequencies, the tables the frequencies'
+    (or, for table rows by the position, a row [1, H] of the [R + 1, 2H] cos | sin table)."""
+    if op.opt(ROPE_ANGLES):
+        second = tuple(graph.tensors[op.inputs[first + 1]].shape)
+        row = second if op.opt(ROPE_ANGLES) is True else (1, second[-1] // 2)
+        return row, row
+    return tuple(graph.tensors[op.inputs[first]].shape), tuple(graph.tensors[op.inputs[first + 1]].shape)
+
+
+def angles_of(op: Op, graph: Graph, first: int) -> bool | tuple[str, int, bool]:
+    """rope_lanes' `angles` for a rotation whose tables are inputs first, first + 1: False (tables), True
+    (position, frequencies) or ("rows", R, wrap) (position, the [R + 1, 2H] cos | sin table)."""
+    mode = op.opt(ROPE_ANGLES)
+    if isinstance(mode, tuple):
+        return ("rows", graph.tensors[op.inputs[first + 1]].shape[0] - 1, bool(mode[1]))
+    return bool(mode)
+
+
+def angles_check(op: Op, graph: Graph, first: int) -> str | None:
+    """Why inputs first, first + 1 of a ROPE_ANGLES rotation are not (position, frequencies), or (position, table
+    rows) (None: they are)."""
+    mode = op.opt(ROPE_ANGLES)
+    if not mode:
+        return None
+    position, second = (graph.tensors[t] for t in op.inputs[first:first + 2])
+    if position.data is not None or position.dtype != np.int32 or position.size != 1:
+        return "the rotation's position must be a run-time int32 of one element"
+    if second.data is None or second.dtype != np.float32 or second.quantization:
+        return "the rotation's frequencies or table rows must be float32 constants"
+    if mode is not True and (not isinstance(mode, tuple) or len(mode) != 2 or mode[0] != "rows"
+                             or len(second.shape) != 2 or second.shape[0] < 2 or second.shape[1] % 2):
+        return f"{ROPE_ANGLES} must be True or ('rows', wrap) with a [rows + 1, 2H] table"
+    return None
+
+
 def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[Ix],
                cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], cos: str = "cos_t", sin: str = "sin_t",
-               norm: RowNorm | None = None) -> str:
+               norm: RowNorm | None = None, angles: bool | tuple[str, int, bool] = False) -> str:
     """WGSL setting `value[l]` to the rotated element at channel `c` (a u32 in scope) of row `rows` of x (first
-    RMS-normalized over its row with `norm`)."""
+    RMS-normalized over its row with `norm`). With `angles` True, `cos` is the position and `sin` the frequencies:
+    cos and sin of f32(position) * frequency, as CAST, MUL, COS and SIN compute them (kernels/elementwise.py); with
+    ("rows", R, wrap), `sin` is a [R + 1, 2H] table of cos | sin rows: row position (+ R where negative when wrap), or
+    row R (the fill) out of [0, R), as GATHER_ND and SELECT_V2 read them."""
     half = shape[-1] // 2
     cx = Ix("cx", np.int64(0))
     j = Ix("j", np.int64(0))
@@ -111,13 +152,27 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
                   view_read(norm.offset, None, (width,), [cx]))
         read_a = f"({read_a} * inv * {scale[0]} + {offset[0]})"
         read_b = f"({read_b} * inv * {scale[1]} + {offset[1]})"
+    if isinstance(angles, tuple):
+        _, count, wrap = angles
+        table = (count + 1, 2 * half)
+        wrapped = f"select(pp, pp + {count}i, pp < 0i)" if wrap else "pp"
+        tables = [f"let pp = i32(f32({cos}[0])); let pq = {wrapped};",
+                  f"let pr = select({count}u, u32(pq), pq >= 0i && pq < {count}i); let jh = j + {half}u;",
+                  f"let cs = {view_read(sin, None, table, [Ix('pr', np.int64(0)), j])};",
+                  f"let sn = {view_read(sin, None, table, [Ix('pr', np.int64(0)), Ix('jh', np.int64(0))])};"]
+    elif angles:
+        freq = view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))
+        angle = f"turns4(vec4<f32>(f32({cos}[0]) * {freq}))"
+        tables = [f"let ang = {angle};", "let cs = cos(ang).x;", "let sn = sin(ang).x;"]
+    else:
+        tables = [f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
+                  f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};"]
     return " ".join([
         *prologue,
         f"let j = c % {half}u; let lo = c < {half}u;",
         f"let xa = {read_a};",
         f"let cx = select(c - {half}u, c + {half}u, lo); let xb = {read_b};",
-        f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
-        f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};",
+        *tables,
         "value[l] = select(xa * cs + xb * sn, xa * cs - xb * sn, lo);"])
 
 
@@ -128,7 +183,7 @@ class RopeKernel:
     def supports(self, op: Op, graph: Graph) -> str | None:
         if len(op.inputs) not in (3, 6) or len(op.outputs) != 1 or min(op.inputs) < 0:
             return f"{ROPE} expects x, cos, sin[, scale, offset, epsilon] and 1 output"
-        reason = float_tensors(op, graph)
+        reason = float_tensors(op, graph, integers=bool(op.opt(ROPE_ANGLES)))
         if reason:
             return reason
         steps = op.opt(VIEW_X)
@@ -141,7 +196,7 @@ class RopeKernel:
             return f"output {graph.tensors[op.outputs[0]].shape} is not x's shape {x}"
         if len(op.inputs) == 6 and norm_check(graph, op.inputs[3:], x[-1]):
             return norm_check(graph, op.inputs[3:], x[-1])
-        return rope_check(x, *(tuple(graph.tensors[t].shape) for t in op.inputs[1:3]))
+        return angles_check(op, graph, 1) or rope_check(x, *table_shapes(op, graph, 1))
 
     def build(self, op: Op, graph: Graph) -> Lowering:
         x_t, cos_t, sin_t = op.inputs[:3]
@@ -151,14 +206,16 @@ class RopeKernel:
         rows = {1: [], 2: ["ob"], 3: ["ob", "ox"], 4: ["ob", "oy", "ox"]}[len(shape)]
         row_ix = [Ix.const(0) if d == 1 else Ix(n, np.int64(0)) for d, n in zip(shape[:-1], rows)]
         norm = RowNorm("scale_t", "offset_t", epsilon_of(graph, op.inputs[5])) if len(op.inputs) == 6 else None
-        lane = rope_lanes("xs", op.opt(VIEW_X), shape, row_ix, tuple(graph.tensors[cos_t].shape),
-                          tuple(graph.tensors[sin_t].shape), norm=norm)
+        lane = rope_lanes("xs", op.opt(VIEW_X), shape, row_ix, *table_shapes(op, graph, 1), norm=norm,
+                          angles=angles_of(op, graph, 1))
         bindings = [Binding("xs", tensor=x_t, element="S1"), _source(graph, cos_t, "cos_t"),
                     _source(graph, sin_t, "sin_t"), Binding("dst", tensor=out, writable=True)]
         if norm is not None:
             bindings[3:3] = [_source(graph, op.inputs[3], "scale_t"), _source(graph, op.inputs[4], "offset_t")]
         view = (" (view x)" if op.opt(VIEW_X) else "") + (" (RMS_NORM of x)" if norm else "")
-        return [KernelSpec("rope", {"S": slices(c), "H": h, "W": w, "C": c, "LANE": Code(lane)}, bindings,
+        helpers = Code("\n".join(helpers_for(lane)))
+        return [KernelSpec("rope", {"S": slices(c), "H": h, "W": w, "C": c, "LANE": Code(lane), "HELPERS": helpers},
+                           bindings,
                            grid=(w, h, b * slices(c)), out_channels=c, label=f"{ROPE} {shape}{view}")]
 
 
