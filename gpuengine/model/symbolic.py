@@ -113,12 +113,13 @@ class SymbolicShapes:
         return "[" + ", ".join(str(d) for d in self.shape(t)) + "]"
 
     def to_json(self) -> dict[str, object]:
+        symbolic = set(self.symbolic_ops())
         return {
             "symbols": {s: self.symbols[s] for s in self.free},
             "bindings": {s: str(v) for s, v in self.bindings.items()},
             "rounds": self.rounds,
             "conflicts": list(self.conflicts),
-            "ops": [{"index": pos, "code": op.code, **self.ops[pos].to_json(),
+            "ops": [{"index": pos, "code": op.code, **self.ops[pos].to_json(), "symbolic": pos in symbolic,
                      "outputs": [self.describe_shape(t) for t in op.outputs]}
                     for pos, op in enumerate(self.graph.ops)],
             "tensors": {self.graph.tensors[t].name: self.describe_shape(t) for t in self.symbolic_tensors()},

@@ -171,3 +171,19 @@ def test_inspect_resize_reports_the_plan_at_that_shape(tmp_path: Path, capsys: p
     assert report["shape_cache"] == {"hits": 0, "misses": 2, "entries": 2}
     assert [p["device"] for p in report["partitions"]] == ["gpu"]
 
+
+
+def test_inspect_shows_the_symbolic_shapes_and_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RDP's section of `inspect`: the input's symbols, each op's class, the split points (model/symbolic.py)."""
+    from gpuengine.tools.cli import main
+
+    path = tmp_path / "fcn.tflite"
+    path.write_bytes(fcn_model())
+    assert main(["inspect", str(path), "--json"]) == 0
+    rdp = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["symbolic"]
+    assert list(rdp["symbols"]) == ["x[1]", "x[2]"] and not rdp["conflicts"]
+    assert rdp["ops"][0]["outputs"] == ["[1, ceil(x[1]/2), ceil(x[2]/2), 8]"] and rdp["ops"][0]["class"] == 2
+    assert rdp["ops"][4]["code"] == "RESIZE_BILINEAR" and rdp["ops"][4]["class"] == 3 and not rdp["ops"][4]["split"]
+    assert main(["inspect", str(path), "--symbolic"]) == 0
+    text = capsys.readouterr().out
+    assert "symbols x[1], x[2]" in text and "op    5 CONV_2D                class 2: [1, x[1], x[2], 2]" in text
