@@ -187,3 +187,30 @@ def test_inspect_shows_the_symbolic_shapes_and_classes(tmp_path: Path, capsys: p
     assert main(["inspect", str(path), "--symbolic"]) == 0
     text = capsys.readouterr().out
     assert "symbols x[1], x[2]" in text and "op    5 CONV_2D                class 2: [1, x[1], x[2], 2]" in text
+
+
+def test_new_input_sizes_compile_no_shader_and_match_litert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RDP leaves the FCN's height and width symbolic: its kernels read the size-dependent numbers from a small
+    buffer (lowering/parametric.py), so five new sizes after the first compile no shader and equal LiteRT."""
+    from wgpu.backends.wgpu_native import GPUDevice
+
+    compiles = []
+    for name in ("create_shader_module", "create_compute_pipeline"):
+        original = getattr(GPUDevice, name)
+
+        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            compiles.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(GPUDevice, name, counted)
+    data = fcn_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    ours.allocate_tensors()
+    first = len(compiles)  # 0 when an earlier test compiled these kernels on the shared device already
+    assert ours.compiled.gpu_programs[0].parametric_dispatches >= 7  # the parametric versions, made or found
+    for k, shape in enumerate([(1, 12, 10, 3), (1, 16, 16, 3), (1, 7, 21, 3), (1, 30, 9, 3), (1, 24, 32, 3)]):
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        _compare(ours, theirs, seed=k)
+        assert ours.compiled.gpu_programs[0].parametric_dispatches >= 7
+    assert len(compiles) == first, compiles[first:]
