@@ -64,7 +64,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
                       "ops": [code for i in d.spec.ops for code in model_ops(graph.ops[i])],
                       "workgroup": list(d.spec.workgroup), "grid": list(d.groups),
-                      "invocations": p.launched(k), "macs": p.macs(k),
+                      "invocations": p.launched(k), "macs": p.macs(k), "parametric": p.parametric(k),
                       "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}
                      for p in compiled.gpu_programs for k, d in enumerate(p.dispatches)]
     weights = {key: size for p in compiled.gpu_programs for key, size in p.constant_buffers().items()}
@@ -129,6 +129,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items())
           + f"; constants (weights) {report['weight_bytes'] / 2**20:.2f} MiB")
     print_symbolic(report["symbolic"], args.symbolic)
+    if report["symbolic"]["symbols"]:
+        baked = [d for d in report["dispatch_list"] if not d["parametric"]]
+        print(f"parametric dispatches (sizes read from a buffer, compiled once for every size): "
+              f"{len(report['dispatch_list']) - len(baked)} of {len(report['dispatch_list'])}; baked (a text the sizes "
+              f"do not change, or one compiled again where they do): "
+              f"{', '.join(sorted({d['kernel'] for d in baked})) or 'none'}")
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
@@ -147,7 +153,7 @@ def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:
     symbolic = [o for o in ops if o["symbolic"]]
     splits = [o for o in ops if o["split"]]
     print(f"symbolic shapes (RDP, {rdp['rounds']} rounds): symbols {', '.join(rdp['symbols']) or 'none'}; ops by "
-          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size re-plans and recompiles them); "
+          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size re-plans them); "
           f"{len(splits)} split points")
     for name, value in rdp["bindings"].items():
         print(f"  {name} = {value} (found by propagation)")

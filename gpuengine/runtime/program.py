@@ -258,6 +258,11 @@ class GpuProgram:
         self._record = self._recorder()
         self._drop_recorded()
 
+    def parametric(self, index: int) -> bool:
+        """Whether dispatch `index` runs a parametric pipeline (lowering/parametric.py): a new size whose text
+        matches compiles nothing for it."""
+        return index in self._dims
+
     def launched(self, index: int) -> int:
         """Invocations dispatch `index` launches (whole workgroups)."""
         return launched(self.dispatches[index].spec)

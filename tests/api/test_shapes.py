@@ -187,6 +187,7 @@ def test_inspect_shows_the_symbolic_shapes_and_classes(tmp_path: Path, capsys: p
     assert main(["inspect", str(path), "--symbolic"]) == 0
     text = capsys.readouterr().out
     assert "symbols x[1], x[2]" in text and "op    5 CONV_2D                class 2: [1, x[1], x[2], 2]" in text
+    assert "parametric dispatches (sizes read from a buffer, compiled once for every size): 8 of 9" in text
 
 
 @pytest.mark.parametrize("model,shapes", [
