@@ -150,6 +150,9 @@ class CompiledGraph:
         self.precision = self.gpu.precision(options.precision) if self.gpu is not None else options.precision
         if tuned is None and self.gpu is not None:
             tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
+        # inputs with -1 sizes: its dispatches may run the device's parametric kernels (lowering/parametric.py)
+        self.symbolic_inputs = any(any(d < 0 for d in source.tensors[t].shape_signature or ())
+                                   for t in source.inputs) if (source := model.main if model else None) else False
         self.parametric_kernels = 0
         if probes and self.gpu is not None:
             self.parametric_kernels = seed_parametric(self.plan, probes, self.gpu, options, tuned, self.target,
@@ -158,7 +161,8 @@ class CompiledGraph:
         for part in self.plan.partitions:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
-                                                options, tuned, self.target, self.precision))
+                                                options, tuned, self.target, self.precision,
+                                                parametric=self.symbolic_inputs))
             elif part.device == "control":
                 control = self.plan.control[part.ops[0]]
                 compiled = {role: CompiledGraph(control.graphs[role], options, num_threads, gpu=self.gpu, tuned=tuned,

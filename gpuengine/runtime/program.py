@@ -174,9 +174,10 @@ class GpuProgram:
 
     def __init__(self, graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], gpu: GpuDevice,
                  options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None,
-                 precision: str | None = None, allocate: bool = True) -> None:
+                 precision: str | None = None, allocate: bool = True, parametric: bool = False) -> None:
         """allocate=False: the dispatches' specs and WGSL only (`sources`), no GPU object made (the probe that
-        finds a kernel's size-dependent numbers, lowering/parametric.py)."""
+        finds a kernel's size-dependent numbers, lowering/parametric.py); parametric: run the device's parametric
+        kernels where a dispatch matches one (a graph with symbolic input sizes)."""
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
         self.precision = precision or gpu.precision(options.precision)
@@ -199,6 +200,7 @@ class GpuProgram:
                                      min_saving=weight_bytes // 100)
         self._mark_shared(specs)
         self.parametric_dispatches = 0  # dispatches running a parametric pipeline (no compile for their size)
+        self.use_parametric = parametric
         if not allocate:
             self.sources = [(spec, codegen.render(spec, self.precision)) for spec in specs]
             return
@@ -444,7 +446,7 @@ class GpuProgram:
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is not None:
             return spec, source, pipeline, None
-        versions = self.gpu.parametric.get(spec.shader, [])
+        versions = self.gpu.parametric.get(spec.shader, []) if self.use_parametric else []
         baked = spec
         for kernel in list(versions):
             spec = self._as_version(baked, kernel)
@@ -462,8 +464,9 @@ class GpuProgram:
                     continue
             self.parametric_dispatches += 1
             return spec, source, kernel.pipeline, values
-        spec = baked
-        source = codegen.render(spec, self.precision)
+        if spec is not baked:
+            spec = baked
+            source = codegen.render(spec, self.precision)
         pipeline = self.gpu.pipelines.get(source) or self._pipeline(source, spec)
         self.gpu.pipelines[source] = pipeline
         return spec, source, pipeline, None
