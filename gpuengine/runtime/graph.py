@@ -72,38 +72,48 @@ def seed_parametric(plan: Plan, probes: list[Plan], gpu: GpuDevice, options: Eng
                     others.append(got)
         for d, (spec, text) in enumerate(first.sources):
             versions = gpu.parametric.setdefault(spec.shader, [])
-            if not others or any(v.values(text) is not None for v in versions):
-                continue
-            for unbake in (False, True):
-                if unbake and unbaked(spec) is None:
+            # a version per decomposition the policy picked at these sizes (SoD²'s shape classes: skinny, regular
+            # and fat sizes may want different tiles), each compiled now so a later size compiles nothing
+            picked = [spec.decomposition] + [o.sources[d][0].decomposition for o in others
+                                             if o.sources[d][0].shader == spec.shader]
+            for decomposition in list(dict.fromkeys(picked)) if others else []:
+                if any(v.decomposition == decomposition and v.values(text) is not None for v in versions):
                     continue
-                kernel = _hoisted(first, spec, [(o, o.sources[d][0]) for o in others], precision, limit, unbake)
-                if kernel is not None:
-                    versions.append(kernel)
-                    made += 1
-                    break
+                for unbake in (False, True):
+                    if unbake and unbaked(spec) is None:
+                        continue
+                    made_kernel = _hoisted(first, spec, [(o, o.sources[d][0]) for o in others], precision, limit,
+                                           unbake, decomposition)
+                    if made_kernel is not None:
+                        kernel, version = made_kernel
+                        if first.compile_parametric(kernel, version):
+                            versions.append(kernel)
+                            made += 1
+                        break
     return made
 
 
 def _hoisted(first: GpuProgram, spec: Any, others: list[tuple[GpuProgram, Any]], precision: str, limit: int,
-             unbake: bool) -> Any:
-    """The parametric kernel of `spec` against the probes' specs of the same dispatch, each put in the run's
-    decomposition and workgroup size (and with its small constants in buffers where `unbake`)."""
-    ours = first.as_version(spec, spec.decomposition, tuple(spec.workgroup), unbake)
+             unbake: bool, decomposition: Any) -> tuple[Any, Any] | None:
+    """The parametric kernel of `spec` against the probes' specs of the same dispatch, all put in `decomposition`
+    and one workgroup size (with their small constants in buffers where `unbake`), and the run's spec so put."""
+    fixed = tuple(spec.workgroup) if decomposition is None else None
+    ours = first.as_version(spec, decomposition, fixed, unbake)
     if ours is None or len(codegen.bound(ours)) + 1 > limit:
         return None
     texts = []
     for program, other in others:
         if other.shader != spec.shader:
             continue
-        version = program.as_version(other, spec.decomposition, tuple(spec.workgroup), unbake)
+        version = program.as_version(other, decomposition, tuple(ours.workgroup), unbake)
         if version is not None:
             texts.append(codegen.render(version, precision))
-    kernel = hoist(spec.shader, tuple(spec.workgroup), spec.decomposition, codegen.render(ours, precision), texts,
+    kernel = hoist(spec.shader, tuple(ours.workgroup), decomposition, codegen.render(ours, precision), texts,
                    len(codegen.bound(ours)))
-    if kernel is not None:
-        kernel.unbaked = unbake
-    return kernel
+    if kernel is None:
+        return None
+    kernel.unbaked = unbake
+    return kernel, ours
 
 
 class InvokeJob:

@@ -448,7 +448,8 @@ class GpuProgram:
             return spec, source, pipeline, None
         versions = self.gpu.parametric.get(spec.shader, []) if self.use_parametric else []
         baked = spec
-        for kernel in list(versions):
+        # the version in the decomposition the policy picked for this size first (its shape class), then the others
+        for kernel in sorted(versions, key=lambda v: v.decomposition != baked.decomposition):
             spec = self._as_version(baked, kernel)
             if spec is None:
                 continue
@@ -456,12 +457,9 @@ class GpuProgram:
             values = kernel.values(source)
             if values is None or kernel.binding != len(codegen.bound(spec)):
                 continue
-            if kernel.pipeline is None:
-                try:
-                    kernel.pipeline = self._pipeline(kernel.source, spec, dims=True)
-                except RuntimeError:  # the hoisted text does not compile (a number in a place WGSL fixes)
-                    versions.remove(kernel)
-                    continue
+            if kernel.pipeline is None and not self.compile_parametric(kernel, spec):
+                versions.remove(kernel)
+                continue
             self.parametric_dispatches += 1
             return spec, source, kernel.pipeline, values
         if spec is not baked:
@@ -474,11 +472,20 @@ class GpuProgram:
     def _as_version(self, spec: KernelSpec, kernel: Any) -> KernelSpec | None:
         return self.as_version(spec, kernel.decomposition, kernel.workgroup, kernel.unbaked)
 
-    def as_version(self, spec: KernelSpec, decomposition: Decomposition | None, workgroup: tuple[int, int, int],
-                   unbake: bool) -> KernelSpec | None:
+    def compile_parametric(self, kernel: Any, spec: KernelSpec) -> bool:
+        """Compile a parametric kernel's pipeline (spec: one of its sizes, for the bindings' layout); False when
+        its text does not compile (a hoisted number in a place WGSL fixes)."""
+        try:
+            kernel.pipeline = self._pipeline(kernel.source, spec, dims=True)
+        except RuntimeError:
+            return False
+        return True
+
+    def as_version(self, spec: KernelSpec, decomposition: Decomposition | None,
+                   workgroup: tuple[int, int, int] | None, unbake: bool) -> KernelSpec | None:
         """The spec in a parametric version's decomposition and workgroup size (every decomposition a kernel
-        offers is correct for every size; the workgroup size of a kernel without them is free), its small
-        constants in buffers where `unbake`; None when it cannot be."""
+        offers is correct for every size; the workgroup size of a kernel without them is free; None: the one the
+        decomposition gives), its small constants in buffers where `unbake`; None when it cannot be."""
         if decomposition is not None and spec.decomposition != decomposition:
             try:
                 spec = redecompose(spec, decomposition)
@@ -487,11 +494,11 @@ class GpuProgram:
             finish(spec, self.root, self.choices)
             mark_exact(spec, self.graph, self.f32)
             self._mark_shared([spec])
-        elif decomposition is None and tuple(spec.workgroup) != tuple(workgroup):
+        elif decomposition is None and workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
             spec = dataclasses.replace(spec, workgroup=tuple(workgroup))
         if unbake:
             spec = unbaked(spec) or spec
-        if tuple(spec.workgroup) != tuple(workgroup):
+        if workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
             return None
         try:
             self._validate([spec])
