@@ -164,6 +164,8 @@ def probe_shapes(graph: Graph, model: Model | None,
     """Input shapes with every size Rank and Dimension Propagation leaves symbolic moved (model/symbolic.py): the
     other sizes at which the engine renders the kernels, to find the numbers that depend on the sizes
     (lowering/parametric.py). Empty when no input size is free."""
+    if not any(any(d < 0 for d in graph.tensors[t].shape_signature or ()) for t in graph.inputs):
+        return []  # a static model: no propagation to run
     rdp = analyze(graph, model)
     free = set(rdp.free)
     axes = [(t, axis) for name, (t, axis) in rdp.input_axes.items() if name in free]

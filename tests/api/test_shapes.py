@@ -222,3 +222,14 @@ def test_new_input_sizes_compile_no_shader_and_match_litert(monkeypatch: pytest.
         _compare(ours, theirs, seed=k)
         assert ours.compiled.gpu_programs[0].parametric_dispatches >= dispatches - 1
     assert len(compiles) == first, compiles[first:]
+
+
+def test_a_static_model_keeps_its_baked_kernels() -> None:
+    """No -1 size: no probe, no parametric version, every dispatch's numbers baked (the paper's speed)."""
+    from gpuengine import zoo
+
+    it = Interpreter(model_content=zoo.get("tiny"))
+    it.allocate_tensors()
+    program = it.compiled.gpu_programs[0]
+    assert it.compiled.parametric_kernels == 0 and not it.compiled.symbolic_inputs
+    assert program.parametric_dispatches == 0 and not any(program.parametric(k) for k in range(len(program.dispatches)))

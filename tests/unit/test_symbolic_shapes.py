@@ -181,3 +181,16 @@ def test_a_fixed_table_pins_a_dynamic_sequence_length() -> None:
     graph = model.main
     done = analyze(graph, model, dynamic={graph.inputs[0]: (1,)})
     assert done.bindings == {"input_ids[1]": 32} and not done.free
+
+
+def test_probe_shapes_move_only_the_free_sizes() -> None:
+    """planning.probe_shapes: the sizes the parametric kernels are made from (lowering/parametric.py)."""
+    from gpuengine.planning import probe_shapes
+
+    graph = read_model(fcn_model()).main
+    x = graph.inputs[0]
+    assert probe_shapes(graph, None, {x: (1, 8, 6, 3)}) == [{x: (1, 15, 13, 3)}, {x: (1, 45, 37, 3)}]
+    static = read_model(zoo.get("tiny")).main
+    assert probe_shapes(static, None, {}) == []
+    pinned = read_model(_backward_model()).main  # y's size is found to be 7: nothing free to move
+    assert probe_shapes(pinned, None, {}) == []
