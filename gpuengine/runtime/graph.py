@@ -160,9 +160,10 @@ class CompiledGraph:
         self.precision = self.gpu.precision(options.precision) if self.gpu is not None else options.precision
         if tuned is None and self.gpu is not None:
             tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
-        # inputs with -1 sizes: its dispatches may run the device's parametric kernels (lowering/parametric.py)
-        self.symbolic_inputs = any(any(d < 0 for d in source.tensors[t].shape_signature or ())
-                                   for t in source.inputs) if (source := model.main if model else None) else False
+        # the model's inputs have -1 sizes: its dispatches may run the device's parametric kernels
+        # (lowering/parametric.py)
+        main = model.main if model is not None else graph
+        self.symbolic_inputs = any(any(d < 0 for d in main.tensors[t].shape_signature or ()) for t in main.inputs)
         self.parametric_kernels = 0
         if probes and self.gpu is not None:
             self.parametric_kernels = seed_parametric(self.plan, probes, self.gpu, options, tuned, self.target,
