@@ -34,6 +34,7 @@ from .lowering.kernels.base import KernelSpec
 from .model.builder import make_options
 from .model.ir import Graph, Model, Op, Tensor
 from .model.shapes import propagate, shape_key
+from .model.symbolic import analyze
 from .model.validate import validate_graph
 from .options import EngineOptions
 from .passes.pipeline import run_passes
@@ -151,6 +152,32 @@ def prepare(graph: Graph, shapes: dict[int, tuple[int, ...]], options: EngineOpt
     if cache is not None:
         cache.put(key, entry)
     return entry
+
+
+# The probes' symbolic sizes: the run's plus 7 (odd: parity-dependent numbers change too), and 4x + 13 (numbers
+# that round to the same value at nearby sizes, such as tile counts, change too).
+PROBES = ((1, 7), (4, 13))
+
+
+def probe_shapes(graph: Graph, model: Model | None,
+                 shapes: dict[int, tuple[int, ...]]) -> list[dict[int, tuple[int, ...]]]:
+    """Input shapes with every size Rank and Dimension Propagation leaves symbolic moved (model/symbolic.py): the
+    other sizes at which the engine renders the kernels, to find the numbers that depend on the sizes
+    (lowering/parametric.py). Empty when no input size is free."""
+    if not any(any(d < 0 for d in graph.tensors[t].shape_signature or ()) for t in graph.inputs):
+        return []  # a static model: no propagation to run
+    rdp = analyze(graph, model)
+    free = set(rdp.free)
+    axes = [(t, axis) for name, (t, axis) in rdp.input_axes.items() if name in free]
+    if not axes:
+        return []
+    out = []
+    for scale, step in PROBES:
+        moved = {t: list(shapes.get(t, graph.tensors[t].shape)) for t in graph.inputs}
+        for t, axis in axes:
+            moved[t][axis] = moved[t][axis] * scale + step
+        out.append({t: tuple(s) for t, s in moved.items()})
+    return out
 
 
 def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:

@@ -292,3 +292,47 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     with open(out, "wb") as f:
         b.build(f)
     return out
+
+
+def encoder_model(width: int = 16, heads: int = 2, seq: int = 8) -> bytes:
+    """x [1, -1, width]: one self-attention block with a dynamic sequence length. FC q/k/v (keep_num_dims) ->
+    RESHAPE to [1, -1, heads, width/heads] -> TRANSPOSE -> BATCH_MATMUL(q, k^T) -> SOFTMAX -> BATCH_MATMUL(., v) ->
+    TRANSPOSE -> RESHAPE [1, -1, width] -> ADD x -> layer norm (MEAN, SQUARED_DIFFERENCE, RSQRT, MUL, ADD) -> FC."""
+    rng = np.random.default_rng(1)
+    dh = width // heads
+    mb = ModelBuilder()
+    x = mb.input("x", (1, seq, width), shape_signature=(1, -1, width))
+    dyn = (1, -1, width)
+
+    def fc(v: int, name: str) -> int:
+        w = mb.const(f"{name}_w", rng.normal(0, 0.25, (width, width)).astype(np.float32))
+        b = mb.const(f"{name}_b", rng.normal(0, 0.1, width).astype(np.float32))
+        return mb.op("FULLY_CONNECTED", [v, w, b], (1, seq, width), {"keep_num_dims": True}, shape_signature=dyn)
+
+    split = _i32(mb, "split_heads", [1, -1, heads, dh])
+    perm = _i32(mb, "perm", [0, 2, 1, 3])
+
+    def heads_of(v: int) -> int:
+        r = mb.op("RESHAPE", [v, split], (1, seq, heads, dh), shape_signature=(1, -1, heads, dh))
+        return mb.op("TRANSPOSE", [r, perm], (1, heads, seq, dh), shape_signature=(1, heads, -1, dh))
+
+    q, k, v = heads_of(fc(x, "q")), heads_of(fc(x, "k")), heads_of(fc(x, "v"))
+    scores = mb.op("BATCH_MATMUL", [q, k], (1, heads, seq, seq), {"adj_x": False, "adj_y": True},
+                   shape_signature=(1, heads, -1, -1))
+    probs = mb.op("SOFTMAX", [scores], (1, heads, seq, seq), {"beta": float(1 / np.sqrt(dh))},
+                  shape_signature=(1, heads, -1, -1))
+    ctx = mb.op("BATCH_MATMUL", [probs, v], (1, heads, seq, dh), {"adj_x": False, "adj_y": False},
+                shape_signature=(1, heads, -1, dh))
+    back = mb.op("TRANSPOSE", [ctx, perm], (1, seq, heads, dh), shape_signature=(1, -1, heads, dh))
+    merged = mb.op("RESHAPE", [back, _i32(mb, "merge_heads", [1, -1, width])], (1, seq, width), shape_signature=dyn)
+    h = mb.op("ADD", [merged, x], (1, seq, width), shape_signature=dyn)
+    axis = _i32(mb, "last", [-1])
+    mean = mb.op("MEAN", [h, axis], (1, seq, 1), {"keep_dims": True}, shape_signature=(1, -1, 1))
+    var = mb.op("MEAN", [mb.op("SQUARED_DIFFERENCE", [h, mean], (1, seq, width), shape_signature=dyn), axis],
+                (1, seq, 1), {"keep_dims": True}, shape_signature=(1, -1, 1))
+    inv = mb.op("RSQRT", [mb.op("ADD", [var, mb.const("eps", np.array([1e-5], np.float32))], (1, seq, 1),
+                                shape_signature=(1, -1, 1))], (1, seq, 1), shape_signature=(1, -1, 1))
+    centered = mb.op("SUB", [h, mean], (1, seq, width), shape_signature=dyn)
+    normed = mb.op("MUL", [centered, inv], (1, seq, width), shape_signature=dyn)
+    mb.output(fc(normed, "out"))
+    return mb.build()

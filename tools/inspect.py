@@ -27,6 +27,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     from gpuengine.memory import plan_memory
     from gpuengine.memory.strategies import STRATEGIES
     from gpuengine.model.reader import read_model
+    from gpuengine.model.symbolic import analyze
     from gpuengine.planning import partition_report
 
     model = read_model(data)
@@ -63,11 +64,13 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     dispatch_list = [{"kernel": d.spec.shader, "label": d.spec.label,
                       "ops": [code for i in d.spec.ops for code in model_ops(graph.ops[i])],
                       "workgroup": list(d.spec.workgroup), "grid": list(d.groups),
-                      "invocations": p.launched(k), "macs": p.macs(k),
+                      "invocations": p.launched(k), "macs": p.macs(k), "parametric": p.parametric(k),
                       "decomposition": d.spec.decomposition.to_json() if d.spec.decomposition else None}
                      for p in compiled.gpu_programs for k, d in enumerate(p.dispatches)]
     weights = {key: size for p in compiled.gpu_programs for key, size in p.constant_buffers().items()}
+    subgraph = runner.subgraph_index if getattr(args, "signature", None) else 0
     return {
+        "symbolic": analyze(model.subgraphs[subgraph], model).to_json(),
         "signature": getattr(args, "signature", None),
         "ops_in_file": ops_in_file,
         "ops_total": len(graph.ops),
@@ -125,6 +128,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"  pass: {remark}")
     print("memory: " + ", ".join(f"{s} {b / 2**20:.2f} MiB" for s, b in report["memory_bytes"].items())
           + f"; constants (weights) {report['weight_bytes'] / 2**20:.2f} MiB")
+    print_symbolic(report["symbolic"], args.symbolic)
+    if report["symbolic"]["symbols"]:
+        baked = [d for d in report["dispatch_list"] if not d["parametric"]]
+        print(f"parametric dispatches (sizes read from a buffer, compiled once for every size): "
+              f"{len(report['dispatch_list']) - len(baked)} of {len(report['dispatch_list'])}; baked (a text the sizes "
+              f"do not change, or one compiled again where they do): "
+              f"{', '.join(sorted({d['kernel'] for d in baked})) or 'none'}")
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
@@ -135,12 +145,34 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:
+    """Rank and Dimension Propagation (model/symbolic.py): the symbols, and per op its class (SoD²) and symbolic
+    output shapes; the ops where planning splits (class 3 with run-time values, class 4) are marked."""
+    ops = rdp["ops"]
+    classes = {c: sum(1 for o in ops if o["class"] == c) for c in (1, 2, 3, 4)}
+    symbolic = [o for o in ops if o["symbolic"]]
+    splits = [o for o in ops if o["split"]]
+    print(f"symbolic shapes (RDP, {rdp['rounds']} rounds): symbols {', '.join(rdp['symbols']) or 'none'}; ops by "
+          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size re-plans them); "
+          f"{len(splits)} split points")
+    for name, value in rdp["bindings"].items():
+        print(f"  {name} = {value} (found by propagation)")
+    for text in rdp["conflicts"]:
+        print(f"  conflict: {text}")
+    for o in ops:
+        if every_op or o["split"] or o in symbolic:
+            mark = " SPLIT: " + o["how"] if o["split"] else ("" if o["how"] == "rule" else f" ({o['how']})")
+            print(f"  op {o['index']:>4} {o['code']:<22} class {o['class']}: {' '.join(o['outputs'])}{mark}")
+
+
 def add_parser(sub: Any) -> None:
     ins = sub.add_parser("inspect", help="partitions, dispatches, memory and kernels of a model")
     ins.add_argument("model", help="a .tflite path, a zoo name or a reference model name")
     ins.add_argument("--json", action="store_true", help="print the report as one JSON object")
     ins.add_argument("--dump-wgsl", metavar="DIR", help="write every generated WGSL source to DIR")
     ins.add_argument("--signature", metavar="KEY", help="report this signature's graph (get_signature_list())")
+    ins.add_argument("--symbolic", action="store_true",
+                     help="list every op's class and symbolic output shapes (by default: the symbolic ones only)")
     ins.add_argument("--resize", action="append", default=[], metavar="INDEX=D0,D1,...",
                      help="inspect the plan with input INDEX (its position) resized to this shape (repeatable)")
     add_engine_options(ins)

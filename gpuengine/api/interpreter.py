@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import GpuEngineError, ModelError
 from ..model import validate
 from ..model.ir import Graph, Model, Tensor
 from ..model.reader import read_model
 from ..model.shapes import shape_key
 from ..options import EngineOptions, engine_options, f32_tensor_names
-from ..planning import ShapeCache, describe_control, prepare
+from ..planning import ShapeCache, describe_control, prepare, probe_shapes
 from ..runtime.bounds import IndexChecks
 from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
 from ..runtime.program import GpuProgram
@@ -139,6 +139,7 @@ class Interpreter:
         self._graph: Graph = self._model.main  # with the shapes of the last allocate_tensors() (and resizes since)
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
         self._shape_cache = ShapeCache()  # plans per input shapes: a shape seen before compiles nothing again
+        self._probed = False  # parametric kernels made (or found needless) for this model
         self._compiled: CompiledGraph | None = None
         # what allocate_tensors built for the last few input shapes, so going back to one builds nothing
         self._compiled_by_shape: OrderedDict[Any, tuple[Graph, CompiledGraph, IndexChecks]] = OrderedDict()
@@ -197,7 +198,7 @@ class Interpreter:
             built = self._compiled_by_shape.get(key)
             if built is None or (built[1].gpu is not None and not built[1].gpu.alive()):
                 compiled = CompiledGraph(entry.graph, self._options, self._num_threads, model=self._model,
-                                         plan=entry.plan)
+                                         plan=entry.plan, probes=self._probe_plans())
                 built = (entry.graph, compiled, IndexChecks(entry.graph))
             self._compiled_by_shape[key] = built
             self._compiled_by_shape.move_to_end(key)
@@ -208,6 +209,20 @@ class Interpreter:
             tensor = self._graph.tensors[t]
             if t not in self._values or self._values[t].shape != tensor.shape:
                 self._values[t] = np.zeros(tensor.shape, tensor.dtype)
+
+    def _probe_plans(self) -> list[Any]:
+        """The first time a model with symbolic input sizes compiles: its plans at other sizes, from which its
+        kernels' parametric versions are made (runtime/graph.py seed_parametric); empty otherwise."""
+        if self._probed:
+            return []
+        self._probed = True
+        plans = []
+        for shapes in probe_shapes(self._model.main, self._model, self._shapes):
+            try:
+                plans.append(prepare(self._model.main, shapes, self._options, self._model).plan)
+            except GpuEngineError:
+                continue
+        return plans
 
     def _release_bindings(self) -> None:
         """Inputs bound to a user's GPU buffer read their host value again (a new allocation or input shape)."""

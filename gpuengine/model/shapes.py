@@ -1,5 +1,5 @@
-"""Shape propagation by operator class (SoD²): the shapes of every tensor for given input shapes, without running
-the model.
+"""Concrete shape propagation: the shapes of every tensor for given input shapes, without running the model (the
+symbolic one, for all sizes at once, is model/symbolic.py).
 
 Op by op in execution order, an op's output shapes come from, in this order:
 

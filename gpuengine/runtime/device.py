@@ -29,6 +29,8 @@ class GpuDevice:
     features: frozenset[str]
     limits: dict[str, int]
     pipelines: dict[str, Any] = field(default_factory=dict)  # WGSL text -> compute pipeline, shared by programs
+    # kernel name -> its parametric versions (lowering/parametric.py): one compile for the sizes that match one
+    parametric: dict[str, list[Any]] = field(default_factory=dict)
     lost: bool = False
     _probe: Any = None
     orphans: list[Any] = field(default_factory=list)  # command buffers of collected programs, to submit

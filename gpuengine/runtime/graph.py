@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from ..delegate.cpu_fallback import CpuProgram
-from ..errors import AdapterError
+from ..errors import AdapterError, GpuEngineError
 from ..latency import devices
 from ..latency.target import Target
 from ..latency.target import check as check_target
+from ..lowering import codegen
 from ..lowering.kernels.tuned import Tuned, TuningCache
+from ..lowering.parametric import hoist, unbaked
 from ..model.ir import Graph, Model
 from ..options import EngineOptions
 from ..planning import Plan, plan_graph
@@ -42,6 +44,78 @@ def for_adapter(options: EngineOptions) -> EngineOptions:
     return dataclasses.replace(options, latency_device=fitted or devices.for_target(gpu.target(options.target)))
 
 
+def seed_parametric(plan: Plan, probes: list[Plan], gpu: GpuDevice, options: EngineOptions, tuned: Tuned | None,
+                    target: Target | None, precision: str) -> int:
+    """Each GPU dispatch rendered at the run's sizes and at the probes' (in the run's decomposition and workgroup
+    size); where the texts differ only in numbers, the kernel's parametric version is registered on the device
+    (lowering/parametric.py). Returns how many."""
+    limit = int(gpu.limits.get("max-storage-buffers-per-shader-stage", 8))
+
+    def dry(p: Plan, part: Any) -> GpuProgram | None:
+        try:
+            return GpuProgram(p.graph, part.ops, part.inputs, part.outputs, gpu, options, tuned, target, precision,
+                              allocate=False)
+        except (GpuEngineError, ValueError):  # the probe's sizes do not plan: no parametric versions from it
+            return None
+
+    made = 0
+    for k, ours in enumerate(plan.partitions):
+        first = dry(plan, ours) if ours.device == "gpu" else None
+        if first is None:
+            continue
+        others = []
+        for probe in probes:
+            if len(probe.partitions) == len(plan.partitions) and probe.partitions[k].device == "gpu" \
+                    and len(probe.partitions[k].ops) == len(ours.ops):
+                got = dry(probe, probe.partitions[k])
+                if got is not None and len(got.sources) == len(first.sources):
+                    others.append(got)
+        for d, (spec, text) in enumerate(first.sources):
+            versions = gpu.parametric.setdefault(spec.shader, [])
+            # a version per decomposition the policy picked at these sizes (SoD²'s shape classes: skinny, regular
+            # and fat sizes may want different tiles), each compiled now so a later size compiles nothing
+            picked = [spec.decomposition] + [o.sources[d][0].decomposition for o in others
+                                             if o.sources[d][0].shader == spec.shader]
+            for decomposition in list(dict.fromkeys(picked)) if others else []:
+                if any(v.decomposition == decomposition and v.values(text) is not None for v in versions):
+                    continue
+                for unbake in (False, True):
+                    if unbake and unbaked(spec) is None:
+                        continue
+                    made_kernel = _hoisted(first, spec, [(o, o.sources[d][0]) for o in others], precision, limit,
+                                           unbake, decomposition)
+                    if made_kernel is not None:
+                        kernel, version = made_kernel
+                        if first.compile_parametric(kernel, version):
+                            versions.append(kernel)
+                            made += 1
+                        break
+    return made
+
+
+def _hoisted(first: GpuProgram, spec: Any, others: list[tuple[GpuProgram, Any]], precision: str, limit: int,
+             unbake: bool, decomposition: Any) -> tuple[Any, Any] | None:
+    """The parametric kernel of `spec` against the probes' specs of the same dispatch, all put in `decomposition`
+    and one workgroup size (with their small constants in buffers where `unbake`), and the run's spec so put."""
+    fixed = tuple(spec.workgroup) if decomposition is None else None
+    ours = first.as_version(spec, decomposition, fixed, unbake)
+    if ours is None or len(codegen.bound(ours)) + 1 > limit:
+        return None
+    texts = []
+    for program, other in others:
+        if other.shader != spec.shader:
+            continue
+        version = program.as_version(other, decomposition, tuple(ours.workgroup), unbake)
+        if version is not None:
+            texts.append(codegen.render(version, precision))
+    kernel = hoist(spec.shader, tuple(ours.workgroup), decomposition, codegen.render(ours, precision), texts,
+                   len(codegen.bound(ours)))
+    if kernel is None:
+        return None
+    kernel.unbaked = unbake
+    return kernel, ours
+
+
 class InvokeJob:
     """An invoke in flight (Interpreter.invoke_async): `result()` blocks for the outputs (a dict of output tensor
     index to numpy array; {} when they stayed on the GPU), `done()` tells without blocking."""
@@ -66,9 +140,11 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, options: EngineOptions, num_threads: int | None = None,
                  gpu: GpuDevice | None = None, tuned: Tuned | None = None, model: Model | None = None,
-                 plan: Plan | None = None) -> None:
+                 plan: Plan | None = None, probes: list[Plan] | None = None) -> None:
         """model: where the subgraphs of WHILE / IF / composite ops are; plan: plan_graph's result when the caller
-        has it already (a control-flow op's subgraphs, a shape seen before)."""
+        has it already (a control-flow op's subgraphs, a shape seen before); probes: the same graph planned at other
+        sizes of its symbolic dimensions, from which its kernels' parametric versions are made first
+        (lowering/parametric.py: later sizes then compile nothing)."""
         start = time.perf_counter()
         self.source = graph
         self.options = options
@@ -84,11 +160,20 @@ class CompiledGraph:
         self.precision = self.gpu.precision(options.precision) if self.gpu is not None else options.precision
         if tuned is None and self.gpu is not None:
             tuned = TuningCache(options.workgroup_cache).tuned(self.gpu.cache_key())
+        # the model's inputs have -1 sizes: its dispatches may run the device's parametric kernels
+        # (lowering/parametric.py)
+        main = model.main if model is not None else graph
+        self.symbolic_inputs = any(any(d < 0 for d in main.tensors[t].shape_signature or ()) for t in main.inputs)
+        self.parametric_kernels = 0
+        if probes and self.gpu is not None:
+            self.parametric_kernels = seed_parametric(self.plan, probes, self.gpu, options, tuned, self.target,
+                                                      self.precision)
         self.programs: list[Any] = []  # GpuProgram, CpuProgram, control_flow.WhileProgram / IfProgram
         for part in self.plan.partitions:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
-                                                options, tuned, self.target, self.precision))
+                                                options, tuned, self.target, self.precision,
+                                                parametric=self.symbolic_inputs))
             elif part.device == "control":
                 control = self.plan.control[part.ops[0]]
                 compiled = {role: CompiledGraph(control.graphs[role], options, num_threads, gpu=self.gpu, tuned=tuned,

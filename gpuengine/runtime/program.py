@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedOpError
+from ..errors import GpuEngineError, UnsupportedOpError
 from ..latency.target import Target
 from ..lowering import codegen
 from ..lowering.dispatches import (
@@ -36,6 +36,7 @@ from ..lowering.kernels.base import Binding, Decomposition, KernelSpec
 from ..lowering.kernels.common import EXACT_LIMIT, holds_integers
 from ..lowering.kernels.tuned import Tuned
 from ..lowering.layout import phwc4_elements
+from ..lowering.parametric import unbaked
 from ..lowering.storage_precision import mark_exact, stores_tensor
 from ..memory import MemoryPlan, UsageRecord, plan_memory
 from ..model.ir import Graph
@@ -185,7 +186,10 @@ class GpuProgram:
 
     def __init__(self, graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], gpu: GpuDevice,
                  options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None,
-                 precision: str | None = None) -> None:
+                 precision: str | None = None, allocate: bool = True, parametric: bool = False) -> None:
+        """allocate=False: the dispatches' specs and WGSL only (`sources`), no GPU object made (the probe that
+        finds a kernel's size-dependent numbers, lowering/parametric.py); parametric: run the device's parametric
+        kernels where a dispatch matches one (a graph with symbolic input sizes)."""
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
         self.precision = precision or gpu.precision(options.precision)
@@ -207,6 +211,11 @@ class GpuProgram:
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment,
                                      min_saving=weight_bytes // 100)
         self._mark_shared(specs)
+        self.parametric_dispatches = 0  # dispatches running a parametric pipeline (no compile for their size)
+        self.use_parametric = parametric
+        if not allocate:
+            self.sources = [(spec, codegen.render(spec, self.precision)) for spec in specs]
+            return
         self._validate(specs)
         self._lock = threading.RLock()
         self._queue = gpu.device.queue
@@ -262,6 +271,11 @@ class GpuProgram:
         self._hot[index] = hot
         self._record = self._recorder()
         self._drop_recorded()
+
+    def parametric(self, index: int) -> bool:
+        """Whether dispatch `index` runs a parametric pipeline (lowering/parametric.py): a new size whose text
+        matches compiles nothing for it."""
+        return index in self._dims
 
     def launched(self, index: int) -> int:
         """Invocations dispatch `index` launches (whole workgroups)."""
@@ -356,9 +370,12 @@ class GpuProgram:
                           if holds_integers(self.graph.tensors[t])}
         constants: dict[int, Any] = {}
         self.dispatches: list[Dispatch] = []
+        self._dims: dict[int, np.ndarray] = {}  # dispatch -> the numbers its parametric pipeline reads
         for spec in specs:
-            source, pipeline = self._compiled(spec)
-            bind_group = self._bind(spec, pipeline, constants)
+            spec, source, pipeline, dims = self._compiled_for(spec)
+            if dims is not None:
+                self._dims[len(self.dispatches)] = dims
+            bind_group = self._bind(spec, pipeline, constants, dims=dims)
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
         self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
 
@@ -383,14 +400,19 @@ class GpuProgram:
         return {key: int(buf.size) for key, buf in self._held.items()}
 
     def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any],
-              inputs: dict[int, Any] | None = None) -> Any:
+              inputs: dict[int, Any] | None = None, dims: np.ndarray | None = None) -> Any:
         """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each, raw
-        inputs from `inputs` (a user's buffers, set_input_buffer) or the program's own buffers."""
+        inputs from `inputs` (a user's buffers, set_input_buffer) or the program's own buffers; `dims`: the
+        numbers a parametric pipeline reads (lowering/parametric.py), bound after the spec's own bindings."""
         import wgpu
 
         dev = self.gpu.device
         usage = wgpu.BufferUsage.STORAGE
         entries = []
+        if dims is not None:
+            buf = dev.create_buffer_with_data(data=np.ascontiguousarray(dims, np.uint32).tobytes(), usage=usage)
+            entries.append({"binding": len(codegen.bound(spec)), "resource": {"buffer": buf, "offset": 0,
+                                                                              "size": buf.size}})
         for i, b in enumerate(codegen.bound(spec)):
             if b.data is not None:
                 buf = constants.get(id(b.data))
@@ -428,7 +450,75 @@ class GpuProgram:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
         return source, pipeline
 
-    def _pipeline(self, source: str, spec: KernelSpec) -> Any:
+    def _compiled_for(self, spec: KernelSpec) -> tuple[KernelSpec, str, Any, np.ndarray | None]:
+        """The spec (its workgroup size may be a parametric version's), its WGSL, its pipeline and, when the
+        pipeline is a parametric kernel's (compiled once for every size that matches it,
+        lowering/parametric.py), the numbers it reads for this size."""
+        source = codegen.render(spec, self.precision)
+        pipeline = self.gpu.pipelines.get(source)
+        if pipeline is not None:
+            return spec, source, pipeline, None
+        versions = self.gpu.parametric.get(spec.shader, []) if self.use_parametric else []
+        baked = spec
+        # the version in the decomposition the policy picked for this size first (its shape class), then the others
+        for kernel in sorted(versions, key=lambda v: v.decomposition != baked.decomposition):
+            spec = self._as_version(baked, kernel)
+            if spec is None:
+                continue
+            source = codegen.render(spec, self.precision)
+            values = kernel.values(source)
+            if values is None or kernel.binding != len(codegen.bound(spec)):
+                continue
+            if kernel.pipeline is None and not self.compile_parametric(kernel, spec):
+                versions.remove(kernel)
+                continue
+            self.parametric_dispatches += 1
+            return spec, source, kernel.pipeline, values
+        if spec is not baked:
+            spec = baked
+            source = codegen.render(spec, self.precision)
+        pipeline = self.gpu.pipelines.get(source) or self._pipeline(source, spec)
+        self.gpu.pipelines[source] = pipeline
+        return spec, source, pipeline, None
+
+    def _as_version(self, spec: KernelSpec, kernel: Any) -> KernelSpec | None:
+        return self.as_version(spec, kernel.decomposition, kernel.workgroup, kernel.unbaked)
+
+    def compile_parametric(self, kernel: Any, spec: KernelSpec) -> bool:
+        """Compile a parametric kernel's pipeline (spec: one of its sizes, for the bindings' layout); False when
+        its text does not compile (a hoisted number in a place WGSL fixes)."""
+        try:
+            kernel.pipeline = self._pipeline(kernel.source, spec, dims=True)
+        except RuntimeError:
+            return False
+        return True
+
+    def as_version(self, spec: KernelSpec, decomposition: Decomposition | None,
+                   workgroup: tuple[int, int, int] | None, unbake: bool) -> KernelSpec | None:
+        """The spec in a parametric version's decomposition and workgroup size (every decomposition a kernel
+        offers is correct for every size; the workgroup size of a kernel without them is free; None: the one the
+        decomposition gives), its small constants in buffers where `unbake`; None when it cannot be."""
+        if decomposition is not None and spec.decomposition != decomposition:
+            try:
+                spec = redecompose(spec, decomposition)
+            except (ValueError, KeyError):
+                return None
+            finish(spec, self.root, self.choices)
+            mark_exact(spec, self.graph, self.f32)
+            self._mark_shared([spec])
+        elif decomposition is None and workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
+            spec = dataclasses.replace(spec, workgroup=tuple(workgroup))
+        if unbake:
+            spec = unbaked(spec) or spec
+        if workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
+            return None
+        try:
+            self._validate([spec])
+        except GpuEngineError:
+            return None
+        return spec
+
+    def _pipeline(self, source: str, spec: KernelSpec, dims: bool = False) -> Any:
         import wgpu
 
         dev = self.gpu.device
@@ -437,6 +527,9 @@ class GpuProgram:
             "buffer": {"type": wgpu.BufferBindingType.storage if b.writable or b.shared
                        else wgpu.BufferBindingType.read_only_storage},
         } for i, b in enumerate(codegen.bound(spec))]
+        if dims:
+            layout_entries.append({"binding": len(layout_entries), "visibility": wgpu.ShaderStage.COMPUTE,
+                                   "buffer": {"type": wgpu.BufferBindingType.read_only_storage}})
         bgl = dev.create_bind_group_layout(entries=layout_entries)
         layout = dev.create_pipeline_layout(bind_group_layouts=[bgl])
         try:
@@ -710,7 +803,7 @@ class GpuProgram:
             self.set_resident(t, buffer is not None)
             for k, d in enumerate(self.dispatches):
                 if any(b.raw and not b.writable and b.tensor == t for b in d.spec.bindings):
-                    d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound)
+                    d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k))
                     self._hot[k] = (d.pipeline, d.bind_group, *d.groups)
             self._record = self._recorder()
             self._drop_recorded()

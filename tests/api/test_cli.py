@@ -99,6 +99,15 @@ def test_memplan_json_schema(capsys):
         assert set(s) == {"bytes", "objects", "plan_ms", "optimal"} and s["bytes"] >= entry["lower_bound"]
 
 
+def test_memplan_order_reports_the_peaks(capsys):
+    """--order: the peak of live intermediates in the op order and a memory-aware one (passes/memory_order.py)."""
+    report = run_json(capsys, ["memplan", "bert_tiny", "--order", "--json"])
+    assert set(report) == {"strategies", "order"}
+    file, plan = report["order"]["bert_tiny"]["file"], report["order"]["bert_tiny"]["plan"]
+    assert file["method"] == "exact" and file["after"] < file["before"]  # the converter's order is beaten
+    assert plan["bound"] <= plan["after"] <= plan["before"]
+
+
 def test_bench_json_fields(capsys):
     report = run_json(capsys, ["bench", "tiny", "--runs", "3", "--warmup", "1", "--compare", "cpu", "--json",
                                "--inflight", "2"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from builders import fcn_model
+from builders import encoder_model, fcn_model
 from helpers import relative_error
 
 from gpuengine import Interpreter, ModelError
@@ -171,3 +171,65 @@ def test_inspect_resize_reports_the_plan_at_that_shape(tmp_path: Path, capsys: p
     assert report["shape_cache"] == {"hits": 0, "misses": 2, "entries": 2}
     assert [p["device"] for p in report["partitions"]] == ["gpu"]
 
+
+
+def test_inspect_shows_the_symbolic_shapes_and_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RDP's section of `inspect`: the input's symbols, each op's class, the split points (model/symbolic.py)."""
+    from gpuengine.tools.cli import main
+
+    path = tmp_path / "fcn.tflite"
+    path.write_bytes(fcn_model())
+    assert main(["inspect", str(path), "--json"]) == 0
+    rdp = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["symbolic"]
+    assert list(rdp["symbols"]) == ["x[1]", "x[2]"] and not rdp["conflicts"]
+    assert rdp["ops"][0]["outputs"] == ["[1, ceil(x[1]/2), ceil(x[2]/2), 8]"] and rdp["ops"][0]["class"] == 2
+    assert rdp["ops"][4]["code"] == "RESIZE_BILINEAR" and rdp["ops"][4]["class"] == 3 and not rdp["ops"][4]["split"]
+    assert main(["inspect", str(path), "--symbolic"]) == 0
+    text = capsys.readouterr().out
+    assert "symbols x[1], x[2]" in text and "op    5 CONV_2D                class 2: [1, x[1], x[2], 2]" in text
+    assert "parametric dispatches (sizes read from a buffer, compiled once for every size): 8 of 9" in text
+
+
+@pytest.mark.parametrize("model,shapes", [
+    ("fcn", [(1, 12, 10, 3), (1, 16, 16, 3), (1, 7, 21, 3), (1, 30, 9, 3), (1, 24, 32, 3)]),
+    ("encoder", [(1, 5, 16), (1, 13, 16), (1, 3, 16), (1, 20, 16), (1, 11, 16)]),
+])
+def test_new_input_sizes_compile_no_shader_and_match_litert(monkeypatch: pytest.MonkeyPatch, model: str,
+                                                            shapes: list[tuple[int, ...]]) -> None:
+    """RDP leaves the FCN's height and width (the encoder's sequence length) symbolic: the kernels read the
+    size-dependent numbers from a small buffer (lowering/parametric.py), so five new sizes after the first compile
+    no shader and equal LiteRT."""
+    from wgpu.backends.wgpu_native import GPUDevice
+
+    compiles = []
+    for name in ("create_shader_module", "create_compute_pipeline"):
+        original = getattr(GPUDevice, name)
+
+        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            compiles.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(GPUDevice, name, counted)
+    data = fcn_model() if model == "fcn" else encoder_model()
+    ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
+    ours.allocate_tensors()
+    first = len(compiles)  # 0 when an earlier test compiled these kernels on the shared device already
+    dispatches = len(ours.compiled.gpu_programs[0].dispatches)
+    assert ours.compiled.gpu_programs[0].parametric_dispatches >= dispatches - 1  # a static output copy may stay baked
+    for k, shape in enumerate(shapes):
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        _compare(ours, theirs, seed=k)
+        assert ours.compiled.gpu_programs[0].parametric_dispatches >= dispatches - 1
+    assert len(compiles) == first, compiles[first:]
+
+
+def test_a_static_model_keeps_its_baked_kernels() -> None:
+    """No -1 size: no probe, no parametric version, every dispatch's numbers baked (the paper's speed)."""
+    from gpuengine import zoo
+
+    it = Interpreter(model_content=zoo.get("tiny"))
+    it.allocate_tensors()
+    program = it.compiled.gpu_programs[0]
+    assert it.compiled.parametric_kernels == 0 and not it.compiled.symbolic_inputs
+    assert program.parametric_dispatches == 0 and not any(program.parametric(k) for k in range(len(program.dispatches)))

@@ -34,11 +34,19 @@ MODULES: tuple[ModuleType, ...] = (
     gather_index, attention, quantization_types, control_flow, random, recurrent_detection, mediapipe)
 
 
+# Tables a family has only when some of its ops need them (Rank and Dimension Propagation, model/symbolic.py):
+# OP_CLASSES (SoD²'s operator class where it is not 2), SYMBOLIC_VALUES (values of shape-carrying tensors from
+# symbolic inputs), EQUATIONS (what an op says its input and output sizes must satisfy: backward inference).
+OPTIONAL_TABLES = ("OP_CLASSES", "SYMBOLIC_VALUES", "EQUATIONS")
+
+
 def merged(table: str) -> dict[str, Any]:
-    """One of the families' tables (RULES, OWN_SHAPE_RULES, FOLDERS, BUILTIN_OPS, CUSTOM_OPS) over all families."""
+    """One of the families' tables (RULES, OWN_SHAPE_RULES, FOLDERS, BUILTIN_OPS, CUSTOM_OPS and the optional
+    ones) over all families."""
     out: dict[str, Any] = {}
     for module in MODULES:
-        for code, entry in getattr(module, table).items():
+        entries = getattr(module, table, {}) if table in OPTIONAL_TABLES else getattr(module, table)
+        for code, entry in entries.items():
             if code in out:
                 raise RuntimeError(f"op {code} has a {table} entry in two families")
             if code not in module.CODES:

@@ -21,6 +21,7 @@ import numpy as np
 from flatbuffers.table import Table
 
 from ..builder import _schema_module
+from ..dims import Dim, DimLike, is_symbolic
 from ..ir import Graph, Op, Tensor
 from ..ops import SAME, VALID, out_size
 from ..reader import _decode_options
@@ -98,6 +99,39 @@ class OpView:
         if not -rank <= value < rank:
             raise Invalid(f"{what} {value} is out of range for rank {rank} (must be in [{-rank}, {rank - 1}])")
         return value + rank if value < 0 else value
+
+
+class SymView(OpView):
+    """The op as Rank and Dimension Propagation (model/symbolic.py) shows it to a rule: shapes may hold symbolic
+    sizes (model/dims.py Dim), `ints` gives the values known for shape-carrying tensors (symbolic or not)."""
+
+    def __init__(self, op: Op, graph: Graph, options_kind: str | None,
+                 shapes: dict[int, tuple[DimLike, ...]], values: dict[int, list[DimLike]]) -> None:
+        super().__init__(op, graph, options_kind)
+        self.shapes, self.values = shapes, values
+
+    def tensor(self, i: int) -> Tensor:
+        t = self.op.inputs[i]
+        base = self.graph.tensors[t]
+        return dataclasses.replace(base, shape=self.shapes.get(t, tuple(base.shape)))
+
+    def out(self, k: int = 0) -> Tensor:
+        t = self.op.outputs[k]
+        base = self.graph.tensors[t]
+        return dataclasses.replace(base, shape=self.shapes.get(t, tuple(base.shape)))
+
+    def ints(self, i: int) -> list[DimLike] | None:  # type: ignore[override]
+        if not self.has(i):
+            return None
+        t = self.op.inputs[i]
+        if t in self.values:
+            return list(self.values[t])
+        return super().ints(i)
+
+    def value_shape(self, i: int) -> tuple[int, ...] | None:
+        """Input i's shape when it is concrete (a value's layout)."""
+        shape = self.shape(i)
+        return None if any(is_symbolic(d) for d in shape) else tuple(int(d) for d in shape)
 
 
 @functools.cache
@@ -209,10 +243,70 @@ def float_output(v: OpView) -> None:
 
 
 def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    if any(is_symbolic(d) for s in shapes for d in s):
+        return broadcast_symbolic(*shapes)
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
     except ValueError:
         raise Invalid(f"input shapes {', '.join(str(s) for s in shapes)} do not broadcast") from None
+
+
+def broadcast_symbolic(*shapes: tuple[DimLike, ...]) -> tuple[DimLike, ...]:
+    """Broadcasting with symbolic sizes: 1 gives way to the other size; two different sizes, one of them symbolic,
+    are taken as equal (the other is the output's; broadcast_equations says they must agree), as SoD² assumes;
+    the shapes of a run are checked again concretely."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[DimLike] = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        chosen: DimLike = 1
+        for d in dims:
+            if isinstance(d, int) and d == 1:
+                continue
+            if isinstance(chosen, int) and chosen == 1:
+                chosen = d
+            elif isinstance(chosen, int) and isinstance(d, int) and d != chosen:
+                raise Invalid(f"input shapes {', '.join(str(s) for s in shapes)} do not broadcast")
+            elif isinstance(chosen, Dim) and isinstance(d, int):
+                chosen = d  # the constant is the better-known name of the same size
+        out.append(chosen)
+    return tuple(out)
+
+
+def broadcast_equations(*shapes: tuple[DimLike, ...]) -> list[tuple[DimLike, DimLike]]:
+    """The sizes broadcasting makes equal: per output position, every size that is not the constant 1."""
+    rank = max((len(s) for s in shapes), default=0)
+    eqs: list[tuple[DimLike, DimLike]] = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        dims = [d for d in dims if not (isinstance(d, int) and d == 1)]
+        eqs += [(dims[0], d) for d in dims[1:]]
+    return eqs
+
+
+def binary_values(fn: Callable[[Any, Any], Any]) -> Callable[[OpView], list | None]:
+    """An elementwise op's values on shape-carrying tensors (a scalar broadcast against a vector)."""
+    def rule(v: OpView) -> list | None:
+        a, b = v.ints(0), v.ints(1)
+        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+            return None
+        n = max(len(a), len(b))
+        a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
+        return [fn(x, y) for x, y in zip(a, b)]
+    return rule
+
+
+def same_values(v: OpView) -> list | None:
+    """Ops that keep their input's values (RESHAPE, SQUEEZE, EXPAND_DIMS, CAST between integer types)."""
+    return v.ints(0)
+
+
+def dims_product(shape: Sequence[DimLike]) -> DimLike:
+    """The number of elements of a shape, symbolic or not."""
+    total: DimLike = 1
+    for d in shape:
+        total = total * d if is_symbolic(d) or is_symbolic(total) else int(total) * int(d)
+    return total
 
 
 def same_as_input(v: OpView) -> list[tuple[int, ...]]:
@@ -226,6 +320,8 @@ def broadcast_inputs(v: OpView) -> list[tuple[int, ...]]:
 def window_out_size(padding: int, size: int, k: int, stride: int, dilation: int, what: str) -> int:
     """TFLite's ComputeOutSize (model/ops.py out_size), refusing the sizes it would compute as <= 0."""
     n = out_size(padding, size, k, stride, dilation)
+    if is_symbolic(n):  # a symbolic size: checked when the run's sizes are known
+        return n
     if n <= 0 and size > 0:
         raise Invalid(f"the {what} window ({(k - 1) * dilation + 1}) is larger than the input ({size}) with VALID "
                       "padding")

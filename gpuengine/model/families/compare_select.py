@@ -94,6 +94,10 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"WHERE": 4}  # the coordinates of the true elements: as many as the run finds
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 

@@ -55,6 +55,10 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"WHILE": 4, "IF": 4}  # which subgraph runs, and how often, is decided by the run
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 

@@ -32,6 +32,8 @@ from ._common import (
     _spatial,
     _windows,
     at_least,
+    broadcast_equations,
+    dims_product,
     finish_rules,
     index_dtype,
     one_of,
@@ -187,13 +189,13 @@ DILATIONS = [at_least("dilation_h_factor", 1), at_least("dilation_w_factor", 1)]
 def _fully_connected_own_shape(v: OpView, g: Graph) -> list[tuple[int, ...]]:
     units, depth = v.shape(1)
     x = v.shape(0)
-    n = int(np.prod(x, dtype=np.int64))
+    n = dims_product(x)
     if depth <= 0 or n % depth:
         raise Invalid(f"input of {n} values ({x}) does not split into rows of {depth} (weights {v.shape(1)})")
     if v.op.opt("keep_num_dims", False):
         return [(*x[:-1], units)]
     declared = v.out_shape()
-    if len(declared) != 2 and int(np.prod(declared, dtype=np.int64)) == n // depth * units:
+    if len(declared) != 2 and dims_product(declared) == n // depth * units:
         return [tuple(declared)]
     return [(n // depth, units)]
 
@@ -250,6 +252,28 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {
     "FULLY_CONNECTED": _fully_connected_own_shape,
     "Convolution2DTransposeBias": _transpose_conv_bias,
+}
+
+
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"TRANSPOSE_CONV": 3, "CONV_3D_TRANSPOSE": 3}  # the output shape is an input's values
+
+
+def _batch_matmul_equations(v: OpView) -> list[tuple[Any, Any]]:
+    a, b = v.shape(0), v.shape(1)
+    inner_a = a[-2] if v.opt("adj_x") else a[-1]
+    inner_b = b[-1] if v.opt("adj_y") else b[-2]
+    return [(inner_a, inner_b), *broadcast_equations(a[:-2], b[:-2])]
+
+
+def _fully_connected_equations(v: OpView) -> list[tuple[Any, Any]]:
+    """The input's rows of `depth` values are the output's rows of `units`."""
+    units, depth = v.shape(1)
+    return [(dims_product(v.shape(0)) * units, dims_product(v.out_shape()) * depth)]
+
+
+EQUATIONS: dict[str, Callable[[OpView], list[tuple[Any, Any]]]] = {
+    "BATCH_MATMUL": _batch_matmul_equations, "FULLY_CONNECTED": _fully_connected_equations,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import ops
+from ..dims import maximum
 from ..ir import Graph, Op
 from ._common import (
     BINARY,
@@ -26,6 +27,7 @@ from ._common import (
     _broadcast,
     _r,
     _val,
+    binary_values,
     finish_rules,
     finite,
     registrar,
@@ -111,6 +113,16 @@ finish_rules(RULES, COUNTS, TYPES)
 
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
+
+
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+# Every op here is class 2 (its output shape follows its input shapes); the broadcast ops' equations come from their
+# shape rule (broadcast_inputs) in model/symbolic.py.
+SYMBOLIC_VALUES: dict[str, Callable[[OpView], list | None]] = {
+    "ADD": binary_values(lambda a, b: a + b), "SUB": binary_values(lambda a, b: a - b),
+    "MUL": binary_values(lambda a, b: a * b), "FLOOR_DIV": binary_values(lambda a, b: a // b),
+    "MAXIMUM": binary_values(lambda a, b: maximum(a, b)),
+}
 
 
 # -- constant folding -------------------------------------------------------------------------------------------------

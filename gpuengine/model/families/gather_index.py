@@ -102,6 +102,21 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"UNIQUE": 4}
+
+
+def _gather_values(v: OpView) -> list | None:
+    """shape[i] as a GATHER with constant indices reads it."""
+    values, indices = v.ints(0), v.ints(1)
+    if values is None or indices is None or v.rank(0) != 1:
+        return None
+    return [values[i] for i in indices]
+
+
+SYMBOLIC_VALUES: dict[str, Callable[[OpView], list | None]] = {"GATHER": _gather_values}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 def _fold_gather(op: Op, graph: Graph) -> list[np.ndarray]:
     if op.opt("batch_dims", 0):

@@ -62,6 +62,11 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+SYMBOLIC_VALUES: dict[str, Callable[[OpView], list | None]] = {
+    "CAST": lambda v: v.ints(0) if v.tensor(0).dtype.kind in "iu" else None}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {
     "DEQUANTIZE": lambda op, g: [dequantize(g.tensors[op.inputs[0]])],

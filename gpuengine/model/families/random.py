@@ -45,6 +45,10 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"RANDOM_UNIFORM": 3, "RANDOM_STANDARD_NORMAL": 3, "MULTINOMIAL": 3}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 

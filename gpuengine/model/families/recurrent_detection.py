@@ -52,6 +52,10 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"NON_MAX_SUPPRESSION_V4": 4, "NON_MAX_SUPPRESSION_V5": 4}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 FOLDERS: dict[str, Callable[[Op, Graph], list[np.ndarray]]] = {}
 

@@ -101,6 +101,15 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {
+    **dict.fromkeys(["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ALL", "REDUCE_ANY", "ARG_MAX",
+                     "ARG_MIN", "TOPK_V2", "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN", "UNSORTED_SEGMENT_PROD",
+                     "UNSORTED_SEGMENT_SUM"], 3),  # the axes (k, the segment count) are values
+    "SEGMENT_SUM": 4,  # the output's length is the largest segment id + 1: known after it runs
+}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 def _fold_reduce_prod(op: Op, graph: Graph) -> list[np.ndarray]:
     x = _val(graph, op, 0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dims import is_symbolic
 from ..ir import Graph, Op
 from ._common import (
     ACTIVATION,
@@ -27,12 +28,14 @@ from ._common import (
     _val,
     all_inputs_same_dtype,
     at_least,
+    dims_product,
     finish_rules,
     index_dtype,
     one_of,
     ranks,
     registrar,
     same_dtype,
+    same_values,
 )
 
 NAME = "shape and layout"
@@ -257,7 +260,7 @@ def resize_shape(v: OpView) -> list[tuple[int, ...]] | None:
     size = v.ints(1)
     if size is None:
         return None
-    if min(size) <= 0:
+    if any(not is_symbolic(d) and d <= 0 for d in size):  # symbolic sizes are >= 1
         raise Invalid(f"size {size} must be positive")
     b, _, _, c = v.shape(0)
     return [(b, size[0], size[1], c)]
@@ -352,21 +355,23 @@ RESIZE = _r(2, 1, checks=[ranks(in0=(4, 4)), index_dtype(1), same_dtype([0])], s
 
 
 def _reshape_own_shape(v: OpView, g: Graph) -> list[tuple[int, ...]] | str:
-    n_in = int(np.prod(v.shape(0), dtype=np.int64))
+    """Also with symbolic sizes (model/dims.py): a -1 is the input's size divided by the target's others."""
+    n_in = dims_product(v.shape(0))
     target = v.ints(1) if v.n_in > 1 and v.has(1) and v.rank(1) == 1 else None
     if target is None and v.n_in > 1 and v.has(1) and v.rank(1) == 1:
         return f"its target shape {v.tensor(1).name!r} is computed at run time"
     if target is None:
         option = v.op.opt("new_shape")
         target = [int(d) for d in option] if option else list(v.out_shape())
-    if target.count(-1) > 1 or min(target, default=0) < -1:
+    if target.count(-1) > 1 or any(not is_symbolic(d) and d < -1 for d in target):
         raise Invalid(f"shape {target} has more than one -1 or a negative size")
-    known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+    known = dims_product([d for d in target if is_symbolic(d) or d != -1])
+    symbolic = is_symbolic(n_in) or is_symbolic(known)
     if -1 in target:
         if known == 0 or n_in % known:
             raise Invalid(f"shape {target} cannot hold the input's {n_in} values ({v.shape(0)})")
-        target = [n_in // known if d == -1 else d for d in target]
-    elif known != n_in:
+        target = [n_in // known if not is_symbolic(d) and d == -1 else d for d in target]
+    elif known != n_in and not symbolic:
         raise Invalid(f"input {v.shape(0)} has {n_in} values, shape {target} {known}")
     return [tuple(target)]
 
@@ -443,6 +448,78 @@ finish_rules(RULES, COUNTS, TYPES)
 # Shape rules that read more than the validation rule's view (the declared output, raw custom options).
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {
     "RESHAPE": _reshape_own_shape,
+}
+
+
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = dict.fromkeys(
+    ["RESHAPE", "EXPAND_DIMS", "TRANSPOSE", "SPLIT", "SPLIT_V", "SLICE", "STRIDED_SLICE", "TILE", "BROADCAST_TO", "PAD",
+     "PADV2", "MIRROR_PAD", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"], 3)
+
+
+def _strided_slice_values(v: OpView) -> list | None:
+    """A 1-D shape vector sliced with constant begin / end / strides (shape[1:3], shape[-1] ...)."""
+    values, begin, end, strides = v.ints(0), v.ints(1), v.ints(2), v.ints(3)
+    if values is None or begin is None or end is None or strides is None or len(begin) != 1 or v.rank(0) != 1 \
+            or v.opt("ellipsis_mask") or v.opt("new_axis_mask"):
+        return None
+    b, e, s = begin[0], end[0], strides[0]
+    if v.opt("offset"):
+        e = b + e
+    if v.opt("shrink_axis_mask") & 1:
+        return [values[b]]
+    return values[slice(None if v.opt("begin_mask") & 1 else b, None if v.opt("end_mask") & 1 else e, s)]
+
+
+def _slice_values(v: OpView) -> list | None:
+    values, begin, size = v.ints(0), v.ints(1), v.ints(2)
+    if values is None or begin is None or size is None or v.rank(0) != 1:
+        return None
+    return values[begin[0]:] if size[0] == -1 else values[begin[0]:begin[0] + size[0]]
+
+
+def _pack_values(v: OpView) -> list | None:
+    parts = [v.ints(i) for i in range(v.n_in)]
+    if any(p is None or len(p) != 1 for p in parts) or int(v.opt("axis")) != 0:
+        return None
+    return [p[0] for p in parts]  # type: ignore[index]
+
+
+def _concat_values(v: OpView) -> list | None:
+    parts = [v.ints(i) for i in range(v.n_in)]
+    if any(p is None for p in parts) or any(v.rank(i) != 1 for i in range(v.n_in)):
+        return None
+    return [d for p in parts for d in p]  # type: ignore[union-attr]
+
+
+SYMBOLIC_VALUES: dict[str, Callable[[OpView], list | None]] = {
+    "STRIDED_SLICE": _strided_slice_values, "SLICE": _slice_values, "PACK": _pack_values,
+    "CONCATENATION": _concat_values, "RESHAPE": same_values, "SQUEEZE": same_values, "EXPAND_DIMS": same_values,
+}
+
+
+def _reshape_equations(v: OpView) -> list[tuple[Any, Any]]:
+    """A reshape keeps the element count: backward, an output size found later gives the input's."""
+    return [(dims_product(v.shape(0)), dims_product(v.out_shape()))]
+
+
+def _concat_equations(v: OpView) -> list[tuple[Any, Any]]:
+    shapes = [v.shape(i) for i in range(v.n_in)]
+    out = v.out_shape()
+    axis = v.axis(int(v.opt("axis")), len(out))
+    eqs: list[tuple[Any, Any]] = [(sum(s[axis] for s in shapes), out[axis])]
+    for s in shapes:
+        eqs += [(a, b) for d, (a, b) in enumerate(zip(s, out)) if d != axis]
+    return eqs
+
+
+def _pack_equations(v: OpView) -> list[tuple[Any, Any]]:
+    first = v.shape(0)
+    return [(a, b) for i in range(1, v.n_in) for a, b in zip(first, v.shape(i))]
+
+
+EQUATIONS: dict[str, Callable[[OpView], list[tuple[Any, Any]]]] = {
+    "RESHAPE": _reshape_equations, "CONCATENATION": _concat_equations, "PACK": _pack_equations,
 }
 
 

@@ -62,6 +62,14 @@ finish_rules(RULES, COUNTS, TYPES)
 OWN_SHAPE_RULES: dict[str, Callable[[OpView, Graph], Any]] = {}
 
 
+# -- Rank and Dimension Propagation (model/symbolic.py) ---------------------------------------------------------------
+OP_CLASSES: dict[str, int] = {"SHAPE": 1, "RANK": 1, "FILL": 3, "RANGE": 3, "BROADCAST_ARGS": 3, "ONE_HOT": 3}
+SYMBOLIC_VALUES: dict[str, Callable[[OpView], list | None]] = {
+    "SHAPE": lambda v: list(v.shape(0)),
+    "RANK": lambda v: [len(v.shape(0))],
+}
+
+
 # -- constant folding -------------------------------------------------------------------------------------------------
 def _fold_range(op: Op, graph: Graph) -> list[np.ndarray]:
     start, limit, delta = (_val(graph, op, i).reshape(()) for i in range(3))
