@@ -129,6 +129,22 @@ def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) ->
     return plan
 
 
+def position_ranges(shape: tuple[int, ...], positions: int, start: int, end: int) -> list[tuple[int, int]] | None:
+    """The byte ranges (offset, size) of cache positions [start, end) in a row-major f32 buffer of `shape` whose
+    one axis of `positions` entries is the position axis: one range for [1, T, N, H], N for [1, N, T, H], N x H for
+    a transposed [1, N, H, T] (None past 64 ranges, or when no single axis is the positions': copy it whole)."""
+    axes = [ax for ax in range(1, len(shape)) if shape[ax] == positions]
+    if len(shape) != 4 or len(axes) != 1 or start >= end:
+        return None if start < end else []
+    axis = axes[0]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    outer = int(np.prod(shape[1:axis], dtype=np.int64))
+    if outer > 64:
+        return None
+    span = positions * inner
+    return [((o * span + start * inner) * 4, (end - start) * inner * 4) for o in range(outer)]
+
+
 def default_hybrid_arithmetic() -> str:
     """The LLM layer's hybrid arithmetic when none is given: GPUENGINE_HYBRID, else "float" (LiteRT-LM's)."""
     from .. import settings
@@ -179,6 +195,7 @@ class Engine:
         self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
         self.switches = 0  # session swaps on the GPU (activate)
+        self.swap_bytes = 0  # bytes those swaps (and clones) copied
         self._guidance: Any = None  # llguidance's tokenizer, built on first use (structured output)
 
     # -- set-up ---------------------------------------------------------------------------------------------
@@ -225,6 +242,8 @@ class Engine:
                 if "tokens" in details and "input_pos" in details:
                     self.prefills[int(details["tokens"]["shape"][-1])] = runner
         self.cache_length = _cache_length(k_shape, v_shape, max(self.prefills, default=1))
+        self.cache_positions = self.cache_length  # the position axis's size (before max_num_tokens)
+        self.cache_shapes = {name: tuple(inputs[name]["shape"]) for name in self.cache_names}
         if self.bundle.max_num_tokens:
             self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         tok = self.tokenizer.vocab_size
@@ -326,6 +345,7 @@ class Engine:
         """Write `session`'s KV cache of `ids` at positions start..: prefill chunks that fit, the rest through
         decode."""
         self.activate(session)
+        self.wrote(session, start, start + len(ids))
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
             if n == 0:  # no prefill signature fits here: one token through decode
@@ -393,19 +413,33 @@ class Engine:
         working = self.cache_buffers()
         encoder = self.device.create_command_encoder()
         copies = 0
-        if owner is not None and not owner.closed:
-            for name, buffer in working.items():
-                encoder.copy_buffer_to_buffer(buffer, 0, owner.kv[name], 0, buffer.size)
+        if owner is not None and not owner.closed:  # what it wrote since it was swapped in
+            copies += self._copy_positions(encoder, working, owner.kv, owner.dirty_from, owner.written)
             owner.saved = True
-            copies += 1
-        if session.saved:
-            for name, buffer in working.items():
-                encoder.copy_buffer_to_buffer(session.kv[name], 0, buffer, 0, buffer.size)
+        if session.saved:  # its positions written so far
+            copies += self._copy_positions(encoder, session.kv, working, 0, session.written)
             session.saved = False
-            copies += 1
+        session.dirty_from = session.written
         if copies:
             self.device.queue.submit([encoder.finish()])
         return True
+
+    def _copy_positions(self, encoder: Any, source: dict[str, Any], target: dict[str, Any], start: int, end: int
+                        ) -> int:
+        """Record the copies of cache positions [start, end) of every cache tensor; the bytes copied."""
+        total = 0
+        for name, buffer in source.items():
+            ranges = position_ranges(self.cache_shapes[name], self.cache_positions, start, end)
+            for offset, size in [(0, int(buffer.size))] if ranges is None else ranges:
+                encoder.copy_buffer_to_buffer(buffer, offset, target[name], offset, size)
+                total += size
+        self.swap_bytes += total
+        return total
+
+    def wrote(self, session: Session, start: int, end: int) -> None:
+        """Note that `session` writes cache positions [start, end) (what a swap copies out and in)."""
+        session.dirty_from = min(session.dirty_from, start)
+        session.written = max(session.written, min(end, self.cache_positions))
 
     def clone_state(self, source: Session, target: Session) -> None:
         """Copy `source`'s KV cache into `target`'s buffers on the GPU: from decode's buffers when `source` is
@@ -414,14 +448,13 @@ class Engine:
             cache = self._host_cache if self.owner is source else source.host_cache
             target.host_cache = {n: v.copy() for n, v in cache.items()} if cache else None
             return
-        if self.owner is source:
-            pairs = [(buffer, target.kv[name]) for name, buffer in self.cache_buffers().items()]
-        elif source.saved:
-            pairs = [(buffer, target.kv[name]) for name, buffer in source.kv.items()]
-        else:
-            return
-        self.gpu.copy(pairs)
-        target.saved = True
+        if self.owner is not source and not source.saved:
+            return  # nothing written yet
+        encoder = self.device.create_command_encoder()
+        self._copy_positions(encoder, self.cache_buffers() if self.owner is source else source.kv, target.kv, 0,
+                             source.written)
+        self.device.queue.submit([encoder.finish()])
+        target.saved, target.written, target.dirty_from = True, source.written, source.written
 
     def release(self, session: Session) -> None:
         """Forget `session` (closed): it stops being the owner; its buffers go once the GPU is done with them."""
@@ -441,6 +474,7 @@ class Engine:
             if session.closed:
                 return
             self.activate(session)
+            self.wrote(session, position + k, position + k + 1)
             logits = self._feed(token, position + k, read=True)
             stats.steps += 1
             stats.reads += 1
@@ -460,6 +494,7 @@ class Engine:
     def step_logits(self, session: Session, token: int, position: int) -> np.ndarray:
         """Feed `session` one token at `position` and read the logits that follow it (scoring)."""
         self.activate(session)
+        self.wrote(session, position, position + 1)
         return self._feed(token, position, read=True)
 
     def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
@@ -481,6 +516,7 @@ class Engine:
                 staging = staging_ring[submitted % ring]
                 if self.activate(session) and submitted:  # another session's steps wrote token and position
                     sampler.restore_step(self.token_buffer, self.position_buffer)
+                self.wrote(session, position + submitted, position + submitted + 1)
                 self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
                 pending.append((submitted, staging))
                 submitted += 1
@@ -601,6 +637,8 @@ class Session:
         self.generating = False  # a reply's generator has started and not finished or been closed
         # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
         self.saved = False
+        self.written = 0  # cache positions [0, written) hold this session's entries (where it is now)
+        self.dirty_from = 0  # while active: positions from here were written since it was swapped in
         self.host_cache: dict[str, np.ndarray] | None = None  # the same where the cache goes through the host
         self.kv: dict[str, Any] = {}
         if engine.kv_on_gpu:
