@@ -63,6 +63,7 @@ class LoopStats:
     reads: int = 0  # host waits for a GPU result (token ids, or logits in the host loop)
     bytes_read: int = 0  # bytes the host read back during the decode loop
     uploads: int = 0  # host writes during the decode loop (after the first token)
+    bytes_uploaded: int = 0  # bytes of those writes that the GPU loop makes (a constraint's masks)
     max_in_flight: int = 0  # decode steps submitted and not yet read back, at most
 
 
@@ -386,7 +387,8 @@ class Engine:
             return 0
         total = sum(int(b.size) for b in self.cache_buffers().values())
         if (loop or self.loop) == "gpu":
-            total += (sampler_kernel.HISTORY + self.cache_length + 1) * 4 + STAGING_BYTES * (self.steps_ahead + 1)
+            total += ((sampler_kernel.HISTORY + self.cache_length + 1) * 4 + -(-self.vocab // 32) * 4
+                      + STAGING_BYTES * (self.steps_ahead + 1))
         return total
 
     def sessions_memory_bytes(self) -> int:
@@ -498,25 +500,33 @@ class Engine:
         return self._feed(token, position, read=True)
 
     def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
-                 step0: int, stop: set[int]) -> Iterator[int]:
+                 step0: int, stop: set[int], constraint: Any = None) -> Iterator[int]:
         """Steps of `session` on the GPU, `steps_ahead` in flight; other sessions' generators may run between
         two of its tokens (each submission is preceded by activate, queued in order). Steps past a stop token or
-        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it."""
+        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it.
+        constraint: its bitmask of allowed tokens is uploaded before each step and the sampler draws within it;
+        one step in flight (the next mask needs this token)."""
         sampler, staging_ring = session.gpu_sampler()
         stats = self.stats = LoopStats(loop="gpu")
         self.activate(session)
         self._write_step(token, position)
         temperature = 0.0 if config.greedy else config.temperature
-        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0)
+        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0, masked=constraint is not None)
         pending: deque[tuple[int, Any]] = deque()
         submitted = 0
         ring = len(staging_ring)
+        ahead = 1 if constraint is not None else self.steps_ahead
         while not session.closed:  # close() ends an open stream
-            while submitted < count and len(pending) < self.steps_ahead:
+            while submitted < count and len(pending) < ahead:
                 staging = staging_ring[submitted % ring]
                 if self.activate(session) and submitted:  # another session's steps wrote token and position
                     sampler.restore_step(self.token_buffer, self.position_buffer)
                 self.wrote(session, position + submitted, position + submitted + 1)
+                if constraint is not None:
+                    words = constraint.bitmask()
+                    sampler.set_mask(words)
+                    stats.uploads += 1
+                    stats.bytes_uploaded += words.nbytes
                 self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
                 pending.append((submitted, staging))
                 submitted += 1
@@ -528,8 +538,10 @@ class Engine:
             token = int(read_words(staging)[0])
             stats.reads += 1
             stats.bytes_read += 4
+            if constraint is not None:
+                constraint.consume(token)
             yield token
-            if token in stop:
+            if token in stop or (constraint is not None and constraint.stopped):
                 return
 
     def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
@@ -592,12 +604,20 @@ class DecodeSampler:
     def __init__(self, compiled: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
         self.gpu = compiled.gpu
         self.state = state_buffer(self.gpu, (sampler_kernel.HISTORY + steps) * 4)
-        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab), [logits, tokens, position, self.state])
+        self.allowed = state_buffer(self.gpu, -(-vocab // 32) * 4)  # a constraint's bitmask of the next token
+        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab),
+                                              [logits, tokens, position, self.state, self.allowed])
 
-    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int) -> None:
-        """Step `step` with these settings (written through the queue, ordered before the next submission)."""
-        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature))
+    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int, masked: bool = False
+              ) -> None:
+        """Step `step` with these settings (written through the queue, ordered before the next submission);
+        masked: draw only tokens set in `allowed` (set_mask before each step)."""
+        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature, masked=masked))
         self.gpu.write(self.state, 0, np.array([step], np.uint32))
+
+    def set_mask(self, words: np.ndarray) -> None:
+        """The next step's allowed tokens: bit j % 32 of word j // 32 (llguidance's bitmask), queued in order."""
+        self.gpu.write(self.allowed, 0, words)
 
     def restore_step(self, tokens: Any, position: Any) -> None:
         """Copy the token and position this sampler last wrote for the next step (its state's NEXT_* words) back
@@ -661,7 +681,7 @@ class Session:
     def buffers(self) -> list[Any]:
         """The GPU buffers this session owns."""
         own = [*self.kv.values(), *self._staging]
-        return own + ([self._sampler.state] if self._sampler is not None else [])
+        return own + ([self._sampler.state, self._sampler.allowed] if self._sampler is not None else [])
 
     def memory_bytes(self) -> int:
         """GPU bytes this session holds (0 once closed)."""
@@ -738,9 +758,9 @@ class Session:
         cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full".
 
         logprobs: None, or how many alternatives (0..MAX_TOP_LOGPROBS) session.logprobs records per token with
-        its log-probability; constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply
-        follows token by token, ending when its grammar is complete. Either runs the reply in the host loop
-        (the logits come back each step; the same tokens as the GPU loop otherwise)."""
+        its log-probability (the reply then runs in the host loop: the logits come back each step; the same
+        tokens); constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply follows token
+        by token, ending when its grammar is complete (in the GPU loop the sampler reads its bitmask)."""
         engine = self.engine
         self._check_usable()
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -784,10 +804,10 @@ class Session:
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
         self.logprobs = []
-        host = self.loop == "host" or logprobs is not None or constraint is not None
+        host = self.loop == "host" or logprobs is not None
         steps = (engine.host_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, logprobs,
                                   constraint) if host else
-                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop))
+                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, constraint))
         self.history.extend(new)
         self.position += len(ids) - 1
         self.pending = [int(ids[-1])]
