@@ -253,30 +253,43 @@ def bnth_cache(data: bytes) -> bytes:
 
 
 def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
-                 templates: bool = False, hf: bool = False) -> Path:
-    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer and LlmMetadata, with litert-lm-builder."""
+                 templates: bool | dict[str, tuple[str, str]] = False, hf: bool = False, jinja: str = "",
+                 name: str = "toy", sentencepiece: bytes | None = None, hf_tokenizer: Path | None = None) -> Path:
+    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer (or the serialized `sentencepiece` model) and
+    LlmMetadata, with litert-lm-builder; templates: True for user/model prefix-suffix affixes, or {role: (prefix,
+    suffix)}; jinja: a Jinja chat template (LlmMetadata.jinja_prompt_template)."""
     import sentencepiece as spm
     from litert_lm_builder import litertlm_builder as builder
     from litert_lm_builder.runtime.proto import llm_metadata_pb2
 
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(TOKENIZER_TEXT.splitlines() * 4), model_writer=proto,
-                                   vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+    if sentencepiece is None:
+        proto = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(TOKENIZER_TEXT.splitlines() * 4), model_writer=proto,
+                                       vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+        sentencepiece = proto.getvalue()
     tok = directory / "tokenizer.model"
-    tok.write_bytes(proto.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    tok.write_bytes(sentencepiece)
+    sp = spm.SentencePieceProcessor(model_proto=sentencepiece)
     md = llm_metadata_pb2.LlmMetadata()
     md.start_token.token_ids.ids.append(sp.bos_id())
     md.stop_tokens.add().token_ids.ids.append(sp.eos_id() if stop is None else stop)
     md.max_num_tokens = max_tokens
-    if templates:
+    if templates is True:
         md.prompt_templates.user.prefix, md.prompt_templates.user.suffix = "user: ", "\n"
         md.prompt_templates.model.prefix = "model: "
+    elif templates:
+        for role, (prefix, suffix) in templates.items():
+            affixes = getattr(md.prompt_templates, role)
+            affixes.prefix, affixes.suffix = prefix, suffix
+    if jinja:
+        md.jinja_prompt_template = jinja
     meta = directory / "metadata.pb"
     meta.write_bytes(md.SerializeToString())
     b = builder.LitertLmFileBuilder()
     b.add_llm_metadata(str(meta))
-    if hf:
+    if hf_tokenizer is not None:
+        b.add_hf_tokenizer(str(hf_tokenizer))
+    elif hf:
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
         hf_tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -288,7 +301,7 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     else:
         b.add_sentencepiece_tokenizer(str(tok))
     b.add_tflite_model(str(model), builder.TfLiteModelType.PREFILL_DECODE)
-    out = directory / "toy.litertlm"
+    out = directory / f"{name}.litertlm"
     with open(out, "wb") as f:
         b.build(f)
     return out
@@ -336,3 +349,33 @@ def encoder_model(width: int = 16, heads: int = 2, seq: int = 8) -> bytes:
     normed = mb.op("MUL", [centered, inv], (1, seq, width), shape_signature=dyn)
     mb.output(fc(normed, "out"))
     return mb.build()
+
+
+JSON_TEXT = """{"name": "Ada", "age": 36, "ok": true}
+{"city": "Paris", "items": [1, 2, 3], "price": 12.5, "open": false, "note": null}
+{"id": 7, "tags": ["red", "green", "blue"], "nested": {"a": 0, "b": -4}}
+The quick brown fox jumps over the lazy dog. 0123456789
+"""
+
+CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def json_bundle(directory: Path, seed: int = 1) -> Path:
+    """A .litertlm whose tokenizer can spell any JSON (a byte-level BPE: every byte a token, a few merges; <s> 1,
+    </s> 2), a zoo decoder of that vocabulary (random int8 weights, 256 positions) and a ChatML Jinja template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from gpuengine.zoo.decoder import DecoderConfig, decoder
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(JSON_TEXT.splitlines() * 4, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    path = directory / "json_tokenizer.json"
+    tokenizer.save(str(path))
+    model = directory / "json_decoder.tflite"
+    model.write_bytes(decoder(DecoderConfig(vocab=tokenizer.get_vocab_size(), cache=256, prefill=16), seed=seed))
+    return build_bundle(directory, model, max_tokens=256, jinja=CHATML_TEMPLATE, name="json", hf_tokenizer=path)

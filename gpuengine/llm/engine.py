@@ -4,9 +4,15 @@ across turns, generate() / generate_stream(), and the two decode loops.
 The model is driven only through the Interpreter's public API: signature runners, their GPU buffers
 (output_buffer / input_buffer / set_input_buffer) and SignatureRunner.submit(after=...).
 
-State: the KV cache lives in the decode signature's output buffers. Decode reads its own outputs (each step's
-inputs are the last step's outputs, copied on the GPU); a prefill signature reads those buffers and its outputs
-are copied back into them on the GPU. As LiteRT-LM does, a prompt's tokens but the last go through the
+State: the KV cache being decoded lives in the decode signature's output buffers (written in place). Decode reads
+its own outputs; a prefill signature reads those buffers and its outputs are copied back into them on the GPU.
+Each Session owns GPU buffers of the same sizes (its KV cache, its token and position, its sampler's state and
+staging ring): Engine.activate(session) swaps sessions on the GPU, one command buffer of copies (the owner's cache
+out to its buffers, the session's in) queued before the session's next submission, so generators of several
+sessions stepped in any order each get the tokens they get alone. Swapping copies rather than binding each
+session's buffers to decode: the decode program's bind groups stay the ones made at allocation.
+
+As LiteRT-LM does, a prompt's tokens but the last go through the
 `prefill_N` signatures (chunks whose N positions fit in the cache; the rest one by one through `decode`) and the
 last one is the first decode step's input, whose logits give the first generated token.
 
@@ -23,22 +29,29 @@ from __future__ import annotations
 import os
 import re
 import time
+import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ModelError
 from ..lowering.kernels import sampler as sampler_kernel
-from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer, wait_unread
+from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer
+from ..runtime.device import WorkDone
 from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
 from .tokenizer import StreamDecoder
 
+if TYPE_CHECKING:
+    from .conversation import Conversation
+
 PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
 LOOPS = ("auto", "gpu", "host")
+MAX_TOP_LOGPROBS = 20  # alternatives per token, at most (OpenAI's top_logprobs bound)
+STAGING_BYTES = 16  # one readback buffer of a session's GPU-loop ring (4 bytes read: its token)
 
 
 @dataclass
@@ -50,6 +63,7 @@ class LoopStats:
     reads: int = 0  # host waits for a GPU result (token ids, or logits in the host loop)
     bytes_read: int = 0  # bytes the host read back during the decode loop
     uploads: int = 0  # host writes during the decode loop (after the first token)
+    bytes_uploaded: int = 0  # bytes of those writes that the GPU loop makes (a constraint's masks)
     max_in_flight: int = 0  # decode steps submitted and not yet read back, at most
 
 
@@ -63,6 +77,30 @@ class Timing:
     @property
     def ttft_s(self) -> float:
         return self.prefill_s
+
+
+@dataclass
+class TokenLogprob:
+    """A generated token's log-probability under the model (log-softmax of its logits, before any sampling
+    setting or constraint) and the `top` most likely tokens with theirs (OpenAI's logprobs / top_logprobs)."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities of a row of logits, in float64."""
+    x = np.asarray(logits, np.float64).reshape(-1)
+    finite = x[np.isfinite(x)]
+    peak = finite.max() if finite.size else 0.0
+    return x - (peak + np.log(np.exp(x[np.isfinite(x)] - peak).sum()))
+
+
+def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
+    lp = np.nan_to_num(log_softmax(logits), nan=-np.inf)
+    best = np.lexsort((np.arange(lp.size), -lp))[:top] if top else []
+    return TokenLogprob(int(token), float(lp[token]), [(int(t), float(lp[t])) for t in best])
 
 
 def _cache_length(k_shape: tuple[int, ...], v_shape: tuple[int, ...], longest_prefill: int) -> int:
@@ -90,6 +128,22 @@ def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) ->
         plan.append((n, take))
         k += take
     return plan
+
+
+def position_ranges(shape: tuple[int, ...], positions: int, start: int, end: int) -> list[tuple[int, int]] | None:
+    """The byte ranges (offset, size) of cache positions [start, end) in a row-major f32 buffer of `shape` whose
+    one axis of `positions` entries is the position axis: one range for [1, T, N, H], N for [1, N, T, H], N x H for
+    a transposed [1, N, H, T] (None past 64 ranges, or when no single axis is the positions': copy it whole)."""
+    axes = [ax for ax in range(1, len(shape)) if shape[ax] == positions]
+    if len(shape) != 4 or len(axes) != 1 or start >= end:
+        return None if start < end else []
+    axis = axes[0]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    outer = int(np.prod(shape[1:axis], dtype=np.int64))
+    if outer > 64:
+        return None
+    span = positions * inner
+    return [((o * span + start * inner) * 4, (end - start) * inner * 4) for o in range(outer)]
 
 
 def default_hybrid_arithmetic() -> str:
@@ -137,11 +191,13 @@ class Engine:
         self.loop = "gpu" if want_gpu and self.gpu_loop_reason is None else "host"
         if loop == "gpu" and self.gpu_loop_reason is not None:
             raise ValueError(f"the GPU decode loop is not available for this model: {self.gpu_loop_reason}")
-        self._sampler_kernel: Any = None
-        self._staging: list[Any] = []
         self.stats = LoopStats()
         self.timing = Timing()
-        self.owner: Session | None = None  # the session whose tokens the KV cache holds
+        self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
+        self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
+        self.switches = 0  # session swaps on the GPU (activate)
+        self.swap_bytes = 0  # bytes those swaps (and clones) copied
+        self._guidance: Any = None  # llguidance's tokenizer, built on first use (structured output)
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
@@ -187,6 +243,8 @@ class Engine:
                 if "tokens" in details and "input_pos" in details:
                     self.prefills[int(details["tokens"]["shape"][-1])] = runner
         self.cache_length = _cache_length(k_shape, v_shape, max(self.prefills, default=1))
+        self.cache_positions = self.cache_length  # the position axis's size (before max_num_tokens)
+        self.cache_shapes = {name: tuple(inputs[name]["shape"]) for name in self.cache_names}
         if self.bundle.max_num_tokens:
             self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         tok = self.tokenizer.vocab_size
@@ -240,19 +298,19 @@ class Engine:
             self._host_cache = {n: np.zeros(d["shape"], d["dtype"])
                                 for n, d in decode.get_input_details().items() if n in self.cache_names}
         self.gpu_loop_reason: str | None = None
-        self._token_buffer = self._position_buffer = None
+        self.token_buffer = self.position_buffer = None
         if not self.kv_on_gpu:
             self.gpu_loop_reason = "the KV cache is read by a CPU partition"
         else:
             try:
-                self._token_buffer = decode.input_buffer("tokens").buffer
-                self._position_buffer = decode.input_buffer("input_pos").buffer
+                self.token_buffer = decode.input_buffer("tokens").buffer
+                self.position_buffer = decode.input_buffer("input_pos").buffer
             except ValueError as e:
                 self.gpu_loop_reason = f"`tokens` / `input_pos` of decode are not GPU inputs ({e})"
             compiled = decode.compiled
             if len(compiled.programs) != 1 or compiled.gpu is None:
                 self.gpu_loop_reason = "decode is not one GPU program (it has CPU partitions)"
-        if self._token_buffer is not None:
+        if self.token_buffer is not None:
             self._feed(0, 0, read=True)  # fixes decode's readback set once (a later change would re-record)
 
     @property
@@ -266,12 +324,12 @@ class Engine:
 
     # -- feeding the model ------------------------------------------------------------------------------------
     def _write_step(self, token: int, position: int) -> None:
-        self.gpu.write(self._token_buffer, 0, np.array([token], np.float32))
-        self.gpu.write(self._position_buffer, 0, np.array([position], np.float32))
+        self.gpu.write(self.token_buffer, 0, np.array([token], np.float32))
+        self.gpu.write(self.position_buffer, 0, np.array([position], np.float32))
 
     def _feed(self, token: int, position: int, read: bool) -> np.ndarray | None:
         """One decode step with this token at this position; its logits when read."""
-        if self._token_buffer is not None:
+        if self.token_buffer is not None:
             self._write_step(token, position)
             if read:
                 return self.decode.run({}, outputs=["logits"])["logits"].reshape(-1)
@@ -284,8 +342,11 @@ class Engine:
             return out["logits"].reshape(-1)
         return self.decode.run(feeds, outputs=["logits"])["logits"].reshape(-1)
 
-    def prefill(self, ids: list[int], start: int) -> None:
-        """Write the KV cache of `ids` at positions start..: prefill chunks that fit, the rest through decode."""
+    def prefill(self, session: Session, ids: list[int], start: int) -> None:
+        """Write `session`'s KV cache of `ids` at positions start..: prefill chunks that fit, the rest through
+        decode."""
+        self.activate(session)
+        self.wrote(session, start, start + len(ids))
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
             if n == 0:  # no prefill signature fits here: one token through decode
@@ -309,65 +370,216 @@ class Engine:
         self.gpu.copy([(runner.output_buffer(name).buffer, self.decode.output_buffer(name).buffer)
                        for name in self.cache_names])
 
+    # -- sessions' state on the GPU ---------------------------------------------------------------------------
+    @property
+    def owner(self) -> Session | None:
+        """The session whose KV cache decode's buffers hold now (None before any, or once it is closed)."""
+        return self._owner() if self._owner is not None else None
+
+    def cache_buffers(self) -> dict[str, Any]:
+        """Decode's KV-cache buffers by input name: where the active session's cache is decoded (in place)."""
+        return {name: self.decode.output_buffer(name).buffer for name in self.cache_names}
+
+    def session_memory_bytes(self, loop: str | None = None) -> int:
+        """GPU bytes a new session allocates (its KV cache, token and position, and in the GPU loop its sampler's
+        state and staging ring): what a server counts against its memory limit before opening one."""
+        if not self.kv_on_gpu:
+            return 0
+        total = sum(int(b.size) for b in self.cache_buffers().values())
+        if (loop or self.loop) == "gpu":
+            total += ((sampler_kernel.HISTORY + self.cache_length + 1) * 4 + -(-self.vocab // 32) * 4
+                      + STAGING_BYTES * (self.steps_ahead + 1))
+        return total
+
+    def sessions_memory_bytes(self) -> int:
+        """GPU bytes the live sessions hold together (Session.memory_bytes summed)."""
+        return sum(s.memory_bytes() for s in list(self.sessions))
+
+    def activate(self, session: Session) -> bool:
+        """Make `session`'s KV cache the one decode and prefill work on: one command buffer queued on the GPU
+        copies the current owner's cache out to its buffers and `session`'s in (nothing to copy in for a session
+        that has no state yet). Steps the owner has in flight run first: the queue keeps order. True when it
+        swapped (decode's token and position inputs then hold another session's: the caller writes its own)."""
+        if self.owner is session:
+            return False
+        if session.closed:
+            raise RuntimeError("this session is closed; create another one")
+        owner = self.owner
+        self._owner = weakref.ref(session)
+        self.switches += 1
+        if not self.kv_on_gpu:
+            if owner is not None:
+                owner.host_cache = self._host_cache
+            self._host_cache = session.host_cache or {n: np.zeros_like(v) for n, v in self._host_cache.items()}
+            return True
+        working = self.cache_buffers()
+        encoder = self.device.create_command_encoder()
+        copies = 0
+        if owner is not None and not owner.closed:  # what it wrote since it was swapped in
+            copies += self._copy_positions(encoder, working, owner.kv, owner.dirty_from, owner.written)
+            owner.saved = True
+        if session.saved:  # its positions written so far
+            copies += self._copy_positions(encoder, session.kv, working, 0, session.written)
+            session.saved = False
+        session.dirty_from = session.written
+        if copies:
+            self.device.queue.submit([encoder.finish()])
+        return True
+
+    def _copy_positions(self, encoder: Any, source: dict[str, Any], target: dict[str, Any], start: int, end: int
+                        ) -> int:
+        """Record the copies of cache positions [start, end) of every cache tensor; the bytes copied."""
+        total = 0
+        for name, buffer in source.items():
+            ranges = position_ranges(self.cache_shapes[name], self.cache_positions, start, end)
+            for offset, size in [(0, int(buffer.size))] if ranges is None else ranges:
+                encoder.copy_buffer_to_buffer(buffer, offset, target[name], offset, size)
+                total += size
+        self.swap_bytes += total
+        return total
+
+    def wrote(self, session: Session, start: int, end: int) -> None:
+        """Note that `session` writes cache positions [start, end) (what a swap copies out and in)."""
+        session.dirty_from = min(session.dirty_from, start)
+        session.written = max(session.written, min(end, self.cache_positions))
+
+    def clone_state(self, source: Session, target: Session) -> None:
+        """Copy `source`'s KV cache into `target`'s buffers on the GPU: from decode's buffers when `source` is
+        active, else from its own (nothing when it has written none yet)."""
+        if not self.kv_on_gpu:
+            cache = self._host_cache if self.owner is source else source.host_cache
+            target.host_cache = {n: v.copy() for n, v in cache.items()} if cache else None
+            return
+        if self.owner is not source and not source.saved:
+            return  # nothing written yet
+        encoder = self.device.create_command_encoder()
+        self._copy_positions(encoder, self.cache_buffers() if self.owner is source else source.kv, target.kv, 0,
+                             source.written)
+        self.device.queue.submit([encoder.finish()])
+        target.saved, target.written, target.dirty_from = True, source.written, source.written
+
+    def release(self, session: Session) -> None:
+        """Forget `session` (closed): it stops being the owner; its buffers go once the GPU is done with them."""
+        if self.owner is session:
+            self._owner = None
+        self.sessions.discard(session)
+
     # -- the two decode loops -----------------------------------------------------------------------------------
-    def host_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
-                   stop: set[int]) -> Iterator[int]:
+    def host_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
+                  step0: int, stop: set[int], logprobs: int | None = None, constraint: Any = None
+                  ) -> Iterator[int]:
+        """Each step's logits read back and sampled in numpy; `constraint` (structured.Constraint) masks the
+        tokens its grammar forbids before sampling and takes each token; `logprobs`: session.logprobs gets each
+        token's log-probability and that many alternatives."""
         stats = self.stats = LoopStats(loop="host")
         for k in range(count):
+            if session.closed:
+                return
+            self.activate(session)
+            self.wrote(session, position + k, position + k + 1)
             logits = self._feed(token, position + k, read=True)
             stats.steps += 1
             stats.reads += 1
             stats.bytes_read += logits.nbytes
             stats.uploads += 1 if k else 0
             stats.max_in_flight = 1
-            token = sample(logits, config, step0 + k)
+            scores = logits if constraint is None else np.where(constraint.allowed(), logits, -np.inf)
+            token = sample(scores, config, step0 + k)
+            if logprobs is not None:
+                session.logprobs.append(token_logprob(logits, token, logprobs))
+            if constraint is not None:
+                constraint.consume(token)
             yield token
-            if token in stop:
+            if token in stop or (constraint is not None and constraint.stopped):
                 return
 
-    def _ensure_sampler(self) -> DecodeSampler:
-        if self._sampler_kernel is None:
-            logits = self.decode.output_buffer("logits").buffer
-            self._sampler_kernel = DecodeSampler(self.decode.compiled, self.vocab, logits, self._token_buffer,
-                                                 self._position_buffer, self.cache_length + 1)
-            self._staging = [readback_buffer(self.gpu, 16) for _ in range(self.steps_ahead + 1)]
-        return self._sampler_kernel
+    def step_logits(self, session: Session, token: int, position: int) -> np.ndarray:
+        """Feed `session` one token at `position` and read the logits that follow it (scoring)."""
+        self.activate(session)
+        self.wrote(session, position, position + 1)
+        return self._feed(token, position, read=True)
 
-    def gpu_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
-                  stop: set[int]) -> Iterator[int]:
-        sampler = self._ensure_sampler()
+    def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
+                 step0: int, stop: set[int], constraint: Any = None) -> Iterator[int]:
+        """Steps of `session` on the GPU, `steps_ahead` in flight; other sessions' generators may run between
+        two of its tokens (each submission is preceded by activate, queued in order). Steps past a stop token or
+        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it.
+        constraint: its bitmask of allowed tokens is uploaded before each step and the sampler draws within it;
+        one step in flight (the next mask needs this token)."""
+        sampler, staging_ring = session.gpu_sampler()
         stats = self.stats = LoopStats(loop="gpu")
+        self.activate(session)
         self._write_step(token, position)
         temperature = 0.0 if config.greedy else config.temperature
-        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0)
+        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0, masked=constraint is not None)
         pending: deque[tuple[int, Any]] = deque()
         submitted = 0
-        ring = len(self._staging)
-        try:
-            while True:
-                while submitted < count and len(pending) < self.steps_ahead:
-                    staging = self._staging[submitted % ring]
-                    self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
-                    pending.append((submitted, staging))
-                    submitted += 1
-                    stats.steps += 1
-                    stats.max_in_flight = max(stats.max_in_flight, len(pending))
-                if not pending:
-                    return
-                _, staging = pending.popleft()
-                token = int(read_words(staging)[0])
-                stats.reads += 1
-                stats.bytes_read += 4
-                yield token
-                if token in stop:
-                    return
-        finally:
-            for _, staging in pending:  # steps past a stop token: finished, not read
-                wait_unread(staging)
+        ring = len(staging_ring)
+        ahead = 1 if constraint is not None else self.steps_ahead
+        while not session.closed:  # close() ends an open stream
+            while submitted < count and len(pending) < ahead:
+                staging = staging_ring[submitted % ring]
+                if self.activate(session) and submitted:  # another session's steps wrote token and position
+                    sampler.restore_step(self.token_buffer, self.position_buffer)
+                self.wrote(session, position + submitted, position + submitted + 1)
+                if constraint is not None:
+                    words = constraint.bitmask()
+                    sampler.set_mask(words)
+                    stats.uploads += 1
+                    stats.bytes_uploaded += words.nbytes
+                self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
+                pending.append((submitted, staging))
+                submitted += 1
+                stats.steps += 1
+                stats.max_in_flight = max(stats.max_in_flight, len(pending))
+            if not pending:
+                return
+            _, staging = pending.popleft()
+            token = int(read_words(staging)[0])
+            stats.reads += 1
+            stats.bytes_read += 4
+            if constraint is not None:
+                constraint.consume(token)
+            yield token
+            if token in stop or (constraint is not None and constraint.stopped):
+                return
 
     def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
                        loop: str | None = None) -> Session:
-        return Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
+        """A new session with a KV cache of its own (session_memory_bytes on the GPU, until Session.close)."""
+        session = Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
+        self.sessions.add(session)
+        return session
+
+    def guidance_tokenizer(self) -> Any:
+        """llguidance's view of the tokenizer, the bundle's stop tokens as its end (built once: about a second)."""
+        if self._guidance is None:
+            from .structured import guidance_tokenizer
+
+            self._guidance = guidance_tokenizer(self.tokenizer, sorted(self.bundle.stop_tokens))
+        return self._guidance
+
+    def constraint(self, response_format: dict[str, Any] | None) -> Any:
+        """A structured.Constraint for OpenAI's response_format (None for none or {"type": "text"})."""
+        from .structured import Constraint
+
+        return Constraint.from_response_format(self, response_format)
+
+    def create_conversation(self, system_message: str | None = None, *, system: str | None = None,
+                            messages: list[Any] | None = None, tools: list[Any] | None = None,
+                            chat_template: str | None = None, sampler_config: SamplerConfig | None = None,
+                            max_tokens: int = 256, loop: str | None = None) -> Conversation:
+        """A Conversation on a session of its own, rendering messages with the bundle's chat template (or
+        `chat_template`; see chat.py for the prefix/suffix and plain fallbacks); `system` is `system_message`."""
+        from .chat import ChatTemplate
+        from .conversation import Conversation
+
+        if system is not None and system_message is not None:
+            raise ValueError("give the system prompt once: system_message or system")
+        template = ChatTemplate.for_bundle(self.bundle, chat_template)
+        return Conversation(self, template, system_message=system_message if system is None else system,
+                            messages=messages, tools=tools, sampler_config=sampler_config, max_tokens=max_tokens,
+                            loop=loop)
 
     def gpu_memory_bytes(self) -> int:
         """GPU memory the signatures' programs hold: planned tensors, boundary buffers, weights (shared ones once)."""
@@ -392,12 +604,28 @@ class DecodeSampler:
     def __init__(self, compiled: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
         self.gpu = compiled.gpu
         self.state = state_buffer(self.gpu, (sampler_kernel.HISTORY + steps) * 4)
-        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab), [logits, tokens, position, self.state])
+        self.allowed = state_buffer(self.gpu, -(-vocab // 32) * 4)  # a constraint's bitmask of the next token
+        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab),
+                                              [logits, tokens, position, self.state, self.allowed])
 
-    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int) -> None:
-        """Step `step` with these settings (written through the queue, ordered before the next submission)."""
-        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature))
+    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int, masked: bool = False
+              ) -> None:
+        """Step `step` with these settings (written through the queue, ordered before the next submission);
+        masked: draw only tokens set in `allowed` (set_mask before each step)."""
+        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature, masked=masked))
         self.gpu.write(self.state, 0, np.array([step], np.uint32))
+
+    def set_mask(self, words: np.ndarray) -> None:
+        """The next step's allowed tokens: bit j % 32 of word j // 32 (llguidance's bitmask), queued in order."""
+        self.gpu.write(self.allowed, 0, words)
+
+    def restore_step(self, tokens: Any, position: Any) -> None:
+        """Copy the token and position this sampler last wrote for the next step (its state's NEXT_* words) back
+        to decode's inputs, on the GPU: the session resumes after another session's steps wrote there."""
+        encoder = self.gpu.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_TOKEN * 4, tokens, 0, 4)
+        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_POSITION * 4, position, 0, 4)
+        self.gpu.device.queue.submit([encoder.finish()])
 
     def command(self, step: int, staging: Any) -> Any:
         """The sampler's dispatch, then the copy of step `step`'s token to `staging`: a command buffer to submit
@@ -407,7 +635,9 @@ class DecodeSampler:
 
 
 class Session:
-    """One conversation: the KV cache carries over from turn to turn (position, the last sampled token)."""
+    """One conversation with a KV cache of its own on the GPU: the cache carries over from turn to turn (position,
+    the last sampled token), other sessions of the engine may generate between two of its tokens, clone() copies
+    it on the GPU, close() frees it. One reply at a time per session."""
 
     def __init__(self, engine: Engine, sampler: SamplerConfig, apply_prompt_template: bool, loop: str) -> None:
         if loop not in ("gpu", "host"):
@@ -422,6 +652,91 @@ class Session:
         # why the last reply ended: "stop" (a stop token or sequence), "length" (max_tokens), "cache_full" (the KV
         # cache's last position came before max_tokens), None while a reply is being generated or before any
         self.finish_reason: str | None = None
+        self.logprobs: list[TokenLogprob] = []  # the last reply's, when asked for (generate_tokens(logprobs=k))
+        self.closed = False
+        self.generating = False  # a reply's generator has started and not finished or been closed
+        # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
+        self.saved = False
+        self.written = 0  # cache positions [0, written) hold this session's entries (where it is now)
+        self.dirty_from = 0  # while active: positions from here were written since it was swapped in
+        self.host_cache: dict[str, np.ndarray] | None = None  # the same where the cache goes through the host
+        self.kv: dict[str, Any] = {}
+        if engine.kv_on_gpu:
+            self.kv = {name: state_buffer(engine.gpu, int(b.size)) for name, b in engine.cache_buffers().items()}
+        self._sampler: DecodeSampler | None = None
+        self._staging: list[Any] = []
+        if loop == "gpu":
+            self.gpu_sampler()
+
+    def gpu_sampler(self) -> tuple[DecodeSampler, list[Any]]:
+        """This session's GPU sampler (its state buffer and bind group, made once) and staging ring."""
+        if self._sampler is None:
+            engine = self.engine
+            logits = engine.decode.output_buffer("logits").buffer
+            self._sampler = DecodeSampler(engine.decode.compiled, engine.vocab, logits, engine.token_buffer,
+                                          engine.position_buffer, engine.cache_length + 1)
+            self._staging = [readback_buffer(engine.gpu, STAGING_BYTES) for _ in range(engine.steps_ahead + 1)]
+        return self._sampler, self._staging
+
+    def buffers(self) -> list[Any]:
+        """The GPU buffers this session owns."""
+        own = [*self.kv.values(), *self._staging]
+        return own + ([self._sampler.state, self._sampler.allowed] if self._sampler is not None else [])
+
+    def memory_bytes(self) -> int:
+        """GPU bytes this session holds (0 once closed)."""
+        return sum(int(b.size) for b in self.buffers())
+
+    def clone(self) -> Session:
+        """A new session with this one's KV cache, history and sampler counter, copied on the GPU (a shared
+        prefix prefilled once, continued independently). Between replies only."""
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is generating a reply: clone it before or after, not during")
+        twin = self.engine.create_session(apply_prompt_template=self.apply_prompt_template,
+                                          sampler_config=self.sampler, loop=self.loop)
+        twin.position, twin.pending, twin.steps = self.position, list(self.pending), self.steps
+        twin.history, twin.finish_reason = list(self.history), self.finish_reason
+        self.engine.clone_state(self, twin)
+        return twin
+
+    def close(self) -> None:
+        """Free this session's GPU memory; an open stream of it ends. Idempotent; the session is unusable after."""
+        if self.closed:
+            return
+        self.closed = True
+        engine = self.engine
+        engine.release(self)
+        buffers = self.buffers()
+        self.kv, self._staging, self._sampler, self.host_cache = {}, [], None, None
+        if buffers:
+            WorkDone(engine.gpu).wait(10.0)  # work queued on them (steps in flight, copies) finishes first
+            for buffer in buffers:
+                buffer.destroy()
+
+    def rewind(self, length: int) -> None:
+        """Keep the first `length` tokens of the history (fed or generated) and forget the rest: the next prompt is
+        fed from there (the cache's later entries are written over). Between replies only."""
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is generating a reply: rewind it before or after, not during")
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= len(self.history):
+            raise ValueError(f"rewind to a length in [0, {len(self.history)}], got {length!r}")
+        if length == len(self.history):
+            return
+        self.history = self.history[:length]
+        self.position = min(self.position, length)
+        self.pending = []
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise RuntimeError("this session is closed; create another one")
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The tokens a prompt adds: the start token first in a session (also without the template, as LiteRT-LM's
@@ -436,14 +751,23 @@ class Session:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
         return ids
 
-    def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None
-                        ) -> Iterator[int]:
+    def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                        logprobs: int | None = None, constraint: Any = None) -> Iterator[int]:
         """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive
         (checked here, before anything is fed: ValueError for an id outside the vocabulary or a prompt over the
-        cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full"."""
+        cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full".
+
+        logprobs: None, or how many alternatives (0..MAX_TOP_LOGPROBS) session.logprobs records per token with
+        its log-probability (the reply then runs in the host loop: the logits come back each step; the same
+        tokens); constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply follows token
+        by token, ending when its grammar is complete (in the GPU loop the sampler reads its bitmask)."""
         engine = self.engine
+        self._check_usable()
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
         new = [int(t) if isinstance(t, (int, np.integer)) else t for t in ids]
         ids = [*self.pending, *new]
         bad = [t for t in ids if not isinstance(t, (int, np.integer)) or not 0 <= int(t) < engine.vocab]
@@ -456,21 +780,34 @@ class Session:
             raise ValueError(f"the prompt ({len(ids)} tokens after {self.position} in the session) does not fit the "
                              f"KV cache of {engine.cache_length} positions with room for a generated token; start a "
                              "new session or shorten it")
-        return self._generate(ids, new, max_tokens, sampler or self.sampler)
+        return self._generate(ids, new, max_tokens, sampler or self.sampler, logprobs, constraint)
 
-    def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
+    def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig,
+                  logprobs: int | None = None, constraint: Any = None) -> Iterator[int]:
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is already generating a reply: read its stream to the end or close() "
+                               "it first (one reply at a time per session; other sessions may generate meanwhile)")
+        self.generating = True
+        try:
+            yield from self._reply(ids, new, max_tokens, config, logprobs, constraint)
+        finally:
+            self.generating = False
+
+    def _reply(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig,
+               logprobs: int | None, constraint: Any) -> Iterator[int]:
         engine = self.engine
         stop = engine.bundle.stop_tokens
         sequences = [list(seq) for seq in engine.bundle.stop_ids if len(seq) > 1]
         start = time.perf_counter()
-        if engine.owner is not self and self.position:
-            # another session used the engine's KV cache since: write this session's tokens back first
-            engine.prefill(self.history[:self.position], 0)
-        engine.owner = self
-        engine.prefill([int(t) for t in ids[:-1]], self.position)
+        engine.prefill(self, [int(t) for t in ids[:-1]], self.position)
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
-        loop = engine.gpu_loop if self.loop == "gpu" else engine.host_loop
+        self.logprobs = []
+        host = self.loop == "host" or logprobs is not None
+        steps = (engine.host_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, logprobs,
+                                  constraint) if host else
+                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, constraint))
         self.history.extend(new)
         self.position += len(ids) - 1
         self.pending = [int(ids[-1])]
@@ -478,7 +815,7 @@ class Session:
         timing = engine.timing = Timing(prefill_tokens=len(ids))
         first_at = None
         self.finish_reason = None
-        for token in loop(int(ids[-1]), first_position, count, config, self.steps, stop):
+        for token in steps:
             now = time.perf_counter()
             if first_at is None:
                 first_at = now
@@ -492,7 +829,7 @@ class Session:
             self.history.append(token)
             self.steps += 1
             ends = token in stop or any(len(seq) <= generated and self.history[-len(seq):] == seq
-                                        for seq in sequences)
+                                        for seq in sequences) or (constraint is not None and constraint.stopped)
             if ends:
                 self.finish_reason = "stop"
             elif generated == count:
@@ -501,13 +838,14 @@ class Session:
             if ends:
                 return  # a stop token, or a stop sequence of several tokens, ends the reply
 
-    def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None
-                        ) -> Iterator[str]:
-        """Text pieces as tokens arrive (stop tokens end the reply and are not shown)."""
+    def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                        logprobs: int | None = None, constraint: Any = None) -> Iterator[str]:
+        """Text pieces as tokens arrive (stop tokens end the reply and are not shown); logprobs and constraint
+        as in generate_tokens."""
         ids = self.prompt_ids(prompt)
         stop = self.engine.bundle.stop_tokens
         text = StreamDecoder(self.engine.tokenizer)
-        for token in self.generate_tokens(ids, max_tokens, sampler):
+        for token in self.generate_tokens(ids, max_tokens, sampler, logprobs=logprobs, constraint=constraint):
             if token in stop:
                 break
             piece = text.push(token)
@@ -517,5 +855,52 @@ class Session:
         if rest:
             yield rest
 
-    def generate(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None) -> str:
-        return "".join(self.generate_stream(prompt, max_tokens, sampler))
+    def generate(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                 logprobs: int | None = None, constraint: Any = None) -> str:
+        return "".join(self.generate_stream(prompt, max_tokens, sampler, logprobs=logprobs, constraint=constraint))
+
+    # -- scoring ----------------------------------------------------------------------------------------------
+    def score(self, prompt: str, continuations: Sequence[str]) -> list[float]:
+        """The log-probability of each continuation's tokens after `prompt` (LiteRT-LM's text scoring: the sum over
+        the continuation's tokens, each encoded alone), this session's history before them; the session itself
+        is left as it was (the prompt is prefilled once, on a GPU clone)."""
+        if isinstance(continuations, str):
+            raise ValueError("continuations is a list of strings (one score each), got a string")
+        ids = self.prompt_ids(prompt)
+        pieces = [self.engine.tokenizer.encode(c) if isinstance(c, str) else c for c in continuations]
+        return [float(lp.sum()) for lp in self.score_tokens(ids, pieces)]
+
+    def score_tokens(self, ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
+        """Per-token log-probabilities of each continuation (token ids) after the prompt `ids`, on clones of this
+        session (which stays as it was)."""
+        self._check_usable()
+        engine = self.engine
+        if not continuations:
+            raise ValueError("give at least one continuation to score")
+        for c in continuations:
+            if not isinstance(c, (list, tuple)) or not c:
+                raise ValueError(f"a continuation must be a non-empty string or list of token ids, got {c!r}")
+            if any(not isinstance(t, (int, np.integer)) or not 0 <= int(t) < engine.vocab for t in c):
+                raise ValueError(f"a continuation's token id is outside the vocabulary [0, {engine.vocab - 1}]")
+        feed = [*self.pending, *ids]
+        longest = max(len(c) for c in continuations)
+        if self.position + len(feed) + longest - 1 > engine.cache_length:
+            raise ValueError(f"the prompt ({len(feed)} tokens after {self.position}) and a continuation of "
+                             f"{longest} do not fit the KV cache of {engine.cache_length} positions")
+        base = self.clone()
+        try:
+            engine.prefill(base, [int(t) for t in feed[:-1]], base.position)
+            base.position += len(feed) - 1
+            scores = []
+            for c in continuations:
+                work = base.clone() if len(continuations) > 1 else base
+                try:
+                    tokens = [int(feed[-1]), *(int(t) for t in c[:-1])]
+                    rows = [engine.step_logits(work, t, base.position + k) for k, t in enumerate(tokens)]
+                    scores.append(np.array([log_softmax(row)[int(t)] for row, t in zip(rows, c, strict=True)]))
+                finally:
+                    if work is not base:
+                        work.close()
+            return scores
+        finally:
+            base.close()
