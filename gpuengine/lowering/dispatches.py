@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..latency import policy
 from ..latency.defaults import default_workgroup
+from ..latency.limits import BASELINE, DeviceLimits
 from ..latency.target import Target
 from ..model.ir import Graph
 from ..model.ops import KV_CACHE_WRITE
@@ -37,10 +38,12 @@ def signature(spec: KernelSpec) -> str:
 
 class Choices:
     """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
-    device can run, else the target's default (latency/policy.py) or the default workgroup size."""
+    device can run, else the target's default (latency/policy.py) or the default workgroup size. limits: the
+    device's (WebGPU's defaults when planning without one)."""
 
-    def __init__(self, target: Target, tuned: Tuned | None = None, max_invocations: int = 256) -> None:
-        self.target, self.tuned, self.max_invocations = target, tuned or Tuned(), max_invocations
+    def __init__(self, target: Target, tuned: Tuned | None = None, limits: DeviceLimits = BASELINE) -> None:
+        self.target, self.tuned, self.limits = target, tuned or Tuned(), limits
+        self.max_invocations = limits.invocations
         self.from_cache = 0  # dispatches whose choice came from the tuning cache
 
     def decide(self, variants: Variants) -> Decomposition:
@@ -61,6 +64,9 @@ class Choices:
 
     def workgroup(self, spec: KernelSpec) -> tuple[int, int, int]:
         tuned = self.tuned.workgroups.get(signature(spec))
+        if tuned is not None and (tuned[0] * tuned[1] * tuned[2] > self.max_invocations
+                                  or any(w > m for w, m in zip(tuned, self.limits.workgroup_size))):
+            tuned = None  # tuned on a device with higher limits
         self.from_cache += tuned is not None
         return tuned or default_workgroup(spec.grid, self.max_invocations)
 
