@@ -23,19 +23,24 @@ SUBGROUP_USE = re.compile(r"\bsubgroup\w*\s*\(|@builtin\(subgroup_")
 F16_USE = re.compile(r"\bf16\b")
 
 
+def stored_as_f16(b: Binding, precision: str) -> bool:
+    """Whether a constant binding's f32 data is uploaded as f16: storage-typed float data in fp16 mode."""
+    return (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
+            and np.asarray(b.data).dtype == np.float32)
+
+
 def stored_data(b: Binding, precision: str) -> np.ndarray:
-    """A constant binding's bytes as the shader reads them: storage-typed float data as f16 in fp16 mode."""
+    """A constant binding's bytes as the shader reads them (stored_as_f16)."""
     data = np.ascontiguousarray(b.data)
-    if precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES and data.dtype == np.float32:
-        return data.astype(np.float16)
-    return data
+    return data.astype(np.float16) if stored_as_f16(b, precision) else data
 
 
 def binding_bytes(b: Binding, graph: Graph, precision: str) -> int:
     """Bytes a binding's buffer range holds: a constant's data, scratch space, a BHWC boundary buffer or a PHWC4
     tensor in its storage type."""
     if b.data is not None:
-        return max(4, stored_data(b, precision).nbytes)
+        nbytes = np.asarray(b.data).nbytes
+        return max(4, nbytes // 2 if stored_as_f16(b, precision) else nbytes)
     if b.scratch_bytes:
         return b.scratch_bytes
     shape = graph.tensors[b.tensor].shape

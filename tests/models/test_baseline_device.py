@@ -1,0 +1,115 @@
+"""Every model on a baseline device (issue 31 item 4): no optional feature (no shader-f16, no subgroups, no timestamp
+queries) and WebGPU's default limits (8 storage buffers per stage, 128 MiB per binding, 16 KiB of workgroup memory,
+256 invocations), which wgpu-native then enforces. The zoo, the MediaPipe models and a decoder's signatures match
+LiteRT as on the full device (the same helpers and tolerances as tests/models/test_zoo.py, test_mediapipe.py and
+test_toy_decoder.py). tests/unit/test_device_limits.py checks the same models' plans against the limits without a
+GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import (
+    REFERENCE_MODELS,
+    SHARED_MODELS,
+    assert_matches_litert,
+    cached_reference_model,
+    random_inputs,
+    relative_error,
+    run_gpuengine,
+    run_litert,
+)
+
+from gpuengine import Interpreter, zoo
+from gpuengine.latency.limits import DEFAULT_LIMITS
+from gpuengine.model.reader import read_model
+from gpuengine.zoo import bert
+
+BASELINE = {"device_profile": "baseline"}
+TOY_DECODER = SHARED_MODELS / "toy_decoder_kv.tflite"
+
+
+def assert_baseline(it: Interpreter) -> None:
+    """The interpreter ran on a device opened with no optional feature and exactly WebGPU's default limits, and
+    no dispatch chose a decomposition that needs a feature the device lacks."""
+    gpu = it.compiled.gpu
+    assert gpu.profile == "baseline" and not gpu.features and not gpu.device.features
+    assert {n: gpu.device.limits[n] for n in DEFAULT_LIMITS if n in gpu.device.limits} == \
+        {n: v for n, v in DEFAULT_LIMITS.items() if n in gpu.device.limits}
+    assert not it.compiled.target.subgroups
+    for program in it.compiled.all_gpu_programs:
+        for d in program.dispatches:
+            assert d.spec.decomposition is None or not d.spec.decomposition.subgroup, d.spec.label
+            assert np.prod(d.spec.workgroup) <= DEFAULT_LIMITS["max-compute-invocations-per-workgroup"]
+
+
+ZOO = sorted(set(zoo.MODELS) - {"decoder_tiny"})  # decoder_tiny runs through its signatures below
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_matches_litert_on_a_baseline_device(name: str) -> None:
+    data = zoo.get(name)
+    feeds = None
+    if name == "bert_tiny":  # token ids over the whole vocabulary, as test_zoo.py feeds it
+        ids, types = bert.token_ids(0)
+        graph = read_model(data).main
+        feeds = {graph.inputs[0]: ids, graph.inputs[1]: types}
+    assert_baseline(assert_matches_litert(data, feeds, tol=1e-4, **BASELINE))
+
+
+@pytest.mark.parametrize("name", ["vit_tiny", "bert_tiny"])
+def test_split_reductions_through_workgroup_memory(name: str) -> None:
+    """Decomposed for a discrete GPU, the long reductions (LayerNorm, softmax, the FCs) split across invocations;
+    without the subgroup feature they combine through workgroup memory, within 16 KiB, and still match LiteRT."""
+    it = assert_matches_litert(zoo.get(name), tol=1e-4, target="discrete", **BASELINE)
+    assert_baseline(it)
+    splits = [d.spec.label for d in it.compiled.gpu_programs[0].dispatches
+              if d.spec.decomposition is not None and d.spec.decomposition.split > 1]
+    assert splits and all("shared memory" in label for label in splits), splits
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_mediapipe_matches_litert_on_a_baseline_device(name: str) -> None:
+    data = cached_reference_model(name)
+    feeds = random_inputs(data, seed=1, low=0.0, high=1.0)  # as tests/models/test_mediapipe.py
+    got, it = run_gpuengine(data, feeds, **BASELINE)
+    assert_baseline(it)
+    assert [p.device for p in it.compiled.plan.partitions] == ["gpu"]
+    for t, r in run_litert(data, feeds).items():
+        assert relative_error(got[t], r) <= 1e-4, f"output {t}"
+
+
+@pytest.mark.skipif(not TOY_DECODER.exists(), reason=f"{TOY_DECODER} is absent (the shared test models)")
+@pytest.mark.parametrize("key,position", [("prefill", 0), ("decode", 57)])
+def test_decoder_signatures_match_litert_on_a_baseline_device(key: str, position: int) -> None:
+    """litert-torch's toy decoder, as tests/models/test_toy_decoder.py compares it on the full device."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    runner = Interpreter(model_path=str(TOY_DECODER), **BASELINE).get_signature_runner(key)
+    rng = np.random.default_rng(position + len(key))
+    feeds = {}
+    for name, detail in runner.get_input_details().items():
+        shape = tuple(detail["shape"])
+        if name == "tokens":
+            feeds[name] = rng.integers(0, 150, shape).astype(np.int32)
+        elif name == "input_pos":
+            feeds[name] = (position + np.arange(shape[0])).astype(np.int32)
+        else:
+            feeds[name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+    got, want = runner(**feeds), LiteRT(model_path=str(TOY_DECODER)).get_signature_runner(key)(**feeds)
+    assert set(got) == set(want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-4, err_msg=name)
+    plan = runner.compiled.plan
+    assert [p.device for p in plan.partitions] == ["gpu"] and plan.ops_gpu == len(plan.graph.ops)
+    assert_baseline(runner)
+
+
+def test_fp16_on_a_baseline_device_runs_in_fp32_with_a_warning() -> None:
+    """No shader-f16: precision="fp16" runs in fp32 storage and arithmetic, says so once, and stays right."""
+    with pytest.warns(RuntimeWarning, match="baseline.*fp32 instead of fp16"):
+        it = assert_matches_litert(zoo.get("tiny"), tol=1e-4, precision="fp16", **BASELINE)
+    assert it.compiled.precision == "fp32"
+    assert "precision: fp32 (asked for fp16)" in it.describe()
