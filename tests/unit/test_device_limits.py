@@ -26,7 +26,6 @@ from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions, engine_options
 from gpuengine.planning import planned_dispatches
 
-
 # the adapter classes whose decompositions split reductions (workgroup memory) and fill 256-invocation workgroups;
 # a CPU adapter's ("cpu") take neither
 SPLITTING_TARGETS = ("discrete", "integrated")
