@@ -458,6 +458,8 @@ class Interpreter:
         c = self._require_allocated()
         plan = c.plan
         lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
+                 *([f"device: {c.gpu.describe()}"] if c.gpu else []),
+                 *[f"kernel variants: {note}" for note in c.variant_notes()],
                  f"target: {c.target.describe() if c.target else 'none'}",
                  f"precision: {c.precision}" + (f" (asked for {self._options.precision})"
                                                 if c.precision != self._options.precision else "")

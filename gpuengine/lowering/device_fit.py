@@ -88,3 +88,16 @@ def violations(spec: KernelSpec, limits: DeviceLimits, graph: Graph, precision: 
     if not limits.f16 and F16_USE.search(text):
         out.append(f"{what}: uses f16, which the device lacks (no `shader-f16` feature)")
     return out
+
+
+def variant_notes(specs: list[KernelSpec], limits: DeviceLimits) -> list[str]:
+    """What the device's features changed in the kernel choice, for reports: how split reductions combine (subgroup
+    shuffles, or workgroup memory where the device lacks the subgroup feature)."""
+    splits = [s for s in specs if s.decomposition is not None and s.decomposition.split > 1]
+    if not splits:
+        return []
+    if limits.subgroups:
+        shuffled = sum(s.decomposition.subgroup for s in splits)
+        return [f"{len(splits)} split reductions: {shuffled} through subgroup shuffles, "
+                f"{len(splits) - shuffled} through workgroup memory"]
+    return [f"{len(splits)} split reductions through workgroup memory (no subgroup feature)"]

@@ -15,6 +15,7 @@ from ..errors import AdapterError
 from ..latency import devices
 from ..latency.target import Target
 from ..latency.target import check as check_target
+from ..lowering.device_fit import variant_notes
 from ..lowering.kernels.tuned import Tuned, TuningCache
 from ..model.ir import Graph, Model
 from ..options import EngineOptions
@@ -152,6 +153,13 @@ class CompiledGraph:
     def all_gpu_programs(self) -> list[GpuProgram]:
         """The GPU programs of this graph and of the subgraphs its WHILE / IF ops run (for reports)."""
         return self.gpu_programs + [q for p in self.control_programs for q in p.gpu_programs]
+
+    def variant_notes(self) -> list[str]:
+        """What the device's features changed in the kernel choice (lowering/device_fit.py variant_notes)."""
+        if self.gpu is None:
+            return []
+        specs = [d.spec for p in self.all_gpu_programs for d in p.dispatches]
+        return variant_notes(specs, self.gpu.device_limits)
 
     @property
     def f32_tensors(self) -> int:

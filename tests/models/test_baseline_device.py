@@ -21,8 +21,9 @@ from helpers import (
     run_litert,
 )
 
-from gpuengine import Interpreter, zoo
+from gpuengine import Interpreter, UnsupportedOpError, zoo
 from gpuengine.latency.limits import DEFAULT_LIMITS
+from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.reader import read_model
 from gpuengine.zoo import bert
 
@@ -113,3 +114,16 @@ def test_fp16_on_a_baseline_device_runs_in_fp32_with_a_warning() -> None:
         it = assert_matches_litert(zoo.get("tiny"), tol=1e-4, precision="fp16", **BASELINE)
     assert it.compiled.precision == "fp32"
     assert "precision: fp32 (asked for fp16)" in it.describe()
+
+
+def test_a_binding_over_the_limit_is_refused_at_allocation() -> None:
+    """A tensor larger than a storage binding may be (its input buffer: 2048 x 2048 x 9 f32, 144 MiB) is refused
+    while allocating, naming the kernel, the binding and the limit, before anything is submitted (a validation
+    error at submit would abort the process). Weights are never refused so: kernels bind them in 128 MiB chunks."""
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 2048, 2048, 9))
+    mb.output(mb.op("ABS", [x], (1, 2048, 2048, 9)))
+    it = Interpreter(model_content=mb.build(), **BASELINE)
+    with pytest.raises(UnsupportedOpError, match=r"kernel bhwc_to_phwc4 .*binding src of 150994944 bytes exceeds "
+                                                 r"the device's storage binding limit of 134217728 bytes"):
+        it.allocate_tensors()
