@@ -75,6 +75,13 @@ def violations(spec: KernelSpec, limits: DeviceLimits, graph: Graph, precision: 
             out.append(f"{what}: binding {b.name} of {size} bytes exceeds the device's storage binding limit of "
                        f"{limits.storage_binding_bytes} bytes")
     text = source if source is not None else codegen.render(spec, precision)
+    return out + source_violations(text, limits, what)
+
+
+def source_violations(text: str, limits: DeviceLimits, what: str) -> list[str]:
+    """What a WGSL module itself asks beyond the limits: workgroup memory, and features (subgroup operations, f16)
+    the device lacks."""
+    out = []
     declared = len(WORKGROUP_DECLARATION.findall(text))
     if declared:
         memory = workgroup_memory_bytes(text)
