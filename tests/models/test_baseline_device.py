@@ -127,3 +127,17 @@ def test_a_binding_over_the_limit_is_refused_at_allocation() -> None:
     with pytest.raises(UnsupportedOpError, match=r"kernel bhwc_to_phwc4 .*binding src of 150994944 bytes exceeds "
                                                  r"the device's storage binding limit of 134217728 bytes"):
         it.allocate_tensors()
+
+
+def test_a_baseline_device_shared_by_interpreters() -> None:
+    """gpuengine.get_device(profile="baseline") opens the device once; interpreters given it run on it, report it,
+    and may not ask for another profile beside it."""
+    import gpuengine
+
+    device = gpuengine.get_device(profile="baseline")
+    assert gpuengine.get_device(profile="baseline") is device and gpuengine.get_device() is not device
+    it = assert_matches_litert(zoo.get("tiny"), tol=1e-4, device=device)
+    assert_baseline(it)
+    assert "device: baseline profile: 8 storage buffers/stage" in it.describe()
+    with pytest.raises(ValueError, match="a device passed in runs with its own features and limits"):
+        Interpreter(model_content=zoo.get("tiny"), device=device, device_profile="baseline")
