@@ -196,6 +196,7 @@ class GpuProgram:
         self.info.plan = plan_memory(self.info.records, options.memory_strategy, gpu.storage_alignment,
                                      min_saving=weight_bytes // 100)
         self._mark_shared(specs)
+        self._rendered: dict[int, tuple[KernelSpec, str]] = {}  # WGSL _validate rendered, by spec
         self._validate(specs)
         self._lock = threading.RLock()
         self._queue = gpu.device.queue
@@ -266,7 +267,9 @@ class GpuProgram:
         memory), is rejected here instead: lowering/device_fit.py against the device's limits."""
         limits = self.gpu.device_limits
         for spec in specs:
-            problems = violations(spec, limits, self.graph, self.precision)
+            source = codegen.render(spec, self.precision)
+            self._rendered[id(spec)] = (spec, source)  # compiled next (_compiled): rendered once
+            problems = violations(spec, limits, self.graph, self.precision, source)
             if problems:
                 raise UnsupportedOpError(f"{problems[0]} ({self.gpu.describe()})")
         for size in self.info.plan.object_sizes:
@@ -390,7 +393,8 @@ class GpuProgram:
 
     def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
         """The spec's WGSL and its pipeline; identical text compiles once per device."""
-        source = codegen.render(spec, self.precision)
+        rendered = self._rendered.pop(id(spec), None)
+        source = rendered[1] if rendered is not None and rendered[0] is spec else codegen.render(spec, self.precision)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is None:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
