@@ -1,9 +1,9 @@
 """Plans against WebGPU's default limits, without a GPU (issue 31 item 4): every dispatch of the zoo, the MediaPipe
-models and the decoders' signatures, decomposed for the GPU adapter classes on a device without the subgroup feature,
-binds at most 8 storage buffers of at most 128 MiB, launches at most 256 invocations per workgroup and declares at
-most 16 KiB of workgroup memory (lowering/device_fit.py, which the runtime also runs before any submit); and the
-checker itself names each limit a dispatch exceeds. tests/models/test_baseline_device.py runs the same models on a
-baseline device.
+models and the decoders' signatures (the zoo's and ../shared/models'), decomposed for the GPU adapter classes on a
+device without the subgroup feature, binds at most 8 storage buffers of at most 128 MiB, launches at most 256
+invocations per workgroup and declares at most 16 KiB of workgroup memory (lowering/device_fit.py, which the
+runtime also runs before any submit); and the checker itself names each limit a dispatch exceeds.
+tests/models/test_baseline_device.py runs the same models on a baseline device.
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ def graphs() -> list[tuple[str, bytes | None, str | None]]:
     items += [("decoder_tiny", None, key) for key in ("prefill_8", "decode")]
     items += [(n, None, None) for n in REFERENCE_MODELS]
     items += [("toy_decoder_kv", None, key) for key in ("prefill", "decode")]
+    items += [("smollm_4l_int8", None, key) for key in ("prefill_32", "decode")]  # int8 weights in binding chunks
     return items
 
 
 def model_bytes(name: str) -> bytes:
     if name in zoo.MODELS:
         return zoo.get(name)
-    if name == "toy_decoder_kv":
-        path = SHARED_MODELS / "toy_decoder_kv.tflite"
+    if name in ("toy_decoder_kv", "smollm_4l_int8"):
+        path = SHARED_MODELS / f"{name}.tflite"
         if not path.exists():
             pytest.skip(f"{path} is absent (the shared test models)")
         return path.read_bytes()
