@@ -141,3 +141,18 @@ def test_a_baseline_device_shared_by_interpreters() -> None:
     assert "device: baseline profile: 8 storage buffers/stage" in it.describe()
     with pytest.raises(ValueError, match="a device passed in runs with its own features and limits"):
         Interpreter(model_content=zoo.get("tiny"), device=device, device_profile="baseline")
+
+
+def test_a_fused_chain_cut_at_eight_storage_buffers_matches_litert() -> None:
+    """Nine ADDs, each with its own run-time operand: fused into one dispatch they would bind 11 storage buffers;
+    on a baseline device the chain is cut into dispatches of at most 8, and the result is LiteRT's."""
+    mb = ModelBuilder()
+    shape = (1, 8, 8, 4)
+    t = mb.input("x", shape)
+    for k in range(9):
+        t = mb.op("ADD", [t, mb.input(f"a{k}", shape)], shape)
+    mb.output(t)
+    it = assert_matches_litert(mb.build(), tol=1e-5, **BASELINE)
+    assert_baseline(it)
+    bound = [len(d.spec.bindings) for d in it.compiled.gpu_programs[0].dispatches if d.spec.shader == "elementwise"]
+    assert len(bound) == 2 and max(bound) <= 8, bound

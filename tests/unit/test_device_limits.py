@@ -17,10 +17,12 @@ from helpers import REFERENCE_MODELS, SHARED_MODELS, cached_reference_model
 from gpuengine import zoo
 from gpuengine.latency.limits import BASELINE, DEFAULT_LIMITS, DeviceLimits, check_profile
 from gpuengine.latency.target import named
+from gpuengine.lowering import codegen
 from gpuengine.lowering.device_fit import violations
 from gpuengine.lowering.dispatches import Choices, signature
 from gpuengine.lowering.kernels.base import Binding, KernelSpec
 from gpuengine.lowering.kernels.tuned import Tuned
+from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Graph
 from gpuengine.model.reader import read_model
 from gpuengine.options import EngineOptions, engine_options
@@ -120,3 +122,25 @@ def test_device_profile_option(monkeypatch: pytest.MonkeyPatch) -> None:
         engine_options(device_profile="small")
     with pytest.raises(ValueError, match="a device passed in runs with its own features and limits"):
         engine_options(device_profile="baseline", device=type("Device", (), {"queue": None})())
+
+
+def test_epilogue_fusion_stops_at_the_storage_buffer_limit() -> None:
+    """A chain of ADDs, each with another run-time operand, fuses into one dispatch on a device with many storage
+    buffers; on a baseline device the chain is cut where one more operand would make a 9th binding."""
+    mb = ModelBuilder()
+    shape = (1, 8, 8, 4)
+    t = mb.input("x", shape)
+    for k in range(9):
+        t = mb.op("ADD", [t, mb.input(f"a{k}", shape)], shape)
+    mb.output(t)
+    model = read_model(mb.build())
+    wide = DeviceLimits.of({**DEFAULT_LIMITS, "max-storage-buffers-per-shader-stage": 32})
+    counts = {}
+    for name, limits in (("wide", wide), ("baseline", BASELINE)):
+        plan, (specs,) = planned_dispatches(model.main, EngineOptions(), named("integrated", subgroups=False),
+                                            model, limits)
+        adds = [s for s in specs if s.shader == "elementwise"]
+        counts[name] = [len(codegen.bound(s)) for s in adds]
+        assert not [p for s in specs for p in violations(s, limits, plan.graph, "fp32")], name
+    assert counts["wide"] == [11]  # x, a0..a8 and the output: one dispatch
+    assert len(counts["baseline"]) == 2 and max(counts["baseline"]) == 8, counts
