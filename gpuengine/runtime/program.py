@@ -276,6 +276,10 @@ class GpuProgram:
             if size > limits.buffer_bytes:
                 raise UnsupportedOpError(f"the memory plan needs a buffer of {size} bytes, more than the device's "
                                          f"{limits.buffer_bytes} per buffer ({self.gpu.describe()})")
+        staging = sum(-(-self._raw_bytes(t) // 256) * 256 for t in self.outputs)  # _allocate's read-back buffer
+        if staging > limits.buffer_bytes:
+            raise UnsupportedOpError(f"the outputs need a read-back buffer of {staging} bytes, more than the "
+                                     f"device's {limits.buffer_bytes} per buffer ({self.gpu.describe()})")
 
     def _mark_shared(self, specs: list[KernelSpec]) -> None:
         for spec in specs:

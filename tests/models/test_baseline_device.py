@@ -156,3 +156,15 @@ def test_a_fused_chain_cut_at_eight_storage_buffers_matches_litert() -> None:
     assert_baseline(it)
     bound = [len(d.spec.bindings) for d in it.compiled.gpu_programs[0].dispatches if d.spec.shader == "elementwise"]
     assert len(bound) == 2 and max(bound) <= 8, bound
+
+
+def test_a_buffer_over_the_limit_is_refused_at_allocation() -> None:
+    """Three outputs of 96 MiB each fit a binding apiece but not one 256 MiB buffer, the baseline's largest: read
+    back together, they are refused while allocating, before any buffer is made."""
+    mb = ModelBuilder()
+    shape = (1, 1024, 1024, 24)
+    x = mb.input("x", shape)
+    mb.output(*[mb.op(code, [x], shape) for code in ("ABS", "NEG", "RELU")])
+    it = Interpreter(model_content=mb.build(), **BASELINE)
+    with pytest.raises(UnsupportedOpError, match=r"buffer of \d+ bytes, more than the device's 268435456 per buffer"):
+        it.allocate_tensors()
