@@ -144,3 +144,20 @@ def test_epilogue_fusion_stops_at_the_storage_buffer_limit() -> None:
         assert not [p for s in specs for p in violations(s, limits, plan.graph, "fp32")], name
     assert counts["wide"] == [11]  # x, a0..a8 and the output: one dispatch
     assert len(counts["baseline"]) == 2 and max(counts["baseline"]) == 8, counts
+
+
+def test_what_each_profile_asks_the_adapter_for() -> None:
+    """A baseline device asks for no feature and exactly WebGPU's defaults (wgpu-native would otherwise hand out
+    the adapter's limits); a full one for the engine's features the adapter has and the adapter's own limits."""
+    from gpuengine.runtime.device import device_request
+
+    adapter = type("Adapter", (), {"features": {"shader-f16", "subgroup", "texture-compression-bc"},
+                                   "limits": {**{n: 2 * v for n, v in DEFAULT_LIMITS.items()},
+                                              "max-texture-dimension-2d": 16384}})()
+    features, limits = device_request(adapter, "baseline")
+    assert features == [] and limits == DEFAULT_LIMITS
+    features, limits = device_request(adapter, "full")
+    assert sorted(features) == ["shader-f16", "subgroup"]
+    assert limits["max-storage-buffers-per-shader-stage"] == 16
+    assert limits["max-compute-workgroup-storage-size"] == 32768
+    assert DeviceLimits.of(limits, features).subgroups and not BASELINE.subgroups and not BASELINE.f16
