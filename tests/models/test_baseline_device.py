@@ -168,3 +168,21 @@ def test_a_buffer_over_the_limit_is_refused_at_allocation() -> None:
     it = Interpreter(model_content=mb.build(), **BASELINE)
     with pytest.raises(UnsupportedOpError, match=r"buffer of \d+ bytes, more than the device's 268435456 per buffer"):
         it.allocate_tensors()
+
+
+def test_inspect_reports_the_profile_and_the_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuengine inspect --device-profile baseline` names the profile, its limits and the reduction variant split
+    kernels took; the text report says the same."""
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["inspect", "vit_tiny", "--json", "--device-profile", "baseline", "--target", "discrete"]) == 0
+    device = json.loads(capsys.readouterr().out)["device"]
+    assert device["profile"] == "baseline" and "features: none" in device["limits"]
+    assert device["variants"] == ["31 split reductions through workgroup memory (no subgroup feature)"]
+    assert main(["inspect", "vit_tiny", "--device-profile", "baseline", "--target", "discrete"]) == 0
+    assert "kernel variants: 31 split reductions through workgroup memory" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:  # a usage mistake: exit 2, one line
+        main(["inspect", "tiny", "--device-profile", "small"])
+    assert bad.value.code == 2 and "device_profile 'small' is not one of full, baseline" in str(bad.value)
