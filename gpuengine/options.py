@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import settings
+from .latency.limits import check_profile
 from .latency.target import check as check_target
 from .lowering.codegen import PRECISIONS
 from .memory import STRATEGIES
@@ -38,6 +39,9 @@ class EngineOptions:
     optimize: bool = True  # graph transformations and fusion
     target: str | None = None  # adapter class whose decompositions to use; None: env GPUENGINE_TARGET, else detected
     device: Any = None  # a wgpu.GPUDevice to run on (shared with other interpreters); None: the adapter's device
+    # the device gpuengine opens: "full" (every optional feature it uses, the adapter's limits) or "baseline" (no
+    # optional feature, WebGPU's default limits: latency/limits.py); env GPUENGINE_DEVICE
+    device_profile: str = "full"
     max_inflight: int = 2  # invokes submitted and not yet read back, each with a staging buffer of its own
     # the latency model's description (tuning/latency.Device) of the device plans are for, which fusions trading a
     # dispatch for recomputation ask; None: the built-in one of `target`'s class (planning.planning_device)
@@ -48,7 +52,7 @@ class EngineOptions:
 def engine_options(*, adapter: str | None = None, precision: str | None = None,
                    memory_strategy: str = "best", workgroup_cache: str | None = None, optimize: bool | None = None,
                    target: str | None = None, device: Any = None, max_inflight: int = 2,
-                   hybrid_arithmetic: str | None = None) -> EngineOptions:
+                   hybrid_arithmetic: str | None = None, device_profile: str | None = None) -> EngineOptions:
     """An Interpreter's engine options checked (ValueError naming the bad one, before any work) with the
     environment's defaults where an option is not given. f32_tensors names tensors of a model: f32_tensor_names
     resolves them once the model is read."""
@@ -67,11 +71,15 @@ def engine_options(*, adapter: str | None = None, precision: str | None = None,
         raise ValueError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
     if device is not None and not hasattr(device, "queue"):
         raise ValueError(f"device must be a wgpu.GPUDevice (gpuengine.get_device()), got {type(device).__name__}")
+    if device is not None and device_profile is not None:
+        raise ValueError("device_profile chooses the device gpuengine opens; a device passed in runs with its own "
+                         "features and limits (open one with gpuengine.get_device(profile=...))")
+    device_profile = check_profile(device_profile)  # ValueError naming the argument or GPUENGINE_DEVICE
     if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere
         optimize = settings.flag(settings.OPTIMIZE, True)
     return EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                          workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
-                         max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic)
+                         max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic, device_profile=device_profile)
 
 
 def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int] | None) -> frozenset[str]:

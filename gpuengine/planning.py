@@ -27,6 +27,7 @@ from .delegate.support import gpu_support, unsupported_summary
 from .errors import GpuEngineError
 from .latency import devices
 from .latency.latency import Device
+from .latency.limits import BASELINE, DeviceLimits
 from .latency.target import Target
 from .latency.target import check as check_target
 from .lowering.dispatches import Choices, partition_specs
@@ -194,14 +195,14 @@ def _name_runtime_shapes(plan: Plan, runtime: dict[int, str]) -> None:
 
 
 def planned_dispatches(graph: Graph, options: EngineOptions, target: Target, model: Model | None = None,
-                       ) -> tuple[Plan, list[list[KernelSpec]]]:
+                       limits: DeviceLimits = BASELINE) -> tuple[Plan, list[list[KernelSpec]]]:
     """The plan and the dispatches of every GPU partition as they would be decomposed for `target` on an adapter
     without a tuning cache, computed without touching a GPU (nothing is compiled). model: where the graph's
-    composites' decompositions are (a signature's subgraph)."""
+    composites' decompositions are (a signature's subgraph); limits: the device's (default: WebGPU's defaults)."""
     if options.latency_device is None:  # fusions decided for the target's class too
         options = dataclasses.replace(options, latency_device=devices.for_target(target))
     plan = plan_graph(graph, options, model)
-    choices = Choices(target)
+    choices = Choices(target, limits=limits)
     return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
                   for p in plan.partitions if p.device == "gpu"]
 

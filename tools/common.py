@@ -67,7 +67,8 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          optimize=False if args.no_optimize else None, target=args.target, precision=args.precision,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
                          f32_tensors=getattr(args, "f32_tensors", None),
-                         hybrid_arithmetic=getattr(args, "hybrid", None))
+                         hybrid_arithmetic=getattr(args, "hybrid", None),
+                         device_profile=getattr(args, "device_profile", None))
     except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
         raise
     except ValueError as e:  # a bad option value: say so, as argparse would
@@ -178,6 +179,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None,
                    help="adapter class to decompose kernels for: auto (default: detected; env GPUENGINE_TARGET), "
                         "discrete, integrated or cpu")
+    p.add_argument("--device-profile", default=None, metavar="PROFILE",
+                   help="full (default; env GPUENGINE_DEVICE): the adapter's features and limits; or baseline: no "
+                        "optional feature and WebGPU's default limits, as many integrated and mobile GPUs offer")
     p.add_argument("--precision", default=None,
                    help="fp32 (default; env GPUENGINE_PRECISION) or fp16: tensors and weights stored as f16, "
                         "products in f16, sums in f32 (needs the adapter's shader-f16)")

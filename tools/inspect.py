@@ -82,6 +82,9 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
         "memory_bytes": memory,
         "weight_bytes": sum(weights.values()),
         "adapter": compiled.gpu.name if compiled.gpu else None,
+        # the device's profile, its limits and features, and what they changed in the kernel choice
+        "device": ({"profile": compiled.gpu.profile, "limits": compiled.gpu.device_limits.describe(),
+                    "variants": compiled.variant_notes()} if compiled.gpu else None),
         "target": compiled.target.name if compiled.target else None,
         "precision": compiled.precision,
         "f32_tensors": compiled.f32_tensors,
@@ -111,6 +114,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     print(f"model: {name}" + (f" (signature {args.signature!r})" if args.signature else "")
           + f"\nadapter: {report['adapter']} (target {report['target']}, precision {report['precision']})")
+    if report["device"]:
+        device = report["device"]
+        print(f"device: {device['profile']} profile: {device['limits']}"
+              + "".join(f"\n  kernel variants: {note}" for note in device["variants"]))
     print(f"ops: {report['ops_in_file']} in file, {report['ops_total']} after load-time folding, "
           f"{report['ops_gpu']} on GPU; dispatches per invoke: {report['dispatches']}")
     print(f"input shapes: {report['input_shapes']}; shape cache: {report['shape_cache']}")

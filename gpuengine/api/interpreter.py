@@ -2,7 +2,8 @@
 
 Swap `from ai_edge_litert.interpreter import Interpreter` for `from gpuengine import Interpreter`; engine
 extras are keyword options (adapter, target, precision, memory_strategy, workgroup_cache, optimize,
-hybrid_arithmetic).
+hybrid_arithmetic, device_profile: "baseline" opens a device with no optional feature and WebGPU's default
+limits).
 """
 
 from __future__ import annotations
@@ -124,14 +125,15 @@ class Interpreter:
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
                  device: Any = None, max_inflight: int = 2,
                  f32_tensors: str | os.PathLike | Iterable[str | int] | None = None,
-                 hybrid_arithmetic: str | None = None) -> None:
+                 hybrid_arithmetic: str | None = None, device_profile: str | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
             raise ValueError("Exactly one of model_path or model_content must be given")
         options = engine_options(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                  workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
-                                 max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic)
+                                 max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic,
+                                 device_profile=device_profile)
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         validate.validate_model(self._model)  # op level, before partitioning, the CPU fallback or codegen see it
         self._options = dataclasses.replace(options, f32_tensors=f32_tensor_names(self._model.main, f32_tensors))
@@ -471,6 +473,8 @@ class Interpreter:
         c = self._require_allocated()
         plan = c.plan
         lines = [f"adapter: {c.gpu.name if c.gpu else 'none (no GPU partition)'}",
+                 *([f"device: {c.gpu.describe()}"] if c.gpu else []),
+                 *[f"kernel variants: {note}" for note in c.variant_notes()],
                  f"target: {c.target.describe() if c.target else 'none'}",
                  f"precision: {c.precision}" + (f" (asked for {self._options.precision})"
                                                 if c.precision != self._options.precision else "")

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..latency import policy
 from ..latency.defaults import default_workgroup
+from ..latency.limits import BASELINE, DeviceLimits
 from ..latency.target import Target
 from ..model.ir import Graph
 from ..model.ops import KV_CACHE_WRITE
@@ -37,10 +38,12 @@ def signature(spec: KernelSpec) -> str:
 
 class Choices:
     """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
-    device can run, else the target's default (latency/policy.py) or the default workgroup size."""
+    device can run, else the target's default (latency/policy.py) or the default workgroup size. limits: the
+    device's (WebGPU's defaults when planning without one)."""
 
-    def __init__(self, target: Target, tuned: Tuned | None = None, max_invocations: int = 256) -> None:
-        self.target, self.tuned, self.max_invocations = target, tuned or Tuned(), max_invocations
+    def __init__(self, target: Target, tuned: Tuned | None = None, limits: DeviceLimits = BASELINE) -> None:
+        self.target, self.tuned, self.limits = target, tuned or Tuned(), limits
+        self.max_invocations = limits.invocations
         self.from_cache = 0  # dispatches whose choice came from the tuning cache
 
     def decide(self, variants: Variants) -> Decomposition:
@@ -61,6 +64,9 @@ class Choices:
 
     def workgroup(self, spec: KernelSpec) -> tuple[int, int, int]:
         tuned = self.tuned.workgroups.get(signature(spec))
+        if tuned is not None and (tuned[0] * tuned[1] * tuned[2] > self.max_invocations
+                                  or any(w > m for w, m in zip(tuned, self.limits.workgroup_size))):
+            tuned = None  # tuned on a device with higher limits
         self.from_cache += tuned is not None
         return tuned or default_workgroup(spec.grid, self.max_invocations)
 
@@ -71,7 +77,8 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
     """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
     `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
     fp16 program (f32_names: mixed precision, kept_f32)."""
-    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide)
+    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide,
+                           max_bindings=choices.limits.storage_buffers)
 
     def root(t: int) -> int:
         while t in aliases:
@@ -94,15 +101,16 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
         for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
             if b.tensor in in_place.values() and b.data is None:
                 b.raw, b.exact = True, True
-    share_shaders(specs)
+    share_shaders(specs, choices.limits.storage_buffers)
     return specs, root, tunable, f32
 
 
-def share_shaders(specs: list[KernelSpec]) -> None:
+def share_shaders(specs: list[KernelSpec], max_bindings: int | None = None) -> None:
     """Dispatches whose WGSL differs only in baked constants (identical layers of a small model: each layer's norm
     weights or channel scales baked into its own shader) get those constants bound instead, as f32 buffers (the
     type of the literals they replace: the same arithmetic), so they compile one shader, not one per layer.
-    A constant baked in one dispatch alone stays baked."""
+    A constant baked in one dispatch alone stays baked, and so do a group's whose dispatches would then bind more
+    than `max_bindings` storage buffers (the device's limit)."""
     def skeleton(spec: KernelSpec) -> str:
         baked = [b for b in spec.bindings if codegen.is_baked(b)]
         for b in baked:
@@ -118,6 +126,8 @@ def share_shaders(specs: list[KernelSpec]) -> None:
         if any(codegen.is_baked(b) for b in spec.bindings):
             groups.setdefault(skeleton(spec), []).append(spec)
     for group in groups.values():
+        if max_bindings is not None and any(len(spec.bindings) > max_bindings for spec in group):
+            continue  # unbaked, every binding would be bound
         if len({codegen.render(spec) for spec in group}) > 1:
             for spec in group:
                 for b in spec.bindings:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..model.ir import Graph, Op
 from ..model.quantization import is_quantized
-from .codegen import has_epilogue
+from .codegen import bound, has_epilogue, is_baked
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
 from .kernels.common import fake_quant, holds_integers
@@ -29,11 +29,12 @@ def first_candidate(variants: Variants) -> Decomposition:
 
 
 def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
-          ready_before: set[int] | None = None, decide: Decide = first_candidate,
+          ready_before: set[int] | None = None, decide: Decide = first_candidate, max_bindings: int | None = None,
           ) -> tuple[list[KernelSpec], dict[int, int]]:
     """Specs in execution order and output->source aliases. `ready_before`: tensors available from the
     start (partition inputs, written by the boundary converters, which run first). `decide` picks the
-    decomposition of every dispatch a kernel offers in several (the runtime: tuning cache, else policy)."""
+    decomposition of every dispatch a kernel offers in several (the runtime: tuning cache, else policy).
+    max_bindings: the device's storage buffers per shader stage; an epilogue that would bind more is not fused."""
     specs: list[KernelSpec] = []
     aliases: dict[int, int] = {}
     writer: dict[int, int] = {t: -1 for t in (ready_before or set())}  # tensor -> index of the spec writing it
@@ -43,7 +44,7 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
         op = graph.ops[op_i]
         kernel = registry.kernel_for(op)
         if fuse and hasattr(kernel, "as_epilogue") and _try_fuse(op_i, op, kernel, graph, specs, writer,
-                                                                 consumers, keep, aliases):
+                                                                 consumers, keep, aliases, max_bindings):
             continue
         for item in kernel.build(op, graph):
             if isinstance(item, Variants):
@@ -73,7 +74,8 @@ def _move_to_end(specs: list[KernelSpec], writer: dict[int, int], index: int) ->
 
 
 def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[KernelSpec], writer: dict[int, int],
-              consumers: dict[int, list[int]], keep: set[int], aliases: dict[int, int]) -> bool:
+              consumers: dict[int, list[int]], keep: set[int], aliases: dict[int, int],
+              max_bindings: int | None = None) -> bool:
     out = op.outputs[0]
     for position, t in enumerate(op.inputs):
         if t < 0 or t in aliases or t in keep or len(consumers.get(t, [])) != 1 or writer.get(t, -1) < 0:
@@ -91,6 +93,9 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
         epilogue = kernel.as_epilogue(op, graph, position, f"f{len(spec.ops)}_")  # type: ignore[attr-defined]
         if epilogue is None:
             continue
+        if max_bindings is not None and (len(bound(spec)) + sum(not is_baked(b) for b in epilogue.bindings)
+                                         > max_bindings):
+            continue  # the grown dispatch would bind more storage buffers than the device allows: its own dispatch
         if any(writer[u] >= writer[t] for u in others):
             # Another operand is written later: run the producer after it. Safe, since its output is read
             # by this op alone and its inputs stay live until it runs (lifetimes come from the final order).

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UnsupportedOpError
+from ..lowering.device_fit import source_violations
 from .device import GpuDevice
 
 
@@ -20,6 +22,12 @@ class AddedDispatch:
     def __init__(self, gpu: GpuDevice, source: str, buffers: list[Any], groups: tuple[int, int, int] = (1, 1, 1),
                  ) -> None:
         self.gpu, self.groups = gpu, groups
+        problems = source_violations(source, gpu.device_limits, "an added dispatch")
+        if len(buffers) > gpu.device_limits.storage_buffers:
+            problems.append(f"an added dispatch binds {len(buffers)} storage buffers, more than the device's "
+                            f"{gpu.device_limits.storage_buffers}")
+        if problems:
+            raise UnsupportedOpError(f"{problems[0]} ({gpu.describe()})")
         dev = gpu.device
         pipeline = gpu.pipelines.get(source)
         if pipeline is None:

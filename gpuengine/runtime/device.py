@@ -10,13 +10,14 @@ from typing import Any
 
 from .. import settings
 from ..errors import AdapterError
+from ..latency.limits import DEFAULT_LIMITS, ENGINE_FEATURES, RAISED_LIMITS, DeviceLimits, check_profile
 from ..latency.target import Target, resolve
 
 INSTALL_HINT = (
     "Install a GPU driver with Vulkan, Metal or D3D12 support, or a software WebGPU adapter: on Debian/Ubuntu "
     "`sudo apt-get install mesa-vulkan-drivers` (lavapipe). `gpuengine inspect` then lists the adapter it uses."
 )
-WANTED_FEATURES = ("timestamp-query", "timestamp-query-inside-passes", "shader-f16", "subgroup")
+WANTED_FEATURES = ENGINE_FEATURES
 DEVICE_LOST = ("the GPU device was lost (driver reset, adapter removed, or device destroyed); call "
                "allocate_tensors() to recreate it and compile the model again")
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
@@ -34,6 +35,9 @@ class GpuDevice:
     lost: bool = False
     _probe: Any = None
     orphans: list[Any] = field(default_factory=list)  # command buffers of collected programs, to submit
+    # "full" (the adapter's features and limits), "baseline" (none and WebGPU's defaults: latency/limits.py) or
+    # "given" (a device the application opened: its own)
+    profile: str = "full"
 
     def submit_orphans(self) -> None:
         """Submit what collected programs recorded in advance (runtime/program.py _orphan_recorded), from a
@@ -80,6 +84,15 @@ class GpuDevice:
         return self.adapter.info.get("adapter_type") == "CPU"
 
     @property
+    def device_limits(self) -> DeviceLimits:
+        """The limits and features kernels must keep to on this device (lowering/device_fit.py checks them)."""
+        return DeviceLimits.of(self.limits, self.features)
+
+    def describe(self) -> str:
+        """One line for reports: the profile it was opened with, its limits and the features kernels may use."""
+        return f"{self.profile} profile: {self.device_limits.describe()}"
+
+    @property
     def storage_alignment(self) -> int:
         return int(self.limits.get("min-storage-buffer-offset-alignment", 256))
 
@@ -87,7 +100,9 @@ class GpuDevice:
         """The precision a program runs in: fp16 needs the adapter's `shader-f16` feature; without it, fp32 and
         a warning (the results stay right, only memory and speed are those of fp32)."""
         if requested == "fp16" and "shader-f16" not in self.features:
-            warnings.warn(f"The adapter {self.name!r} has no shader-f16 feature: running in fp32 instead of fp16.",
+            how = ("was opened without optional features (device profile 'baseline')" if self.profile == "baseline"
+                   else "has no shader-f16 feature")
+            warnings.warn(f"The device on {self.name!r} {how}: running in fp32 instead of fp16.",
                           RuntimeWarning, stacklevel=4)
             return "fp32"
         return requested
@@ -100,7 +115,8 @@ class GpuDevice:
     def cache_key(self) -> str:
         """Identifies the adapter for per-device caches (tuning): name, backend and driver."""
         info = self.adapter.info
-        return "|".join(str(info.get(k, "")) for k in ("device", "backend_type", "description", "vendor_id"))
+        key = "|".join(str(info.get(k, "")) for k in ("device", "backend_type", "description", "vendor_id"))
+        return key + ("|baseline" if self.profile == "baseline" else "")
 
 
 class WorkDone:
@@ -214,30 +230,48 @@ def gpu_for(device: Any) -> GpuDevice:
         key = f"device@{id(device)}"
         if key not in _devices or _devices[key].device is not device:
             _devices[key] = GpuDevice(adapter=device.adapter, device=device, features=frozenset(device.features),
-                                      limits=dict(device.limits))
+                                      limits=dict(device.limits), profile="given")
         return _devices[key]
 
 
-def get_device(preference: str | None = None) -> GpuDevice:
-    """One shared device per adapter per process: devices are expensive and pipelines live on them."""
+def device_request(adapter: Any, profile: str) -> tuple[list[str], dict[str, int]]:
+    """The features and limits a device of the profile asks the adapter for: every feature the engine uses and
+    the adapter's own limits ("full"), or none and WebGPU's defaults ("baseline"; wgpu-native otherwise hands out
+    the adapter's limits, so they are asked for explicitly, and it then enforces them)."""
+    if profile == "baseline":
+        return [], {n: v for n, v in DEFAULT_LIMITS.items() if n in adapter.limits}
+    return ([f for f in WANTED_FEATURES if f in adapter.features],
+            {n: adapter.limits[n] for n in RAISED_LIMITS if n in adapter.limits})
+
+
+def get_device(preference: str | None = None, profile: str | None = None) -> GpuDevice:
+    """One shared device per adapter and profile per process: devices are expensive and pipelines live on them.
+    profile: "full" or "baseline" (latency/limits.py; None: env GPUENGINE_DEVICE, else "full")."""
+    profile = check_profile(profile)
     adapter = select_adapter(preference)
-    key = adapter.summary
+    suffix = "" if profile == "full" else f" [{profile}]"
+    key = adapter.summary + suffix
     with _lock:
         if key in _devices:
             if _devices[key].alive():
                 return _devices[key]
             adapter = select_adapter(preference, fresh=True)  # the GPU was lost: list the adapters anew
-            key = adapter.summary
-        features = [f for f in WANTED_FEATURES if f in adapter.features]
-        names = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
-                 "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
-                 "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z")
-        limits = {n: adapter.limits[n] for n in names if n in adapter.limits}
+            key = adapter.summary + suffix
+        features, limits = device_request(adapter, profile)
         try:
             device = adapter.request_device_sync(required_features=features, required_limits=limits)
         except Exception as e:  # noqa: BLE001
-            raise AdapterError(f"Could not open a device on {adapter.summary!r}: {e}. {INSTALL_HINT}") from e
+            raise AdapterError(f"Could not open a device on {adapter.summary!r} ({profile} profile): {e}. "
+                               f"{INSTALL_HINT}") from e
         gpu = GpuDevice(adapter=adapter, device=device, features=frozenset(features),
-                        limits=dict(device.limits))
+                        limits=dict(device.limits), profile=profile)
         _devices[key] = gpu
         return gpu
+
+
+def device_of(options: Any) -> GpuDevice:
+    """The device engine options (options.EngineOptions) name: the one passed in, else the one gpuengine opens on
+    their adapter with their device profile."""
+    if options.device is not None:
+        return gpu_for(options.device)
+    return get_device(options.adapter, options.device_profile)

@@ -16,6 +16,7 @@ from ..latency import devices
 from ..latency.target import Target
 from ..latency.target import check as check_target
 from ..lowering import codegen
+from ..lowering.device_fit import variant_notes
 from ..lowering.kernels.tuned import Tuned, TuningCache
 from ..lowering.parametric import hoist, unbaked
 from ..model.ir import Graph, Model
@@ -23,7 +24,7 @@ from ..options import EngineOptions
 from ..planning import Plan, plan_graph
 from .added_dispatch import AddedDispatch
 from .control_flow import control_program
-from .device import GpuDevice, get_device, gpu_for
+from .device import GpuDevice, device_of
 from .program import GpuProgram
 
 
@@ -37,7 +38,7 @@ def for_adapter(options: EngineOptions) -> EngineOptions:
     try:
         with warnings.catch_warnings():  # a software adapter's warning comes once, when the plan compiles on it
             warnings.simplefilter("ignore", RuntimeWarning)
-            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+            gpu = device_of(options)
     except AdapterError:
         return options
     fitted = TuningCache(options.workgroup_cache).tuned(gpu.cache_key()).latency
@@ -153,7 +154,7 @@ class CompiledGraph:
         self.graph = self.plan.graph
         needs_gpu = any(p.device in ("gpu", "control") for p in self.plan.partitions)
         if gpu is None and needs_gpu:
-            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+            gpu = device_of(options)
         self.gpu = gpu
         self.target: Target | None = self.gpu.target(options.target) if self.gpu is not None else None
         # fp16 where asked and the adapter can (else fp32, with a warning); what GPU partitions run in
@@ -237,6 +238,13 @@ class CompiledGraph:
     def all_gpu_programs(self) -> list[GpuProgram]:
         """The GPU programs of this graph and of the subgraphs its WHILE / IF ops run (for reports)."""
         return self.gpu_programs + [q for p in self.control_programs for q in p.gpu_programs]
+
+    def variant_notes(self) -> list[str]:
+        """What the device's features changed in the kernel choice (lowering/device_fit.py variant_notes)."""
+        if self.gpu is None:
+            return []
+        specs = [d.spec for p in self.all_gpu_programs for d in p.dispatches]
+        return variant_notes(specs, self.gpu.device_limits)
 
     @property
     def f32_tensors(self) -> int:

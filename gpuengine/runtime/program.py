@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import GpuEngineError, UnsupportedOpError
 from ..latency.target import Target
 from ..lowering import codegen
+from ..lowering.device_fit import binding_bytes, stored_data, violations
 from ..lowering.dispatches import (
     Choices,
     dispatch_macs,
@@ -195,7 +196,7 @@ class GpuProgram:
         self.precision = precision or gpu.precision(options.precision)
         self.target = target or gpu.target(options.target)
         self.inputs, self.outputs = list(inputs), list(outputs)
-        self.choices = Choices(self.target, tuned, int(gpu.limits.get("max-compute-invocations-per-workgroup", 256)))
+        self.choices = Choices(self.target, tuned, gpu.device_limits)
         f32_names = options.f32_tensors if self.precision == "fp16" else frozenset()
         self.in_place = in_place_pairs(graph, ops, self.inputs, self.outputs)  # caches written in their buffer
         specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
@@ -216,6 +217,7 @@ class GpuProgram:
         if not allocate:
             self.sources = [(spec, codegen.render(spec, self.precision)) for spec in specs]
             return
+        self._rendered: dict[int, tuple[KernelSpec, str]] = {}  # WGSL _validate rendered, by spec
         self._validate(specs)
         self._lock = threading.RLock()
         self._queue = gpu.device.queue
@@ -287,27 +289,23 @@ class GpuProgram:
 
     # -- build ----------------------------------------------------------------------------------------------
     def _validate(self, specs: list[KernelSpec]) -> None:
-        """Everything wgpu would reject at submit (which aborts the process) is rejected here instead."""
-        limits = self.gpu.limits
-        max_groups = int(limits.get("max-compute-workgroups-per-dimension", 65535))
-        max_binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
-        max_bindings = int(limits.get("max-storage-buffers-per-shader-stage", 8))
-        max_inv = int(limits.get("max-compute-invocations-per-workgroup", 256))
+        """Everything wgpu would reject at submit (which aborts the process), or not check at all (workgroup
+        memory), is rejected here instead: lowering/device_fit.py against the device's limits."""
+        limits = self.gpu.device_limits
         for spec in specs:
-            what = f"kernel {spec.shader} ({spec.label or 'op ' + str(spec.ops)})"
-            wg = spec.workgroup
-            if wg is None or min(wg) < 1 or wg[0] * wg[1] * wg[2] > max_inv:
-                raise UnsupportedOpError(f"{what}: workgroup {wg} exceeds the device's {max_inv} invocations")
-            groups = codegen.dispatch_size(spec)
-            if max(groups) > max_groups:
-                raise UnsupportedOpError(f"{what}: grid {spec.grid} needs {groups} workgroups, more than the "
-                                         f"device allows per dimension ({max_groups})")
-            if len(codegen.bound(spec)) > max_bindings:
-                raise UnsupportedOpError(f"{what}: {len(codegen.bound(spec))} bindings > device limit {max_bindings}")
-            for b in spec.bindings:
-                if self._binding_bytes(b) > max_binding:
-                    raise UnsupportedOpError(f"{what}: binding {b.name} of {self._binding_bytes(b)} bytes exceeds "
-                                             f"the device's storage binding limit of {max_binding} bytes")
+            source = codegen.render(spec, self.precision)
+            self._rendered[id(spec)] = (spec, source)  # compiled next (_compiled): rendered once
+            problems = violations(spec, limits, self.graph, self.precision, source)
+            if problems:
+                raise UnsupportedOpError(f"{problems[0]} ({self.gpu.describe()})")
+        for size in self.info.plan.object_sizes:
+            if size > limits.buffer_bytes:
+                raise UnsupportedOpError(f"the memory plan needs a buffer of {size} bytes, more than the device's "
+                                         f"{limits.buffer_bytes} per buffer ({self.gpu.describe()})")
+        staging = sum(-(-self._raw_bytes(t) // 256) * 256 for t in self.outputs)  # _allocate's read-back buffer
+        if staging > limits.buffer_bytes:
+            raise UnsupportedOpError(f"the outputs need a read-back buffer of {staging} bytes, more than the "
+                                     f"device's {limits.buffer_bytes} per buffer ({self.gpu.describe()})")
 
     def _mark_shared(self, specs: list[KernelSpec]) -> None:
         for spec in specs:
@@ -317,22 +315,11 @@ class GpuProgram:
                 b.shared = objects.count(obj) > 1
 
     def _binding_bytes(self, b: Binding) -> int:
-        if b.data is not None:
-            return max(4, self._upload_data(b).nbytes)
-        if b.scratch_bytes:
-            return b.scratch_bytes
-        shape = self.graph.tensors[b.tensor].shape
-        if b.raw:
-            return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
-        return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", self.precision)))
+        return binding_bytes(b, self.graph, self.precision)
 
     def _upload_data(self, b: Binding) -> np.ndarray:
         """A constant binding's bytes as the shader reads them: storage-typed float data as f16 in fp16 mode."""
-        data = np.ascontiguousarray(b.data)
-        if self.precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES \
-                and data.dtype == np.float32:
-            return data.astype(np.float16)
-        return data
+        return stored_data(b, self.precision)
 
     def _allocate(self, specs: list[KernelSpec]) -> None:
         import wgpu
@@ -444,7 +431,8 @@ class GpuProgram:
 
     def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
         """The spec's WGSL and its pipeline; identical text compiles once per device."""
-        source = codegen.render(spec, self.precision)
+        rendered = self._rendered.pop(id(spec), None)
+        source = rendered[1] if rendered is not None and rendered[0] is spec else codegen.render(spec, self.precision)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is None:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
