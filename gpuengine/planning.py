@@ -36,6 +36,7 @@ from .model.ir import Graph, Model, Op, Tensor
 from .model.shapes import propagate, shape_key
 from .model.validate import validate_graph
 from .options import EngineOptions
+from .passes.constant_operands import bind_constant_operands
 from .passes.pipeline import run_passes
 
 CONTROL_OPS = frozenset({"WHILE", "IF"})
@@ -296,7 +297,9 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     reason = _static_interface(op, graph, callee)
     if reason is not None:
         return reason
-    graphs = dict(callee)
+    graphs = {role: bind_constant_operands(g, _constant_operands(op, graph, role, callee))
+              for role, g in callee.items()}
+    callee = dict(graphs)
     if op.code == "WHILE":
         graphs["cond"] = float_condition(callee["cond"])
     try:
@@ -313,6 +316,24 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     if op.code == "WHILE":
         plan.resident = _resident_reason(plans)
     return plan
+
+
+def _constant_operands(op: Op, graph: Graph, role: str, callee: dict[str, Graph]) -> dict[int, np.ndarray]:
+    """Per input position of the `role` subgraph, the constant the op hands it (passes/constant_operands.py): an
+    IF's operands after the condition; a WHILE's initial values that the body passes through unchanged (the same
+    constant in every iteration)."""
+    operands = op.inputs[1:] if op.code == "IF" else op.inputs
+    body = callee.get("body")
+    out: dict[int, np.ndarray] = {}
+    for k, t in enumerate(operands):
+        tensor = graph.tensors[t] if t >= 0 else None
+        if tensor is None or tensor.data is None or tensor.is_variable:
+            continue
+        if op.code == "WHILE" and (body is None or k >= len(body.inputs) or k >= len(body.outputs)
+                                   or body.outputs[k] != body.inputs[k]):
+            continue
+        out[k] = np.asarray(tensor.data)
+    return out
 
 
 def _compared_on_gpu(plan: Plan) -> bool:
