@@ -10,6 +10,9 @@ Host figures, medians over --runs invokes of `Interpreter.invoke()`:
 With --signature KEY, an invoke is one call of that signature in a loop carrying its state on the GPU (a decode
 step: the KV cache bound to the last call's output buffers, only the other outputs read back), as a decode loop
 runs it.
+* control_flow: per WHILE / IF the host drives, medians per invoke of the decisions it made (one per IF, one per
+  cond evaluation of a WHILE), the milliseconds deciding took and the milliseconds the chosen subgraphs ran
+  (runtime/control_flow.ControlTiming), and the branch taken / iterations of the last invoke.
 """
 
 from __future__ import annotations
@@ -51,6 +54,25 @@ def host_figures(it: Any, runs: int, call: Any = None) -> dict[str, float]:
     keys = ("invoke_ms", "host_critical_ms", "upload_ms", "readback_ms", "host_overlapped_ms", "gpu_wait_ms",
             "submit_ms")
     return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode}
+
+
+def control_figures(it: Any, runs: int, call: Any = None) -> list[dict[str, Any]]:
+    """Per host-driven WHILE / IF of the graph, medians over `runs` invokes of its ControlTiming."""
+    programs = it.compiled.control_programs
+    if not programs:
+        return []
+    call = call or it.invoke
+    samples: list[list[tuple[int, float, float]]] = [[] for _ in programs]
+    for _ in range(max(1, runs)):
+        call()
+        for k, p in enumerate(programs):
+            samples[k].append((p.timing.decisions, p.timing.decide_s * 1e3, p.timing.run_s * 1e3))
+    rows = []
+    for p, got in zip(programs, samples):
+        med = np.median(np.array(got), axis=0)
+        rows.append({"op": p.op.code, "decisions": float(med[0]), "decide_ms": float(med[1]), "run_ms": float(med[2]),
+                     "last": getattr(p, "taken", None) or f"{getattr(p, 'iterations', 0)} iterations"})
+    return rows
 
 
 def device_of(prog: Any) -> Any:
@@ -105,13 +127,14 @@ def run(args: argparse.Namespace) -> int:
         r["share"] = r["gpu_ns"] / total_ns if total_ns else 0.0
         r["error"] = (r["predicted_ns"] - r["gpu_ns"]) / r["gpu_ns"] if r["gpu_ns"] else None
     host = host_figures(it, args.runs, call)
+    control = control_figures(it, args.runs, call)
     compiled = it.compiled
     report = {"model": name, "signature": args.signature, "adapter": compiled.gpu.name if compiled.gpu else None,
               "target": compiled.target.name if compiled.target else None, "method": method,
               "dispatches": rows, "gpu_total_ms": total_ns / 1e6, "gpu_span_ms": span_ns / 1e6,
               "gpu_pass_ms": pass_ns / 1e6, "predicted_ms": sum(r["predicted_ns"] for r in rows) / 1e6,
               "latency_model": device.source if device else None,
-              **host, "end_to_end_ms": e2e["median_ms"]}
+              **host, "control_flow": control, "end_to_end_ms": e2e["median_ms"]}
     if args.plot:
         plot(rows, args.plot, report["adapter"])
     if args.json:
@@ -134,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
           f"{report['gpu_wait_ms']:.3f}, recording the next invoke meanwhile {report['host_overlapped_ms']:.3f} ms")
     print(f"recording one invoke alone: {report['host_encode_ms']:.3f} ms; end to end: "
           f"{report['end_to_end_ms']:.3f} ms per invoke")
+    for c in control:
+        print(f"host-driven {c['op']}: {c['decisions']:g} decision(s) per invoke, deciding {c['decide_ms']:.3f} ms, "
+              f"running the chosen subgraphs {c['run_ms']:.3f} ms (last invoke: {c['last']})")
     return 0
 
 
