@@ -71,7 +71,8 @@ class SparseBlockRunner:
             module = dev.create_shader_module(code=source)
             pipeline = self.gpu.pipelines[source] = dev.create_compute_pipeline(
                 layout="auto", compute={"module": module, "entry_point": "main"})
-        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(buffers)]
+        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                   for i, b in enumerate(buffers)]
         return pipeline, dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
 
     def _command(self, read_out: bool) -> Any:

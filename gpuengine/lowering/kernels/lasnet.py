@@ -37,7 +37,8 @@ def geometry(block: MaskedBlock, patch: int) -> dict[str, int]:
     """Patch grid of `block` at `patch`: patches across (npx), down (npy), in all (np); cells across (ncx)."""
     h, w, _ = block.shape
     npx, npy = -(-w // patch), -(-h // patch)
-    return {"npx": npx, "npy": npy, "np": npx * npy, "ncx": w // block.cell, "cells": (h // block.cell) * (w // block.cell)}
+    return {"npx": npx, "npy": npy, "np": npx * npy, "ncx": w // block.cell,
+            "cells": (h // block.cell) * (w // block.cell)}
 
 
 def sources(block: MaskedBlock, patch: int, dense: bool = False) -> dict[str, str]:
