@@ -26,9 +26,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let pid = patches[slot];
     let py = (pid / NPX) * P;
     let px = (pid % NPX) * P;
-    for (var item = lid; item < P * P * C4; item += 64u) {
-        let o4 = item % C4;
-        let q = item / C4;
+    // one invocation per pixel of the patch, all output channels: each vec4 of tmp read once
+    for (var q = lid; q < P * P; q += 64u) {
         let qy = q / P;
         let qx = q % P;
         let y = py + qy;
@@ -36,22 +35,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (y >= H || xx >= W) {
             continue;
         }
-        var acc = bias[o4];
+        var acc = array<vec4<f32>, ${C4}>();  // zeroed explicitly on every pixel
+        for (var o4 = 0u; o4 < C4; o4++) {
+            acc[o4] = bias[o4];
+        }
         for (var ky = 0u; ky < 3u; ky++) {
             for (var kx = 0u; kx < 3u; kx++) {
                 let base = (slot * R * R + (qy + ky) * R + qx + kx) * C4;
                 let tap = (ky * 3u + kx) * C4;
                 for (var i = 0u; i < C4; i++) {
                     let v = tmp[base + i];
-                    acc += vec4<f32>(dot(weights[((o4 * 4u) * 9u) * C4 + tap + i], v),
-                                     dot(weights[((o4 * 4u + 1u) * 9u) * C4 + tap + i], v),
-                                     dot(weights[((o4 * 4u + 2u) * 9u) * C4 + tap + i], v),
-                                     dot(weights[((o4 * 4u + 3u) * 9u) * C4 + tap + i], v));
+                    for (var o4 = 0u; o4 < C4; o4++) {
+                        let k = o4 * 36u * C4 + tap + i;
+                        acc[o4] += vec4<f32>(dot(weights[k], v), dot(weights[k + 9u * C4], v),
+                                             dot(weights[k + 18u * C4], v), dot(weights[k + 27u * C4], v));
+                    }
                 }
             }
         }
         let mask = f32(cells[(y / CELL) * NCX + xx / CELL]);
-        let at = (y * W + xx) * C4 + o4;
-        out[at] = x[at] + acc * mask;
+        for (var o4 = 0u; o4 < C4; o4++) {
+            let at = (y * W + xx) * C4 + o4;
+            out[at] = x[at] + acc[o4] * mask;
+        }
     }
 }
