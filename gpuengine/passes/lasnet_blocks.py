@@ -87,11 +87,12 @@ def _match_branch(graph: Graph, add_i: int, x: int, mul_i: int, producers: dict[
             continue
         conv2 = _conv3x3(graph, graph.ops[conv2_i], c)
         conv1_i = producers.get(graph.ops[conv2_i].inputs[0])
-        if conv2 is None or graph.ops[conv2_i].opt("fused_activation_function") != NONE or conv1_i is None:
+        if conv2 is None or graph.ops[conv2_i].opt("fused_activation_function", NONE) != NONE or conv1_i is None:
             continue
         conv1_op = graph.ops[conv1_i]
         conv1 = _conv3x3(graph, conv1_op, c)
-        if conv1 is None or conv1_op.inputs[0] != x or conv1_op.opt("fused_activation_function") not in (NONE, RELU):
+        act = conv1_op.opt("fused_activation_function", NONE)
+        if conv1 is None or conv1_op.inputs[0] != x or act not in (NONE, RELU):
             continue
         masker = _match_mask(graph, resize_i, x, h, w, c, producers)
         if masker is None:
@@ -102,7 +103,7 @@ def _match_branch(graph: Graph, add_i: int, x: int, mul_i: int, producers: dict[
         if any(t in graph.outputs or any(j not in ops for j in consumers.get(t, [])) for t in inner):
             continue  # an intermediate is used outside the block: it must be computed densely
         return MaskedBlock(x, graph.ops[add_i].outputs[0], ops, cell, mw, mb, thr, conv1,
-                           conv1_op.opt("fused_activation_function") == RELU, conv2, (h, w, c))
+                           conv1_op.opt("fused_activation_function", NONE) == RELU, conv2, (h, w, c))
     return None
 
 
@@ -129,7 +130,7 @@ def _match_mask(graph: Graph, resize_i: int, x: int, h: int, w: int, c: int,
     masker = graph.ops[masker_i]
     mw = _const(graph, masker.inputs[1]) if masker.code == "CONV_2D" and len(masker.inputs) >= 2 else None
     mb = _const(graph, masker.inputs[2]) if masker.code == "CONV_2D" and len(masker.inputs) >= 3 else None
-    if mw is None or mw.shape != (1, 1, 1, c) or masker.opt("fused_activation_function") != NONE or \
+    if mw is None or mw.shape != (1, 1, 1, c) or masker.opt("fused_activation_function", NONE) != NONE or \
             (masker.opt("stride_w"), masker.opt("stride_h")) != (1, 1):
         return None
     pool_i = producers.get(masker.inputs[0])

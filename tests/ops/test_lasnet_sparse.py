@@ -1,0 +1,58 @@
+"""LASNet spatially sparse execution (runtime/sparse_block.py) of the Keras-built masked residual block
+(tests/fixtures/lasnet): at activation rates 0.1-0.9 and every execution patch size, the output equals LiteRT's
+dense block within 1e-5, and the GPU's active-patch count (read back from the indirect dispatch's arguments) is the
+number of patches overlapping an active cell, counted here in numpy. Speed: scripts/dev/lasnet_bench.py (no timing
+asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuengine.model.reader import read_model
+from gpuengine.passes.lasnet_blocks import find_masked_blocks
+from gpuengine.runtime.device import get_device
+from gpuengine.runtime.sparse_block import SparseBlockRunner
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+MODEL = Path(__file__).resolve().parent.parent / "fixtures" / "lasnet" / "lasnet_block.tflite"
+
+
+def lasnet_input(rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """x [1, 32, 32, 16] whose 4x4 cells are active (mean > 0) with probability `rate`, and the cells."""
+    rng = np.random.default_rng(seed)
+    cells = rng.random((8, 8)) < rate
+    offset = np.where(cells, 1.0, -1.0).repeat(4, 0).repeat(4, 1)[None, :, :, None]
+    return (rng.uniform(-0.5, 0.5, (1, 32, 32, 16)) + offset).astype(np.float32), cells
+
+
+def active_patches(cells: np.ndarray, patch: int) -> int:
+    per_pixel = cells.repeat(4, 0).repeat(4, 1)
+    n = -(-32 // patch)
+    return sum(bool(per_pixel[i * patch:(i + 1) * patch, j * patch:(j + 1) * patch].any())
+               for i in range(n) for j in range(n))
+
+
+def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
+    data = MODEL.read_bytes()
+    (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+    gpu = get_device()
+    runners = {p: SparseBlockRunner(gpu, block, p) for p in (2, 4, 8)}
+    dense = SparseBlockRunner(gpu, block, 8, dense=True)
+    lite = litert.Interpreter(model_content=data)
+    lite.allocate_tensors()
+    for rate in (0.1, 0.3, 0.5, 0.9):
+        x, cells = lasnet_input(rate, 1)
+        assert 0 < cells.sum() < cells.size
+        lite.set_tensor(lite.get_input_details()[0]["index"], x)
+        lite.invoke()
+        want = lite.get_tensor(lite.get_output_details()[0]["index"])
+        scale = float(np.abs(want).max())
+        for patch, runner in runners.items():
+            got = runner.run(x)
+            assert np.abs(got - want).max() <= 1e-5 * scale, (rate, patch)
+            assert runner.active == active_patches(cells, patch)
+        got = dense.run(x)
+        assert np.abs(got - want).max() <= 1e-5 * scale and dense.active == dense.patches_total == 16
