@@ -59,6 +59,33 @@ def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict
     return predict_specs(partitions, graph, device, precision)
 
 
+RATES = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def sparse_blocks(data: bytes, device: Any, precision: str, plans: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per LASNet-style masked block of the plan (passes/lasnet_blocks.py): the block's dense dispatches predicted,
+    and at each activation rate the sparse prediction per patch size S and the choice (latency/sparse.py)."""
+    from gpuengine.latency.latency import predict_ns
+    from gpuengine.latency.sparse import choose_execution
+    from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
+    from gpuengine.passes.lasnet_blocks import find_masked_blocks
+
+    graph, partitions = plans[device.target]
+    specs = [spec for part in partitions for spec in part]
+    rows = []
+    for block in find_masked_blocks(graph):
+        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, precision), device) for spec in specs
+                       if set(spec.ops) & set(block.ops))
+        by_rate = {}
+        for rate in RATES:
+            mode, size, options = choose_execution(device, *block.shape, block.cell, rate, dense_ns)
+            by_rate[str(rate)] = {"choice": "dense" if mode == "dense" else f"sparse S={size}",
+                                  "predicted_us": {k: v / 1e3 for k, v in options.items()}}
+        rows.append({"output": graph.tensors[block.out].name, "shape": list(block.shape), "cell": block.cell,
+                     "dense_us": dense_ns / 1e3, "rates": by_rate})
+    return rows
+
+
 def as_json(name: str, p: Any) -> dict[str, Any]:
     return {"model": name, "device": p.device.name, "device_source": p.device.source,
             "predicted_ms": p.gpu_ns / 1e6, "floor_ms": p.floor_ns / 1e6, "ratio": p.ratio,
@@ -76,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     for model_name, data in models(args):
         plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
         for name in names:
-            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans,
+            device = description(args, name)
+            results.append(as_json(model_name, predict_model(data, device, args.precision, plans,
                                                              args.signature, args.hybrid)))
+            results[-1]["sparse_blocks"] = sparse_blocks(data, device, args.precision, plans)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
         return 0
@@ -91,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
                       f"{ratio:8.1f}")
         print(f"{r['model']} on {r['device']}: GPU {r['predicted_ms']:.3f} ms predicted, floor {r['floor_ms']:.3f} ms "
               f"({r['ratio']:.1f}x the floor); with submit and recording {r['total_ms']:.3f} ms per invoke")
+        for b in r["sparse_blocks"]:
+            print(f"  masked block -> {b['output']} {b['shape']} (cell {b['cell']}): dense {b['dense_us']:.1f} us; "
+                  "sparse (LASNet) by activation rate: " + "; ".join(
+                      f"{rate}: {row['choice']} ({min(row['predicted_us'].values()):.1f} us)"
+                      for rate, row in b["rates"].items()))
     return 0
 
 

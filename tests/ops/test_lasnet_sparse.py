@@ -56,3 +56,17 @@ def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
             assert runner.active == active_patches(cells, patch)
         got = dense.run(x)
         assert np.abs(got - want).max() <= 1e-5 * scale and dense.active == dense.patches_total == 16
+
+
+def test_predict_shows_dense_and_sparse_per_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["predict", str(MODEL), "--device", "lavapipe", "--json"]) == 0
+    (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
+    assert block["shape"] == [32, 32, 16] and block["cell"] == 4 and block["dense_us"] > 0
+    for row in block["rates"].values():
+        assert set(row["predicted_us"]) == {"sparse 2", "sparse 4", "sparse 8", "sparse 16", "dense"}
+        fastest = min(row["predicted_us"], key=row["predicted_us"].get)
+        assert row["choice"] == ("dense" if fastest == "dense" else f"sparse S={fastest.split()[1]}")
