@@ -16,6 +16,8 @@ const P: u32 = ${P}u;
 const R: u32 = ${P}u + 2u;
 const NPX: u32 = ${NPX}u;
 const RELU: bool = ${RELU};
+const TX: u32 = ${TX}u;
+const SEG: u32 = (R + TX - 1u) / TX;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -23,14 +25,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let pid = patches[slot];
     let py = i32((pid / NPX) * P) - 1;
     let px = i32((pid % NPX) * P) - 1;
-    // one invocation per pixel of the patch and its halo, all output channels: each input vec4 read once
-    for (var r = lid; r < R * R; r += 64u) {
-        let y = py + i32(r / R);
-        let xx = px + i32(r % R);
-        var acc = array<vec4<f32>, ${C4}>();  // zeroed explicitly on every pixel
-        if (y >= 0 && y < H && xx >= 0 && xx < W) {
-            for (var o4 = 0u; o4 < C4; o4++) {
-                acc[o4] = bias[o4];
+    // one invocation per TX pixels of a row of the patch and its halo, 4 output channels (a slice): each weight vec4
+    // loaded once for the TX pixels
+    for (var job = lid; job < R * SEG * C4; job += 64u) {
+        let o4 = job % C4;
+        let item = job / C4;
+        let ry = item / SEG;
+        let rx0 = (item % SEG) * TX;
+        let y = py + i32(ry);
+        var acc = array<vec4<f32>, ${TX}>();  // [TX] of output slice o4, zeroed explicitly on every job
+        if (y >= 0 && y < H) {
+            for (var t = 0u; t < TX; t++) {
+                acc[t] = bias[o4];
             }
             for (var ky = 0; ky < 3; ky++) {
                 let iy = y + ky - 1;
@@ -38,30 +44,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     continue;
                 }
                 for (var kx = 0; kx < 3; kx++) {
-                    let ix = xx + kx - 1;
-                    if (ix < 0 || ix >= W) {
-                        continue;
-                    }
-                    let base = u32(iy * W + ix) * C4;
                     let tap = u32(ky * 3 + kx) * C4;
                     for (var i = 0u; i < C4; i++) {
-                        let v = x[base + i];
-                        for (var o4 = 0u; o4 < C4; o4++) {
+                        var v = array<vec4<f32>, ${TX}>();
+                        for (var t = 0u; t < TX; t++) {
+                            let ix = px + i32(rx0 + t) + kx - 1;
+                            if (ix >= 0 && ix < W) {
+                                v[t] = x[u32(iy * W + ix) * C4 + i];
+                            }
+                        }
+                        {
                             let k = o4 * 36u * C4 + tap + i;
-                            acc[o4] += vec4<f32>(dot(weights[k], v), dot(weights[k + 9u * C4], v),
-                                                 dot(weights[k + 18u * C4], v), dot(weights[k + 27u * C4], v));
+                            let w0 = weights[k];
+                            let w1 = weights[k + 9u * C4];
+                            let w2 = weights[k + 18u * C4];
+                            let w3 = weights[k + 27u * C4];
+                            for (var t = 0u; t < TX; t++) {
+                                acc[t] += vec4<f32>(dot(w0, v[t]), dot(w1, v[t]), dot(w2, v[t]), dot(w3, v[t]));
+                            }
                         }
                     }
                 }
             }
-            if (RELU) {
-                for (var o4 = 0u; o4 < C4; o4++) {
-                    acc[o4] = max(acc[o4], vec4<f32>(0.0));
-                }
-            }
         }
-        for (var o4 = 0u; o4 < C4; o4++) {
-            tmp[(slot * R * R + r) * C4 + o4] = acc[o4];
+        for (var t = 0u; t < TX; t++) {
+            let rx = rx0 + t;
+            let xx = px + i32(rx);
+            if (rx >= R) {
+                break;
+            }
+            let inside = y >= 0 && y < H && xx >= 0 && xx < W;
+            var value = select(vec4<f32>(0.0), acc[t], inside);
+            if (RELU) {
+                value = max(value, vec4<f32>(0.0));
+            }
+            tmp[(slot * R * R + ry * R + rx) * C4 + o4] = value;
         }
     }
 }

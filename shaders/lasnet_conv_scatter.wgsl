@@ -19,6 +19,8 @@ const NCX: u32 = ${NCX}u;
 const P: u32 = ${P}u;
 const R: u32 = ${P}u + 2u;
 const NPX: u32 = ${NPX}u;
+const TX: u32 = ${TX}u;
+const SEG: u32 = (P + TX - 1u) / TX;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -26,37 +28,51 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let pid = patches[slot];
     let py = (pid / NPX) * P;
     let px = (pid % NPX) * P;
-    // one invocation per pixel of the patch, all output channels: each vec4 of tmp read once
-    for (var q = lid; q < P * P; q += 64u) {
-        let qy = q / P;
-        let qx = q % P;
+    // one invocation per TX pixels of a row of the patch and 4 output channels (as the gather conv)
+    for (var job = lid; job < P * SEG * C4; job += 64u) {
+        let o4 = job % C4;
+        let item = job / C4;
+        let qy = item / SEG;
+        let qx0 = (item % SEG) * TX;
         let y = py + qy;
-        let xx = px + qx;
-        if (y >= H || xx >= W) {
+        if (y >= H) {
             continue;
         }
-        var acc = array<vec4<f32>, ${C4}>();  // zeroed explicitly on every pixel
-        for (var o4 = 0u; o4 < C4; o4++) {
-            acc[o4] = bias[o4];
+        var acc = array<vec4<f32>, ${TX}>();  // [TX] of output slice o4, zeroed explicitly on every job
+        for (var t = 0u; t < TX; t++) {
+            acc[t] = bias[o4];
         }
         for (var ky = 0u; ky < 3u; ky++) {
             for (var kx = 0u; kx < 3u; kx++) {
-                let base = (slot * R * R + (qy + ky) * R + qx + kx) * C4;
                 let tap = (ky * 3u + kx) * C4;
                 for (var i = 0u; i < C4; i++) {
-                    let v = tmp[base + i];
-                    for (var o4 = 0u; o4 < C4; o4++) {
+                    var v = array<vec4<f32>, ${TX}>();
+                    for (var t = 0u; t < TX; t++) {
+                        let qx = min(qx0 + t, P - 1u);  // past the patch: computed, never stored
+                        v[t] = tmp[(slot * R * R + (qy + ky) * R + qx + kx) * C4 + i];
+                    }
+                    {
                         let k = o4 * 36u * C4 + tap + i;
-                        acc[o4] += vec4<f32>(dot(weights[k], v), dot(weights[k + 9u * C4], v),
-                                             dot(weights[k + 18u * C4], v), dot(weights[k + 27u * C4], v));
+                        let w0 = weights[k];
+                        let w1 = weights[k + 9u * C4];
+                        let w2 = weights[k + 18u * C4];
+                        let w3 = weights[k + 27u * C4];
+                        for (var t = 0u; t < TX; t++) {
+                            acc[t] += vec4<f32>(dot(w0, v[t]), dot(w1, v[t]), dot(w2, v[t]), dot(w3, v[t]));
+                        }
                     }
                 }
             }
         }
-        let mask = f32(cells[(y / CELL) * NCX + xx / CELL]);
-        for (var o4 = 0u; o4 < C4; o4++) {
+        for (var t = 0u; t < TX; t++) {
+            let qx = qx0 + t;
+            let xx = px + qx;
+            if (qx >= P || xx >= W) {
+                break;
+            }
+            let mask = f32(cells[(y / CELL) * NCX + xx / CELL]);
             let at = (y * W + xx) * C4 + o4;
-            out[at] = x[at] + acc[o4] * mask;
+            out[at] = x[at] + acc[t] * mask;
         }
     }
 }

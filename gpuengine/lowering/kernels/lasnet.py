@@ -21,6 +21,7 @@ from .. import codegen
 
 PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side)
 WORKGROUP = 64  # the mask kernel's workgroup (one invocation per patch)
+TX = 4  # pixels of a row one conv invocation computes (each weight load serves TX pixels)
 
 
 def supports(block: MaskedBlock, patch: int) -> str | None:
@@ -54,10 +55,20 @@ def sources(block: MaskedBlock, patch: int, dense: bool = False) -> dict[str, st
         "mask": codegen.load_template("lasnet_mask").substitute(
             common, CELL=lit(block.cell), NP=lit(g["np"]), NCX=lit(g["ncx"]), BIAS=lit(float(block.masker_bias)),
             THRESHOLD=lit(float(block.threshold)), DENSE=lit(bool(dense))),
-        "gather": codegen.load_template("lasnet_conv_gather").substitute(common, RELU=lit(bool(block.conv1_relu))),
-        "scatter": codegen.load_template("lasnet_conv_scatter").substitute(common, CELL=lit(block.cell),
-                                                                           NCX=lit(g["ncx"])),
+        "gather": codegen.load_template("lasnet_conv_gather").substitute(
+            common, RELU=lit(bool(block.conv1_relu)), TX=lit(row_tile(patch + 2))),
+        "scatter": codegen.load_template("lasnet_conv_scatter").substitute(
+            common, CELL=lit(block.cell), NCX=lit(g["ncx"]), TX=lit(row_tile(patch))),
     }
+
+
+def row_tile(width: int) -> int:
+    """Pixels of a row one conv invocation computes: up to TX, a divisor of the row's width when one is >= 2 (no
+    invocation computes pixels past the row)."""
+    for tx in range(min(TX, width), 1, -1):
+        if width % tx == 0:
+            return tx
+    return min(TX, width)
 
 
 def constants(block: MaskedBlock) -> dict[str, np.ndarray]:
@@ -83,4 +94,4 @@ def macs(block: MaskedBlock, patch: int, active: int) -> int:
     return active * ((patch + 2) ** 2 + patch * patch) * 9 * c * c
 
 
-__all__ = ["PATCHES", "constants", "geometry", "macs", "sources", "supports", "tmp_bytes"]
+__all__ = ["PATCHES", "constants", "geometry", "macs", "row_tile", "sources", "supports", "tmp_bytes"]
