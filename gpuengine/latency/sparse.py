@@ -22,6 +22,14 @@ _LOAD = 8.0  # cost units of one vec4 load (lowering/kernels/tiling.py LOAD)
 _WORKGROUP = 64
 
 
+def _row_tile(width: int, most: int = 4) -> int:
+    """The kernels' row tile (lowering/kernels/lasnet.row_tile, which this layer cannot import)."""
+    for tx in range(min(most, width), 1, -1):
+        if width % tx == 0:
+            return tx
+    return min(most, width)
+
+
 def _cells_per_patch(patch: int, cell: int) -> int:
     """Masker cells an aligned patch overlaps (1 when the patch is inside one cell)."""
     side = max(1, math.ceil(patch / cell))
@@ -43,18 +51,21 @@ def _costs(h: int, w: int, c: int, cell: int, patch: int, active: float) -> list
                         bytes_read=h * w * c * 4, bytes_written=patches * 8, macs=h * w * c, label="lasnet mask",
                         kernel="lasnet_mask")
     n = max(1, round(active))
-    per_tap = 9 * c4 * (5 * _LOAD + 16)  # per output vec4: 9 taps x C/4 slices x (5 vec4 loads, 4 dots)
-    halo = (patch + 2) ** 2
+    halo = patch + 2
     weights = 9 * c * c * 4
-    gather = DispatchCost(invocations=n * _WORKGROUP, active=n * min(_WORKGROUP, halo * c4), workgroups=n,
-                          work=math.ceil(halo * c4 / _WORKGROUP) * per_tap,
-                          bytes_read=n * (patch + 4) ** 2 * c * 4 + weights, bytes_written=n * halo * c * 4,
-                          macs=n * halo * 9 * c * c, label="lasnet gather conv", kernel="lasnet_conv_gather")
-    scatter = DispatchCost(invocations=n * _WORKGROUP, active=n * min(_WORKGROUP, patch * patch * c4), workgroups=n,
-                           work=math.ceil(patch * patch * c4 / _WORKGROUP) * (per_tap + 2 * _LOAD),
-                           bytes_read=n * (halo + patch * patch) * c * 4 + weights,
-                           bytes_written=n * patch * patch * c * 4, macs=n * patch * patch * 9 * c * c,
-                           label="lasnet scatter conv", kernel="lasnet_conv_scatter")
+
+    def conv(width: int, out_pixels: int, label: str, kernel: str) -> DispatchCost:
+        # one invocation per (row tile of tx pixels, output slice): per tap and input slice, tx input loads and
+        # 4 weight loads feed 4 * tx dot products of 4 multiply-adds (lowering/kernels/lasnet.py, the WGSL)
+        tx = _row_tile(width)
+        jobs = width * math.ceil(width / tx) * c4
+        return DispatchCost(invocations=n * _WORKGROUP * math.ceil(jobs / _WORKGROUP), active=n * jobs,
+                            workgroups=n, work=9 * c4 * ((tx + 4) * _LOAD + 16 * tx),
+                            bytes_read=n * (width + 2) ** 2 * c * 4 + weights, bytes_written=n * out_pixels * c * 4,
+                            macs=n * out_pixels * 9 * c * c, label=label, kernel=kernel)
+
+    gather = conv(halo, halo * halo, "lasnet gather conv", "lasnet_conv_gather")
+    scatter = conv(patch, patch * patch, "lasnet scatter conv", "lasnet_conv_scatter")
     return [mask, gather, scatter] if active > 0 else [mask]
 
 

@@ -5,8 +5,8 @@ mask kernel filled: the host never learns the activation rate before the block r
 groups are made once, at construction; a run writes x and the counter's reset, submits one command buffer and
 maps out (and the count) back.
 
-`dense=True` runs the same kernels over every patch (the baseline). Not wired into the engine's compile path yet:
-the block runs here as a unit (docs/design/lasnet.md).
+mode "all" runs the same kernels over every patch, "none" over no patch (lowering/kernels/lasnet.MODES). Not wired
+into the engine's compile path yet: the block runs here as a unit (docs/design/lasnet.md).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from .device import DEVICE_LOST, GpuDevice
 class SparseBlockRunner:
     """One masked block at one execution patch size, with its own buffers (see the module docstring)."""
 
-    def __init__(self, gpu: GpuDevice, block: MaskedBlock, patch: int, dense: bool = False) -> None:
+    def __init__(self, gpu: GpuDevice, block: MaskedBlock, patch: int, mode: str = "mask") -> None:
         import wgpu
 
-        self.gpu, self.block, self.patch, self.dense = gpu, block, patch, dense
+        self.gpu, self.block, self.patch, self.mode = gpu, block, patch, mode
         dev = gpu.device
         h, w, c = block.shape
         geo = lasnet.geometry(block, patch)
@@ -54,7 +54,7 @@ class SparseBlockRunner:
         self.tmp = buffer(lasnet.tmp_bytes(block, patch), storage)
         self.out_staging = buffer(self.bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         self.args_staging = buffer(12, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        src = lasnet.sources(block, patch, dense)
+        src = lasnet.sources(block, patch, mode)
         self.mask_pipe, self.mask_bind = self._bind(src["mask"], [self.x, consts["masker"], self.cells, self.args,
                                                                   self.list])
         self.gather_pipe, self.gather_bind = self._bind(src["gather"], [self.x, consts["w1"], consts["b1"], self.list,

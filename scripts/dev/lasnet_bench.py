@@ -1,6 +1,7 @@
 """Benchmark for docs/design/lasnet.md: the LASNet-style block (tests/fixtures/lasnet) dense (gpuengine's own
 kernels, the model compiled as usual) against spatially sparse execution (runtime/sparse_block.py) at activation
-rates 0.1-0.9, with the latency model's choice (latency/sparse.py) and whether it held. Wall-clock GPU passes on
+rates 0.1-0.9, with the measured choice (tuning/sparse.py: each S timed with no / every patch active) and the
+latency model's (latency/sparse.py), and whether the measured one held. Wall-clock GPU passes on
 the adapter gpuengine opens (lavapipe here: relative signals only). Each figure: the least of --runs passes (the
 machine is shared; the least is what load disturbs least), options interleaved per round.
     python scripts/dev/lasnet_bench.py [--runs 15] [--json OUT]
@@ -25,6 +26,7 @@ from gpuengine.model.reader import read_model
 from gpuengine.passes.lasnet_blocks import find_masked_blocks
 from gpuengine.runtime.sparse_block import SparseBlockRunner
 from gpuengine.runtime.timing import DispatchTimer
+from gpuengine.tuning.sparse import measure_block
 
 MODEL = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "lasnet" / "lasnet_block.tflite"
 PATCHES = (2, 4, 8, 16)
@@ -59,6 +61,11 @@ def main() -> None:
     block_specs = [d.spec for d in program.dispatches if d.spec.shader not in ("bhwc_to_phwc4", "phwc4_to_bhwc")]
     dense_ns = sum(predict_ns(dispatch_cost(spec, program.graph, program.precision), model) for spec in block_specs)
     h, w, c = block.shape
+    # the measured chooser (tuning/sparse.py): dense timed as below, each S with no / every patch active
+    dense_ms = min(timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6 for _ in range(args.runs))
+    tuned = measure_block(gpu, block, dense_ms, PATCHES, runs=args.runs)
+    print(f"tuned: dense {dense_ms:.2f} ms; per S (none / all active): "
+          + ", ".join(f"S={p} {tuned.none_ms[p]:.2f} / {tuned.all_ms[p]:.2f}" for p in PATCHES), flush=True)
     rows = []
     for rate in (0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
         x = lasnet_input(rate, 0)
@@ -79,17 +86,21 @@ def main() -> None:
                 times.setdefault(f"sparse {p}", []).append(r.time_ms(runs=1))
         best = {k: float(min(v)) for k, v in times.items()}
         mode, size, predicted = choose_execution(model, h, w, c, block.cell, float(cells), dense_ns)
+        predicted_choice = "dense" if mode == "dense" else f"sparse {size}"
+        mode, size, estimated = tuned.choose(float(cells))
         chosen = best["dense block"] if mode == "dense" else best[f"sparse {size}"]
         fastest_sparse = min((best[f"sparse {p}"], p) for p in PATCHES)
         rows.append({"rate": float(cells), "active": {p: runners[p].active for p in PATCHES},
                      "patches": {p: runners[p].patches_total for p in PATCHES}, "ms": best,
                      "choice": f"{mode} {size}" if mode == "sparse" else "dense", "chosen_ms": chosen,
                      "chosen_vs_dense": chosen / best["dense block"], "fastest_sparse": fastest_sparse,
-                     "max_abs_error": errors, "predicted_us": {k: v / 1e3 for k, v in predicted.items()}})
+                     "max_abs_error": errors, "predicted_us": {k: v / 1e3 for k, v in predicted.items()},
+                     "predicted_choice": predicted_choice, "tuned_estimate_ms": estimated})
         print(f"rate {cells:.2f}: dense block {best['dense block']:.2f} ms (program {best['dense program']:.2f}); "
               + ", ".join(f"S={p} {best[f'sparse {p}']:.2f} ms ({runners[p].active}/{runners[p].patches_total})"
                           for p in PATCHES)
-              + f"; choice {rows[-1]['choice']} -> {chosen:.2f} ms = {chosen / best['dense block']:.2f}x dense; "
+              + f"; tuned choice {rows[-1]['choice']} -> {chosen:.2f} ms = {chosen / best['dense block']:.2f}x dense "
+              f"(latency model: {predicted_choice}); "
               f"max |error| {max(errors.values()):.1e}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"adapter": gpu.name, "model": model.source, "rows": rows,

@@ -40,7 +40,7 @@ def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
     (block,) = find_masked_blocks(read_model(data).subgraphs[0])
     gpu = get_device()
     runners = {p: SparseBlockRunner(gpu, block, p) for p in (2, 4, 8)}
-    dense = SparseBlockRunner(gpu, block, 8, dense=True)
+    dense = SparseBlockRunner(gpu, block, 8, mode="all")
     lite = litert.Interpreter(model_content=data)
     lite.allocate_tensors()
     for rate in (0.1, 0.3, 0.5, 0.9):
@@ -70,3 +70,19 @@ def test_predict_shows_dense_and_sparse_per_rate(capsys: pytest.CaptureFixture[s
         assert set(row["predicted_us"]) == {"sparse 2", "sparse 4", "sparse 8", "sparse 16", "dense"}
         fastest = min(row["predicted_us"], key=row["predicted_us"].get)
         assert row["choice"] == ("dense" if fastest == "dense" else f"sparse S={fastest.split()[1]}")
+
+
+def test_the_measured_choice_is_the_fastest_estimate() -> None:
+    """tuning/sparse.py: each S timed with no and with every patch active; the estimate is linear in between and
+    the choice is the least estimate (dense on a tie). Which option wins is the machine's business: not asserted."""
+    from gpuengine.tuning.sparse import measure_block
+
+    (block,) = find_masked_blocks(read_model(MODEL.read_bytes()).subgraphs[0])
+    times = measure_block(get_device(), block, dense_ms=1.0, patches=(4, 8), runs=2)
+    assert set(times.none_ms) == set(times.all_ms) == {4, 8}
+    assert times.sparse_ms(4, 0.0) == times.none_ms[4] and times.sparse_ms(4, 1.0) == times.all_ms[4]
+    for rate in (0.1, 0.5, 0.9):
+        mode, size, options = times.choose(rate)
+        assert set(options) == {"sparse 4", "sparse 8", "dense"} and options["dense"] == 1.0
+        best = min(options.values())
+        assert options["dense" if mode == "dense" else f"sparse {size}"] == best

@@ -87,6 +87,6 @@ def test_kernel_sources_bake_only_numbers():
     sources = lasnet.sources(found, 4)
     assert set(sources) == {"mask", "gather", "scatter"}
     assert all("${" not in text for text in sources.values())
-    assert "const THRESHOLD: f32 = 0.0;" in sources["mask"] and "const DENSE: bool = false;" in sources["mask"]
+    assert "const THRESHOLD: f32 = 0.0;" in sources["mask"] and "const KEEP: u32 = 0u;" in sources["mask"]
     assert lasnet.supports(found, 4) is None
     assert lasnet.geometry(found, 4) == {"npx": 4, "npy": 4, "np": 16, "ncx": 4, "cells": 16}

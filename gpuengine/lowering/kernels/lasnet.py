@@ -8,7 +8,7 @@ kernels (shaders/lasnet_*.wgsl) and the prepared constants they bind. runtime/sp
    fused).
 
 P (the execution patch) need not be the model's cell: a patch runs when any cell it overlaps is active, and the
-mask multiplies per pixel, so any P gives the dense block's values. With `dense`, every patch runs (the same
+mask multiplies per pixel, so any P gives the dense block's values. With mode "all", every patch runs (the same
 kernels, no skipping): the baseline sparse execution is compared with. Only numbers are baked into the WGSL.
 """
 
@@ -42,8 +42,13 @@ def geometry(block: MaskedBlock, patch: int) -> dict[str, int]:
             "cells": (h // block.cell) * (w // block.cell)}
 
 
-def sources(block: MaskedBlock, patch: int, dense: bool = False) -> dict[str, str]:
-    """The three kernels' WGSL for `block` at execution patch `patch`."""
+MODES = ("mask", "all", "none")  # which patches run: the mask's, every one (dense), none (the cost of the rest)
+
+
+def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
+    """The three kernels' WGSL for `block` at execution patch `patch`; `mode`: MODES."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}")
     reason = supports(block, patch)
     if reason is not None:
         raise ValueError(reason)
@@ -54,7 +59,7 @@ def sources(block: MaskedBlock, patch: int, dense: bool = False) -> dict[str, st
     return {
         "mask": codegen.load_template("lasnet_mask").substitute(
             common, CELL=lit(block.cell), NP=lit(g["np"]), NCX=lit(g["ncx"]), BIAS=lit(float(block.masker_bias)),
-            THRESHOLD=lit(float(block.threshold)), DENSE=lit(bool(dense))),
+            THRESHOLD=lit(float(block.threshold)), KEEP=lit(MODES.index(mode))),
         "gather": codegen.load_template("lasnet_conv_gather").substitute(
             common, RELU=lit(bool(block.conv1_relu)), TX=lit(row_tile(patch + 2))),
         "scatter": codegen.load_template("lasnet_conv_scatter").substitute(
@@ -94,4 +99,4 @@ def macs(block: MaskedBlock, patch: int, active: int) -> int:
     return active * ((patch + 2) ** 2 + patch * patch) * 9 * c * c
 
 
-__all__ = ["PATCHES", "constants", "geometry", "macs", "row_tile", "sources", "supports", "tmp_bytes"]
+__all__ = ["MODES", "PATCHES", "constants", "geometry", "macs", "row_tile", "sources", "supports", "tmp_bytes"]
