@@ -86,3 +86,15 @@ def test_the_measured_choice_is_the_fastest_estimate() -> None:
         assert set(options) == {"sparse 4", "sparse 8", "dense"} and options["dense"] == 1.0
         best = min(options.values())
         assert options["dense" if mode == "dense" else f"sparse {size}"] == best
+
+
+def test_profile_shows_dense_and_sparse(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["profile", str(MODEL), "--runs", "2", "--json"]) == 0
+    (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
+    assert 0 < block["rate"] < 1 and block["dense_ms"] > 0
+    assert set(block["sparse_ms"]) == {"2", "4", "8", "16"} and all(v > 0 for v in block["sparse_ms"].values())
+    assert block["choice"] == "dense" or block["choice"].startswith("sparse S=")
