@@ -315,7 +315,28 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     plan = ControlPlan(op.code, subgraphs, graphs, plans)
     if op.code == "WHILE":
         plan.resident = _resident_reason(plans)
+        if plan.resident is not None:
+            _cond_on_host(plan, callee["cond"])
     return plan
+
+
+COND_ON_HOST = ("the loop variables cross the host anyway: the host evaluates the cond (LiteRT's CPU kernels), "
+                "no GPU round trip per iteration")
+
+
+def _cond_on_host(plan: ControlPlan, cond: Graph) -> None:
+    """A loop on the host path (its variables are host arrays between iterations) decides each iteration by
+    running its cond on the CPU: on the GPU every decision is a submit and a readback (DyCL's decision cost, docs/
+    design/dycl.md), for a comparison of a few scalars. Kept on the GPU when LiteRT is not installed or the cond
+    holds what LiteRT alone cannot run (a custom op, nested control flow)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ai_edge_litert") is None or \
+            any(o.is_custom or o.code in CONTROL_OPS for o in cond.ops):
+        return
+    support: dict[int, str | None] = {i: COND_ON_HOST for i in range(len(cond.ops))}
+    plan.graphs["cond"] = cond
+    plan.plans["cond"] = Plan(cond, support, partition(cond, support), unsupported_summary(cond, support))
 
 
 def _constant_operands(op: Op, graph: Graph, role: str, callee: dict[str, Graph]) -> dict[int, np.ndarray]:
