@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator
 
-from .delegate.partition import Partition, partition
+from .delegate.partition import Partition, partition, with_boundaries
 from .delegate.support import gpu_support, unsupported_summary
 from .errors import GpuEngineError
 from .latency import devices
@@ -37,6 +37,7 @@ from .model.shapes import propagate, shape_key
 from .model.validate import validate_graph
 from .options import EngineOptions
 from .passes.constant_operands import bind_constant_operands
+from .passes.lasnet_blocks import MaskedBlock, find_masked_blocks
 from .passes.pipeline import run_passes
 
 CONTROL_OPS = frozenset({"WHILE", "IF"})
@@ -52,11 +53,12 @@ class Plan:
     partitions: list[Partition]
     unsupported: dict[str, str] = field(default_factory=dict)
     control: dict[int, ControlPlan] = field(default_factory=dict)  # WHILE / IF ops the host drives, by op index
+    sparse: dict[int, SparseMode] = field(default_factory=dict)  # spatially sparse blocks, by their first op
 
     @property
     def ops_gpu(self) -> int:
         """Ops in GPU partitions, and the WHILE / IF ops the host drives (their subgraphs run on the GPU)."""
-        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control"))
+        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control", "sparse"))
 
 
 def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None) -> Plan:
@@ -76,8 +78,60 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
             support[i] = f"{optimized.ops[i].code} on LiteRT: {got}"
         else:
             support[i], control[i] = None, got
-    return Plan(optimized, support, partition(optimized, support, set(control)),
-                unsupported_summary(optimized, support), control)
+    partitions = partition(optimized, support, set(control))
+    sparse: dict[int, SparseMode] = {}
+    if options.sparse_blocks is not None:
+        partitions, sparse = sparse_partitions(optimized, partitions, options)
+    return Plan(optimized, support, partitions, unsupported_summary(optimized, support), control, sparse)
+
+
+@dataclass
+class SparseMode:
+    """A LASNet-style masked block that runs spatially sparse (runtime/sparse_block.py) at execution patch `patch`;
+    `predicted`: the latency model's ns per option at the expected rate (latency/sparse.choose_execution)."""
+
+    block: MaskedBlock
+    patch: int
+    predicted: dict[str, float]
+
+
+def sparse_partitions(graph: Graph, partitions: list[Partition], options: EngineOptions,
+                      ) -> tuple[list[Partition], dict[int, SparseMode]]:
+    """Split each GPU partition around the masked blocks (passes/lasnet_blocks.py) that the latency model predicts
+    faster sparse at options.sparse_blocks (the expected activation rate): the block's ops, contiguous in the
+    partition, become a partition of device "sparse". A block the kernels cannot take, or whose ops are not
+    contiguous in one GPU partition, stays dense."""
+    from .latency.latency import predict_ns
+    from .latency.sparse import choose_execution
+    from .latency.target import named
+    from .lowering.kernels import lasnet
+    from .lowering.kernels.dispatch_cost import dispatch_cost
+
+    device = planning_device(options)
+    out = list(partitions)
+    modes: dict[int, SparseMode] = {}
+    for block in find_masked_blocks(graph):
+        ops = sorted(block.ops)
+        k = next((k for k, p in enumerate(out) if p.device == "gpu" and set(ops) <= set(p.ops)), None)
+        patches = tuple(p for p in lasnet.PATCHES if lasnet.supports(block, p) is None)
+        if k is None or not patches:
+            continue
+        start = out[k].ops.index(ops[0])
+        if out[k].ops[start:start + len(ops)] != ops:
+            continue
+        alone = with_boundaries(graph, "gpu", ops)
+        specs = partition_specs(graph, alone.ops, alone.inputs, alone.outputs, options.optimize,
+                                Choices(named(device.target)))[0]
+        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, options.precision), device) for spec in specs)
+        mode, size, predicted = choose_execution(device, *block.shape, block.cell, float(options.sparse_blocks or 0),
+                                                 dense_ns, patches)
+        if mode == "dense":
+            continue
+        before, after = out[k].ops[:start], out[k].ops[start + len(ops):]
+        out[k:k + 1] = [with_boundaries(graph, dev, group) for dev, group in
+                        (("gpu", before), ("sparse", ops), ("gpu", after)) if group]
+        modes[ops[0]] = SparseMode(block, size, predicted)
+    return out, modes
 
 
 def planning_device(options: EngineOptions) -> Device:
@@ -219,6 +273,10 @@ def describe_control(plan: ControlPlan) -> str:
 def partition_report(plan: Plan, p: Partition) -> dict[str, Any]:
     """One partition as inspect lists it; a WHILE/IF is a GPU partition the host drives, with its subgraphs."""
     ops = [plan.graph.ops[i].code for i in p.ops]
+    if p.device == "sparse":
+        return {"device": "gpu", "ops": ops, "sparse": {"patch": plan.sparse[p.ops[0]].patch,
+                                                        "predicted_us": {k: v / 1e3 for k, v in
+                                                                         plan.sparse[p.ops[0]].predicted.items()}}}
     if p.device != "control":
         return {"device": p.device, "ops": ops}
     return {"device": "gpu", "driver": "host", "ops": ops, **plan.control[p.ops[0]].report()}

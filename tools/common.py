@@ -67,7 +67,8 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          optimize=False if args.no_optimize else None, target=args.target, precision=args.precision,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
                          f32_tensors=getattr(args, "f32_tensors", None),
-                         hybrid_arithmetic=getattr(args, "hybrid", None))
+                         hybrid_arithmetic=getattr(args, "hybrid", None),
+                         sparse_blocks=getattr(args, "sparse_blocks", None))
     except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
         raise
     except ValueError as e:  # a bad option value: say so, as argparse would
@@ -192,6 +193,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-strategy", default="best",
                    help="naive, greedy, mincostflow, greedy_by_size or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
+    p.add_argument("--sparse-blocks", type=float, default=None, metavar="RATE",
+                   help="run LASNet-style masked blocks spatially sparse where the latency model predicts it faster "
+                        "at this expected activation rate (0-1); default: dense")
     p.add_argument("--cache", help="tuning cache to read (tune: and write); default $GPUENGINE_TUNE_CACHE or "
                                    "~/.cache/gpuengine/tuning.json")
 

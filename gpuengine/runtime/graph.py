@@ -23,6 +23,7 @@ from .added_dispatch import AddedDispatch
 from .control_flow import control_program
 from .device import GpuDevice, get_device, gpu_for
 from .program import GpuProgram
+from .sparse_block import SparseBlockProgram
 
 
 def for_adapter(options: EngineOptions) -> EngineOptions:
@@ -75,7 +76,7 @@ class CompiledGraph:
         self.model = model
         self.plan = plan if plan is not None else plan_graph(graph, options, model)
         self.graph = self.plan.graph
-        needs_gpu = any(p.device in ("gpu", "control") for p in self.plan.partitions)
+        needs_gpu = any(p.device in ("gpu", "control", "sparse") for p in self.plan.partitions)
         if gpu is None and needs_gpu:
             gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
         self.gpu = gpu
@@ -89,6 +90,9 @@ class CompiledGraph:
             if part.device == "gpu":
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
                                                 options, tuned, self.target, self.precision))
+            elif part.device == "sparse":
+                mode = self.plan.sparse[part.ops[0]]
+                self.programs.append(SparseBlockProgram(self.gpu, mode.block, mode.patch))
             elif part.device == "control":
                 control = self.plan.control[part.ops[0]]
                 compiled = {role: CompiledGraph(control.graphs[role], options, num_threads, gpu=self.gpu, tuned=tuned,

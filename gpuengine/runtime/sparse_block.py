@@ -132,4 +132,19 @@ class SparseBlockRunner:
         return float(np.median(times) * 1e3)
 
 
-__all__ = ["SparseBlockRunner"]
+class SparseBlockProgram:
+    """A spatially sparse partition of a compiled graph (planning.sparse_partitions): the block's input from the
+    values the partitions before it computed, its output for the ones after it (host arrays at its boundaries, as a
+    CPU partition's)."""
+
+    def __init__(self, gpu: GpuDevice | None, block: MaskedBlock, patch: int) -> None:
+        if gpu is None:
+            raise RuntimeError("a spatially sparse block needs a GPU")
+        self.block = block
+        self.runner = SparseBlockRunner(gpu, block, patch)
+
+    def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {self.block.out: self.runner.run(values[self.block.x])}
+
+
+__all__ = ["SparseBlockProgram", "SparseBlockRunner"]

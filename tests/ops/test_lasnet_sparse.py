@@ -98,3 +98,33 @@ def test_profile_shows_dense_and_sparse(capsys: pytest.CaptureFixture[str]) -> N
     assert 0 < block["rate"] < 1 and block["dense_ms"] > 0
     assert set(block["sparse_ms"]) == {"2", "4", "8", "16"} and all(v > 0 for v in block["sparse_ms"].values())
     assert block["choice"] == "dense" or block["choice"].startswith("sparse S=")
+
+
+def test_the_interpreter_runs_the_block_sparse_where_the_latency_model_says_so() -> None:
+    """Interpreter(sparse_blocks=rate): the block is one spatially sparse partition at the predicted S when the
+    latency model predicts sparse faster at that expected rate (dense otherwise), equal to LiteRT at every rate."""
+    from gpuengine import Interpreter
+
+    data = MODEL.read_bytes()
+    ours = Interpreter(model_content=data, sparse_blocks=0.1)
+    ours.allocate_tensors()
+    plan = ours.compiled.plan
+    (part,) = plan.partitions
+    mode = plan.sparse[part.ops[0]]
+    assert part.device == "sparse" and len(part.ops) == 9
+    best = min(mode.predicted, key=mode.predicted.get)
+    assert best == f"sparse {mode.patch}" and mode.predicted["dense"] > mode.predicted[best]
+    assert "spatially sparse (LASNet)" in ours.describe()
+    lite = litert.Interpreter(model_content=data)
+    lite.allocate_tensors()
+    for rate in (0.1, 0.5, 0.9):
+        x, _ = lasnet_input(rate, 2)
+        for it in (ours, lite):
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+        out = lite.get_output_details()[0]["index"]
+        want = lite.get_tensor(out)
+        assert np.abs(ours.get_tensor(out) - want).max() <= 1e-5 * np.abs(want).max()
+    dense = Interpreter(model_content=data, sparse_blocks=0.95)
+    dense.allocate_tensors()
+    assert [p.device for p in dense.compiled.plan.partitions] == ["gpu"] and not dense.compiled.plan.sparse
