@@ -475,8 +475,8 @@ def _resident_reason(plans: dict[str, Plan]) -> str | None:
         return "the cond's result is not computed on the GPU"
     seen: set[int] = set()
     for k, (t_in, t_out) in enumerate(zip(body.inputs, body.outputs)):
-        if body.tensors[t_in].dtype != np.float32:
-            return f"loop variable {k} is {body.tensors[t_in].dtype}; GPU programs exchange float32"
+        if body.tensors[t_in].dtype not in (np.float32, np.int32):
+            return f"loop variable {k} is {body.tensors[t_in].dtype}; GPU programs exchange float32 (int32 as float32)"
         if t_out == t_in:
             continue
         if t_out not in produced_by_body or t_out in seen:

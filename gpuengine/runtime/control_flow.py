@@ -5,13 +5,14 @@ Each cond, body and branch subgraph is compiled like the main graph (runtime/gra
 GPU programs, CPU fallbacks, nested WHILE/IF), by the graph that holds the op, which hands the compiled subgraphs
 to `control_program`. What the host does per op:
 
-* WHILE whose cond and body are each one GPU program: the loop-carried tensors stay on the GPU. Two instances of
-  the body program ping-pong between two sets of buffers: instance j reads set j and writes set 1 - j, its inputs
-  bound to the other instance's output buffers (GpuProgram.bind_input: no copy). Two instances of the cond read
-  one set each. Per iteration the host submits the cond, reads its 4-byte result and submits the body without
-  reading anything back. A loop variable the body passes through unchanged lives in one buffer of its own. The
-  initial values are written once per invoke, the final ones read back once.
-* any other WHILE (a body with a CPU partition, a nested WHILE/IF, loop variables that are not float32): each
+* WHILE whose cond and body are each one GPU program: the loop-carried tensors stay on the GPU (an int32 one, such
+  as the loop counter TF2's while_loop adds, as float32: exact below 2^24, as every int32 tensor on the GPU). Two
+  instances of the body program ping-pong between two sets of buffers: instance j reads set j and writes set
+  1 - j, its inputs bound to the other instance's output buffers (GpuProgram.bind_input: no copy). Two instances
+  of the cond read one set each. Per iteration the host submits the cond, reads its 4-byte result and submits the
+  body without reading anything back. A loop variable the body passes through unchanged lives in one buffer of
+  its own. The initial values are written once per invoke, the final ones read back once.
+* any other WHILE (a body with a CPU partition, a nested WHILE/IF, loop variables neither float32 nor int32): each
   iteration runs the cond and the body graph with host arrays at their partition boundaries, as the main graph
   runs its partitions; `ControlPlan.resident` says why.
 * IF: the host reads the condition and runs the chosen branch's compiled graph.
@@ -174,6 +175,7 @@ class _ResidentLoop:
         self.bodies, self.conds = bodies, conds
         # slot k: its buffer in set 0 and set 1; a variable the body passes through has one buffer of its own
         self.outputs = list(graph.outputs)
+        self.dtypes = [graph.tensors[t].dtype for t in graph.inputs]
         self.own: dict[int, Any] = {}
         buffers: list[list[Any]] = [[], []]
         for k, (t_in, t_out) in enumerate(zip(graph.inputs, graph.outputs)):
@@ -221,7 +223,9 @@ class _ResidentLoop:
         if last is None:
             return state
         values = self.bodies[last].read_outputs()
-        return [state[k] if k in self.own else values[t] for k, t in enumerate(self.outputs)]
+        # an int32 loop variable (a TF2 loop counter) is carried as float32, as every int32 tensor on the GPU
+        return [state[k] if k in self.own else np.asarray(values[t]).astype(self.dtypes[k], copy=False)
+                for k, t in enumerate(self.outputs)]
 
 
 def _twin(compiled: Compiled, plan: Plan) -> GpuProgram:
