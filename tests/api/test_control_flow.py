@@ -292,6 +292,9 @@ def test_while_inside_a_while_body() -> None:
     (inner,) = outer.compiled["body"].control_programs
     assert isinstance(inner, WhileProgram) and inner.iterations == 2
     assert inner.plan.resident is None  # the inner loop's variables stay on the GPU
+    # the outer loop's variables cross the host (its body holds a WHILE): the host evaluates its cond, no GPU trip
+    assert outer.plan.resident and [p.device for p in outer.plan.plans["cond"].partitions] == ["cpu"]
+    assert outer.timing.decisions == outer.iterations + 1
 
 
 def test_while_without_gpu_ops_runs_on_litert_with_its_subgraphs() -> None:
