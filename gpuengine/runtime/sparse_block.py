@@ -62,7 +62,8 @@ class SparseBlockRunner:
         self.scatter_pipe, self.scatter_bind = self._bind(
             src["scatter"], [self.x, consts["w2"], consts["b2"], self.list, self.tmp, self.cells, self.out])
         self.mask_groups = -(-geo["np"] // lasnet.WORKGROUP)
-        self.reset = np.array([0, 1, 1], np.uint32)  # the indirect dispatch's (x, y, z); x counts active patches
+        # the indirect dispatch's (x, y, z): x counts active patches (cleared by each run), y = z = 1
+        dev.queue.write_buffer(self.args, 0, np.array([0, 1, 1], np.uint32))
 
     def _bind(self, source: str, buffers: list[Any]) -> tuple[Any, Any]:
         dev = self.gpu.device
@@ -77,6 +78,7 @@ class SparseBlockRunner:
 
     def _command(self, read_out: bool) -> Any:
         encoder = self.gpu.device.create_command_encoder()
+        encoder.clear_buffer(self.args, 0, 4)  # no patch listed yet; the indirect y and z counts stay 1
         encoder.copy_buffer_to_buffer(self.x, 0, self.out, 0, self.bytes)  # inactive patches: out = x
         compute = encoder.begin_compute_pass()
         compute.set_pipeline(self.mask_pipe)
@@ -97,7 +99,6 @@ class SparseBlockRunner:
     def _submit(self, read_out: bool) -> None:
         if not self.gpu.alive():
             raise RuntimeError(DEVICE_LOST)
-        self.gpu.device.queue.write_buffer(self.args, 0, self.reset)
         self.gpu.device.queue.submit([self._command(read_out)])
         self.args_staging.map_async("READ_NOSYNC").sync_wait()  # map-based wait for the GPU
         try:
