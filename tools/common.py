@@ -191,8 +191,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "sums: LiteRT's Interpreter's numbers; or float: weights dequantized in registers, f32 sums: "
                         "LiteRT-LM's arithmetic, the float64 answer up to f32 rounding")
     p.add_argument("--memory-strategy", default="best",
-                   help="naive, greedy (the paper's), greedy_in_order, greedy_by_breadth, greedy_by_size_dist_priority, "
-                        "greedy_best (TFLite's), mincostflow, greedy_by_size, offsets or best (default)")
+                   help="naive, greedy (the paper's), greedy_in_order, greedy_by_breadth, "
+                        "greedy_by_size_dist_priority, greedy_best (TFLite's), mincostflow, greedy_by_size, offsets "
+                        "or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
     p.add_argument("--sparse-blocks", type=float, default=None, metavar="RATE",
                    help="run LASNet-style masked blocks spatially sparse where the latency model predicts it faster "
