@@ -25,6 +25,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+import numpy as np
+
 from .greedy import greedy_walk
 from .plan import MemoryPlan
 from .records import UsageRecord, check_records
@@ -122,64 +124,59 @@ def positional_maximums(records: Iterable[UsageRecord]) -> list[int]:
 
 
 def plan_greedy_by_size_dist_priority(records: Iterable[UsageRecord]) -> MemoryPlan:
-    """TFLite's GreedyBySizeDistPriorityAssignment (its GREEDY_BY_SIZE for shared objects)."""
+    """TFLite's GreedyBySizeDistPriorityAssignment (its GREEDY_BY_SIZE for shared objects), its O(n) scans per
+    assignment done as numpy vector operations (one column of distances per object)."""
     recs = _records_in_tflite_order(records)
     n = len(recs)
-    pos_max = positional_maximums(recs)
-    # pos_max is non-increasing: a tensor's position is the last entry still >= its size.
-    position = [sum(1 for m in pos_max if m >= r.size) - 1 for r in recs]
-    none = None
-    dist: list[list[int | None]] = [[] for _ in range(n)]  # per tensor, per object: nearest distance or None
-    best_dist: list[int | None] = [none] * n
-    best_obj: list[int] = [-1] * n
-    object_of: list[int] = [-1] * n
+    if n == 0:
+        return MemoryPlan(strategy="greedy_by_size_dist_priority")
+    pos_max = np.array(positional_maximums(recs), dtype=np.int64)
+    sizes_in = np.array([r.size for r in recs], dtype=np.int64)
+    firsts = np.array([r.first for r in recs], dtype=np.int64)
+    lasts = np.array([r.last for r in recs], dtype=np.int64)
+    # pos_max is non-increasing: a tensor's position is the last entry still >= its size
+    position = (pos_max[None, :] >= sizes_in[:, None]).sum(axis=1) - 1
+    inf = np.inf
+    columns: list[np.ndarray] = []  # per object: each tensor's nearest positive step distance to it, inf: overlaps
+    best_dist = np.full(n, inf)
+    best_obj = np.full(n, -1, dtype=np.int64)
+    object_of = np.full(n, -1, dtype=np.int64)
     sizes: list[int] = []
-
-    def priority(i: int) -> tuple[int, float, int]:
-        d = best_dist[i]
-        return (position[i], float("inf") if d is None else d, -recs[i].size)
-
+    index = np.arange(n)
     for _ in range(n):
-        pick = min((i for i in range(n) if object_of[i] < 0), key=lambda i: (priority(i), i))
-        new_object = best_dist[pick] is None
-        obj = len(sizes) if new_object else best_obj[pick]
+        free = np.flatnonzero(object_of < 0)
+        # priority: smaller position, then smaller distance, then larger size, then record order
+        order = np.lexsort((index[free], -sizes_in[free], best_dist[free], position[free]))
+        pick = int(free[order[0]])
+        new_object = not np.isfinite(best_dist[pick])
+        obj = len(sizes) if new_object else int(best_obj[pick])
         object_of[pick] = obj
         if new_object:
-            sizes.append(recs[pick].size)
+            sizes.append(int(sizes_in[pick]))
         else:
-            sizes[obj] = max(sizes[obj], recs[pick].size)
-        placed = recs[pick]
-        for i in range(n):
-            if object_of[i] >= 0 or (not new_object and dist[i][obj] is None):
-                continue
-            r = recs[i]
-            if r.last < placed.first:
-                d: int | None = placed.first - r.last
-            elif placed.last < r.first:
-                d = r.first - placed.last
-            else:
-                d = none
-            if new_object:
-                dist[i].append(d)
-            elif d is None:
-                dist[i][obj] = None
-                if best_obj[i] == obj:
-                    _recalc_best(i, dist, best_dist, best_obj)
-            else:
-                old = dist[i][obj]
-                dist[i][obj] = d if old is None else min(old, d)
-            if d is not None and (best_dist[i] is None or d < best_dist[i]):
-                best_dist[i], best_obj[i] = d, obj
-    placement = {recs[i].tensor: (object_of[i], 0) for i in range(n)}
+            sizes[obj] = max(sizes[obj], int(sizes_in[pick]))
+        f, last = firsts[pick], lasts[pick]
+        d = np.where(lasts < f, f - lasts, np.where(last < firsts, firsts - last, -1)).astype(np.float64)
+        d[d < 0] = inf
+        waiting = object_of < 0
+        if new_object:
+            columns.append(np.where(waiting, d, inf))
+            valid = waiting
+        else:
+            column = columns[obj]
+            valid = waiting & np.isfinite(column)
+            # the nearest distance so far, or inf (never again) where the tensor placed now overlaps
+            column[valid] = np.where(np.isfinite(d[valid]), np.minimum(column[valid], d[valid]), inf)
+            lost = valid & ~np.isfinite(d) & (best_obj == obj)  # the object it was nearest to now overlaps it
+            if lost.any():
+                stacked = np.stack(columns, axis=1)[lost]
+                best_dist[lost] = stacked.min(axis=1)
+                best_obj[lost] = np.where(np.isfinite(best_dist[lost]), stacked.argmin(axis=1), -1)
+        better = valid & (d < best_dist)
+        best_dist[better] = d[better]
+        best_obj[better] = obj
+    placement = {recs[i].tensor: (int(object_of[i]), 0) for i in range(n)}
     return MemoryPlan(strategy="greedy_by_size_dist_priority", object_sizes=sizes, placement=placement)
-
-
-def _recalc_best(i: int, dist: list[list[int | None]], best_dist: list[int | None], best_obj: list[int]) -> None:
-    """The nearest object tensor ``i`` can still join (the first one on a tie), or none."""
-    best_dist[i], best_obj[i] = None, -1
-    for obj, d in enumerate(dist[i]):
-        if d is not None and (best_dist[i] is None or d < best_dist[i]):
-            best_dist[i], best_obj[i] = d, obj
 
 
 def plan_greedy_best(records: Iterable[UsageRecord]) -> MemoryPlan:
