@@ -123,13 +123,18 @@ def positional_maximums(records: Iterable[UsageRecord]) -> list[int]:
     return out
 
 
-def plan_greedy_by_size_dist_priority(records: Iterable[UsageRecord]) -> MemoryPlan:
-    """TFLite's GreedyBySizeDistPriorityAssignment (its GREEDY_BY_SIZE for shared objects), its O(n) scans per
-    assignment done as numpy vector operations (one column of distances per object)."""
+VECTORIZE_ABOVE = 200  # tensors above which the numpy version is faster (measured: 100 -> 3 vs 8 ms, 300 -> 42 vs 24)
+
+
+def plan_greedy_by_size_dist_priority(records: Iterable[UsageRecord],
+                                      vectorize_above: int = VECTORIZE_ABOVE) -> MemoryPlan:
+    """TFLite's GreedyBySizeDistPriorityAssignment (its GREEDY_BY_SIZE for shared objects). Above
+    `vectorize_above` tensors its O(n) scans per assignment run as numpy vector operations (one column of
+    distances per object); both versions give the same plan."""
     recs = _records_in_tflite_order(records)
     n = len(recs)
-    if n == 0:
-        return MemoryPlan(strategy="greedy_by_size_dist_priority")
+    if n <= vectorize_above:
+        return _by_size_dist_priority_scalar(recs)
     pos_max = np.array(positional_maximums(recs), dtype=np.int64)
     sizes_in = np.array([r.size for r in recs], dtype=np.int64)
     firsts = np.array([r.first for r in recs], dtype=np.int64)
@@ -177,6 +182,66 @@ def plan_greedy_by_size_dist_priority(records: Iterable[UsageRecord]) -> MemoryP
         best_obj[better] = obj
     placement = {recs[i].tensor: (int(object_of[i]), 0) for i in range(n)}
     return MemoryPlan(strategy="greedy_by_size_dist_priority", object_sizes=sizes, placement=placement)
+
+
+def _by_size_dist_priority_scalar(recs: list[UsageRecord]) -> MemoryPlan:
+    """The algorithm as TFLite writes it, one tensor at a time: faster than numpy below a few hundred tensors."""
+    n = len(recs)
+    pos_max = positional_maximums(recs)
+    # pos_max is non-increasing: a tensor's position is the last entry still >= its size.
+    position = [sum(1 for m in pos_max if m >= r.size) - 1 for r in recs]
+    none = None
+    dist: list[list[int | None]] = [[] for _ in range(n)]  # per tensor, per object: nearest distance or None
+    best_dist: list[int | None] = [none] * n
+    best_obj: list[int] = [-1] * n
+    object_of: list[int] = [-1] * n
+    sizes: list[int] = []
+
+    def priority(i: int) -> tuple[int, float, int]:
+        d = best_dist[i]
+        return (position[i], float("inf") if d is None else d, -recs[i].size)
+
+    for _ in range(n):
+        pick = min((i for i in range(n) if object_of[i] < 0), key=lambda i: (priority(i), i))
+        new_object = best_dist[pick] is None
+        obj = len(sizes) if new_object else best_obj[pick]
+        object_of[pick] = obj
+        if new_object:
+            sizes.append(recs[pick].size)
+        else:
+            sizes[obj] = max(sizes[obj], recs[pick].size)
+        placed = recs[pick]
+        for i in range(n):
+            if object_of[i] >= 0 or (not new_object and dist[i][obj] is None):
+                continue
+            r = recs[i]
+            if r.last < placed.first:
+                d: int | None = placed.first - r.last
+            elif placed.last < r.first:
+                d = r.first - placed.last
+            else:
+                d = none
+            if new_object:
+                dist[i].append(d)
+            elif d is None:
+                dist[i][obj] = None
+                if best_obj[i] == obj:
+                    _recalc_best(i, dist, best_dist, best_obj)
+            else:
+                old = dist[i][obj]
+                dist[i][obj] = d if old is None else min(old, d)
+            if d is not None and (best_dist[i] is None or d < best_dist[i]):
+                best_dist[i], best_obj[i] = d, obj
+    placement = {recs[i].tensor: (object_of[i], 0) for i in range(n)}
+    return MemoryPlan(strategy="greedy_by_size_dist_priority", object_sizes=sizes, placement=placement)
+
+
+def _recalc_best(i: int, dist: list[list[int | None]], best_dist: list[int | None], best_obj: list[int]) -> None:
+    """The nearest object tensor ``i`` can still join (the first one on a tie), or none."""
+    best_dist[i], best_obj[i] = None, -1
+    for obj, d in enumerate(dist[i]):
+        if d is not None and (best_dist[i] is None or d < best_dist[i]):
+            best_dist[i], best_obj[i] = d, obj
 
 
 def plan_greedy_best(records: Iterable[UsageRecord]) -> MemoryPlan:

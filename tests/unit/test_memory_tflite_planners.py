@@ -136,3 +136,17 @@ def test_random_schedules_give_valid_plans_above_the_bound(strategy, seed):
     assert set(plan.placement) == {r.tensor for r in recs}
     assert all(off == 0 for _, off in plan.placement.values())
     assert lower_bound(recs) <= plan.total_bytes <= sum(r.size for r in recs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_numpy_and_the_scalar_size_dist_priority_give_the_same_plan(seed):
+    rng = np.random.default_rng(100 + seed)
+    recs = []
+    for t in range(int(rng.integers(1, 60))):
+        first = int(rng.integers(0, 20))
+        recs.append(UsageRecord(tensor=t, size=int(rng.choice([4, 8, 16, 64, 300])), first=first,
+                                last=first + int(rng.integers(0, 5))))
+    scalar = plan_greedy_by_size_dist_priority(recs, vectorize_above=10**9)
+    vector = plan_greedy_by_size_dist_priority(recs, vectorize_above=0)
+    assert scalar.object_sizes == vector.object_sizes and scalar.placement == vector.placement
+    vector.validate(recs)
