@@ -39,6 +39,12 @@ def partition(graph: Graph, support: dict[int, str | None], control: set[int] | 
     return [_with_boundaries(graph, dev, ops) for dev, ops in groups]
 
 
+def with_boundaries(graph: Graph, device: str, ops: list[int]) -> Partition:
+    """The partition of `ops` on `device`, its inputs and outputs derived from the graph (planning splits a GPU
+    partition around a spatially sparse block with it)."""
+    return _with_boundaries(graph, device, ops)
+
+
 def _schedule(graph: Graph, device_of: dict[int, str], start: str) -> list[tuple[str, list[int]]]:
     producers = graph.producers()
     deps: dict[int, set[int]] = {}

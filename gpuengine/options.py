@@ -46,13 +46,18 @@ class EngineOptions:
     # the latency model's description (tuning/latency.Device) of the device plans are for, which fusions trading a
     # dispatch for recomputation ask; None: the built-in one of `target`'s class (planning.planning_device)
     latency_device: Any = None
+    # LASNet-style masked blocks (passes/lasnet_blocks.py): the activation rate expected of their masks; when set,
+    # a block runs spatially sparse (runtime/sparse_block.py) at the patch size the latency model predicts fastest
+    # for that rate, or dense where it predicts dense no slower (latency/sparse.py). None: every block runs dense.
+    sparse_blocks: float | None = None
 
 
 
 def engine_options(*, adapter: str | None = None, precision: str | None = None,
                    memory_strategy: str = "best", workgroup_cache: str | None = None, optimize: bool | None = None,
                    target: str | None = None, device: Any = None, max_inflight: int = 2,
-                   hybrid_arithmetic: str | None = None, device_profile: str | None = None) -> EngineOptions:
+                   hybrid_arithmetic: str | None = None, device_profile: str | None = None,
+                   sparse_blocks: float | None = None) -> EngineOptions:
     """An Interpreter's engine options checked (ValueError naming the bad one, before any work) with the
     environment's defaults where an option is not given. f32_tensors names tensors of a model: f32_tensor_names
     resolves them once the model is read."""
@@ -75,11 +80,15 @@ def engine_options(*, adapter: str | None = None, precision: str | None = None,
         raise ValueError("device_profile chooses the device gpuengine opens; a device passed in runs with its own "
                          "features and limits (open one with gpuengine.get_device(profile=...))")
     device_profile = check_profile(device_profile)  # ValueError naming the argument or GPUENGINE_DEVICE
+    if sparse_blocks is not None and (isinstance(sparse_blocks, bool) or not isinstance(sparse_blocks, (int, float))
+                                      or not 0.0 <= float(sparse_blocks) <= 1.0):
+        raise ValueError(f"sparse_blocks must be an activation rate between 0 and 1 (or None), got {sparse_blocks!r}")
     if optimize is None:  # GPUENGINE_OPTIMIZE=0 turns passes and fusion off everywhere
         optimize = settings.flag(settings.OPTIMIZE, True)
     return EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                          workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
-                         max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic, device_profile=device_profile)
+                         max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic, device_profile=device_profile,
+                         sparse_blocks=None if sparse_blocks is None else float(sparse_blocks))
 
 
 def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int] | None) -> frozenset[str]:

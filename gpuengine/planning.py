@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator
 
-from .delegate.partition import Partition, partition
+from .delegate.partition import Partition, partition, with_boundaries
 from .delegate.support import gpu_support, unsupported_summary
 from .errors import GpuEngineError
 from .latency import devices
@@ -38,6 +38,8 @@ from .model.shapes import propagate, shape_key
 from .model.symbolic import analyze
 from .model.validate import validate_graph
 from .options import EngineOptions
+from .passes.constant_operands import bind_constant_operands
+from .passes.lasnet_blocks import MaskedBlock, find_masked_blocks
 from .passes.pipeline import run_passes
 
 CONTROL_OPS = frozenset({"WHILE", "IF"})
@@ -53,11 +55,12 @@ class Plan:
     partitions: list[Partition]
     unsupported: dict[str, str] = field(default_factory=dict)
     control: dict[int, ControlPlan] = field(default_factory=dict)  # WHILE / IF ops the host drives, by op index
+    sparse: dict[int, SparseMode] = field(default_factory=dict)  # spatially sparse blocks, by their first op
 
     @property
     def ops_gpu(self) -> int:
         """Ops in GPU partitions, and the WHILE / IF ops the host drives (their subgraphs run on the GPU)."""
-        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control"))
+        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control", "sparse"))
 
 
 def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None) -> Plan:
@@ -77,8 +80,60 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
             support[i] = f"{optimized.ops[i].code} on LiteRT: {got}"
         else:
             support[i], control[i] = None, got
-    return Plan(optimized, support, partition(optimized, support, set(control)),
-                unsupported_summary(optimized, support), control)
+    partitions = partition(optimized, support, set(control))
+    sparse: dict[int, SparseMode] = {}
+    if options.sparse_blocks is not None:
+        partitions, sparse = sparse_partitions(optimized, partitions, options)
+    return Plan(optimized, support, partitions, unsupported_summary(optimized, support), control, sparse)
+
+
+@dataclass
+class SparseMode:
+    """A LASNet-style masked block that runs spatially sparse (runtime/sparse_block.py) at execution patch `patch`;
+    `predicted`: the latency model's ns per option at the expected rate (latency/sparse.choose_execution)."""
+
+    block: MaskedBlock
+    patch: int
+    predicted: dict[str, float]
+
+
+def sparse_partitions(graph: Graph, partitions: list[Partition], options: EngineOptions,
+                      ) -> tuple[list[Partition], dict[int, SparseMode]]:
+    """Split each GPU partition around the masked blocks (passes/lasnet_blocks.py) that the latency model predicts
+    faster sparse at options.sparse_blocks (the expected activation rate): the block's ops, contiguous in the
+    partition, become a partition of device "sparse". A block the kernels cannot take, or whose ops are not
+    contiguous in one GPU partition, stays dense."""
+    from .latency.latency import predict_ns
+    from .latency.sparse import choose_execution
+    from .latency.target import named
+    from .lowering.kernels import lasnet
+    from .lowering.kernels.dispatch_cost import dispatch_cost
+
+    device = planning_device(options)
+    out = list(partitions)
+    modes: dict[int, SparseMode] = {}
+    for block in find_masked_blocks(graph):
+        ops = sorted(block.ops)
+        k = next((k for k, p in enumerate(out) if p.device == "gpu" and set(ops) <= set(p.ops)), None)
+        patches = tuple(p for p in lasnet.PATCHES if lasnet.supports(block, p) is None)
+        if k is None or not patches:
+            continue
+        start = out[k].ops.index(ops[0])
+        if out[k].ops[start:start + len(ops)] != ops:
+            continue
+        alone = with_boundaries(graph, "gpu", ops)
+        specs = partition_specs(graph, alone.ops, alone.inputs, alone.outputs, options.optimize,
+                                Choices(named(device.target)))[0]
+        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, options.precision), device) for spec in specs)
+        mode, size, predicted = choose_execution(device, *block.shape, block.cell, float(options.sparse_blocks or 0),
+                                                 dense_ns, patches)
+        if mode == "dense":
+            continue
+        before, after = out[k].ops[:start], out[k].ops[start + len(ops):]
+        out[k:k + 1] = [with_boundaries(graph, dev, group) for dev, group in
+                        (("gpu", before), ("sparse", ops), ("gpu", after)) if group]
+        modes[ops[0]] = SparseMode(block, size, predicted)
+    return out, modes
 
 
 def planning_device(options: EngineOptions) -> Device:
@@ -246,6 +301,10 @@ def describe_control(plan: ControlPlan) -> str:
 def partition_report(plan: Plan, p: Partition) -> dict[str, Any]:
     """One partition as inspect lists it; a WHILE/IF is a GPU partition the host drives, with its subgraphs."""
     ops = [plan.graph.ops[i].code for i in p.ops]
+    if p.device == "sparse":
+        return {"device": "gpu", "ops": ops, "sparse": {"patch": plan.sparse[p.ops[0]].patch,
+                                                        "predicted_us": {k: v / 1e3 for k, v in
+                                                                         plan.sparse[p.ops[0]].predicted.items()}}}
     if p.device != "control":
         return {"device": p.device, "ops": ops}
     return {"device": "gpu", "driver": "host", "ops": ops, **plan.control[p.ops[0]].report()}
@@ -324,7 +383,9 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     reason = _static_interface(op, graph, callee)
     if reason is not None:
         return reason
-    graphs = dict(callee)
+    graphs = {role: bind_constant_operands(g, _constant_operands(op, graph, role, callee))
+              for role, g in callee.items()}
+    callee = dict(graphs)
     if op.code == "WHILE":
         graphs["cond"] = float_condition(callee["cond"])
     try:
@@ -340,7 +401,46 @@ def plan_control(op: Op, graph: Graph, model: Model | None, options: EngineOptio
     plan = ControlPlan(op.code, subgraphs, graphs, plans)
     if op.code == "WHILE":
         plan.resident = _resident_reason(plans)
+        if plan.resident is not None:
+            _cond_on_host(plan, callee["cond"])
     return plan
+
+
+COND_ON_HOST = ("the loop variables cross the host anyway: the host evaluates the cond (LiteRT's CPU kernels), "
+                "no GPU round trip per iteration")
+
+
+def _cond_on_host(plan: ControlPlan, cond: Graph) -> None:
+    """A loop on the host path (its variables are host arrays between iterations) decides each iteration by
+    running its cond on the CPU: on the GPU every decision is a submit and a readback (DyCL's decision cost, docs/
+    design/dycl.md), for a comparison of a few scalars. Kept on the GPU when LiteRT is not installed or the cond
+    holds what LiteRT alone cannot run (a custom op, nested control flow)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ai_edge_litert") is None or \
+            any(o.is_custom or o.code in CONTROL_OPS for o in cond.ops):
+        return
+    support: dict[int, str | None] = {i: COND_ON_HOST for i in range(len(cond.ops))}
+    plan.graphs["cond"] = cond
+    plan.plans["cond"] = Plan(cond, support, partition(cond, support), unsupported_summary(cond, support))
+
+
+def _constant_operands(op: Op, graph: Graph, role: str, callee: dict[str, Graph]) -> dict[int, np.ndarray]:
+    """Per input position of the `role` subgraph, the constant the op hands it (passes/constant_operands.py): an
+    IF's operands after the condition; a WHILE's initial values that the body passes through unchanged (the same
+    constant in every iteration)."""
+    operands = op.inputs[1:] if op.code == "IF" else op.inputs
+    body = callee.get("body")
+    out: dict[int, np.ndarray] = {}
+    for k, t in enumerate(operands):
+        tensor = graph.tensors[t] if t >= 0 else None
+        if tensor is None or tensor.data is None or tensor.is_variable:
+            continue
+        if op.code == "WHILE" and (body is None or k >= len(body.inputs) or k >= len(body.outputs)
+                                   or body.outputs[k] != body.inputs[k]):
+            continue
+        out[k] = np.asarray(tensor.data)
+    return out
 
 
 def _compared_on_gpu(plan: Plan) -> bool:
@@ -403,8 +503,8 @@ def _resident_reason(plans: dict[str, Plan]) -> str | None:
         return "the cond's result is not computed on the GPU"
     seen: set[int] = set()
     for k, (t_in, t_out) in enumerate(zip(body.inputs, body.outputs)):
-        if body.tensors[t_in].dtype != np.float32:
-            return f"loop variable {k} is {body.tensors[t_in].dtype}; GPU programs exchange float32"
+        if body.tensors[t_in].dtype not in (np.float32, np.int32):
+            return f"loop variable {k} is {body.tensors[t_in].dtype}; GPU programs exchange float32 (int32 as float32)"
         if t_out == t_in:
             continue
         if t_out not in produced_by_body or t_out in seen:

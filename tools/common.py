@@ -68,7 +68,8 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          workgroup_cache=cache or getattr(args, "cache", None), max_inflight=max_inflight,
                          f32_tensors=getattr(args, "f32_tensors", None),
                          hybrid_arithmetic=getattr(args, "hybrid", None),
-                         device_profile=getattr(args, "device_profile", None))
+                         device_profile=getattr(args, "device_profile", None),
+                         sparse_blocks=getattr(args, "sparse_blocks", None))
     except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
         raise
     except ValueError as e:  # a bad option value: say so, as argparse would
@@ -194,8 +195,13 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "sums: LiteRT's Interpreter's numbers; or float: weights dequantized in registers, f32 sums: "
                         "LiteRT-LM's arithmetic, the float64 answer up to f32 rounding")
     p.add_argument("--memory-strategy", default="best",
-                   help="naive, greedy, mincostflow, greedy_by_size or best (default)")
+                   help="naive, greedy (the paper's), greedy_in_order, greedy_by_breadth, "
+                        "greedy_by_size_dist_priority, greedy_best (TFLite's), mincostflow, greedy_by_size, offsets "
+                        "or best (default)")
     p.add_argument("--no-optimize", action="store_true", help="turn graph transformations and fusion off")
+    p.add_argument("--sparse-blocks", type=float, default=None, metavar="RATE",
+                   help="run LASNet-style masked blocks spatially sparse where the latency model predicts it faster "
+                        "at this expected activation rate (0-1); default: dense")
     p.add_argument("--cache", help="tuning cache to read (tune: and write); default $GPUENGINE_TUNE_CACHE or "
                                    "~/.cache/gpuengine/tuning.json")
 

@@ -65,8 +65,9 @@ def format_orders(orders: dict[str, Any]) -> str:
 def add_parser(sub: Any) -> None:
     mem = sub.add_parser("memplan", help="compare memory strategies for intermediate tensors")
     mem.add_argument("models", nargs="+", help="models (paths, zoo names or reference model names)")
-    mem.add_argument("--strategies",
-                     help="comma-separated subset of naive,greedy,mincostflow,greedy_by_size,offsets,best")
+    from gpuengine.memory.strategies import STRATEGIES
+
+    mem.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)}")
     mem.add_argument("--json", action="store_true", help="print the results as JSON")
     mem.add_argument("--plot", metavar="OUT.png",
                      help="save the strategies' comparison and the chosen plans as PNG pictures (needs matplotlib)")

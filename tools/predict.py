@@ -60,6 +60,33 @@ def predict_model(data: bytes, device: Any, precision: str = "fp32", plans: dict
     return predict_specs(partitions, graph, device, precision, position)
 
 
+RATES = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def sparse_blocks(data: bytes, device: Any, precision: str, plans: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per LASNet-style masked block of the plan (passes/lasnet_blocks.py): the block's dense dispatches predicted,
+    and at each activation rate the sparse prediction per patch size S and the choice (latency/sparse.py)."""
+    from gpuengine.latency.latency import predict_ns
+    from gpuengine.latency.sparse import choose_execution
+    from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
+    from gpuengine.passes.lasnet_blocks import find_masked_blocks
+
+    graph, partitions = plans[device.target]
+    specs = [spec for part in partitions for spec in part]
+    rows = []
+    for block in find_masked_blocks(graph):
+        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, precision), device) for spec in specs
+                       if set(spec.ops) & set(block.ops))
+        by_rate = {}
+        for rate in RATES:
+            mode, size, options = choose_execution(device, *block.shape, block.cell, rate, dense_ns)
+            by_rate[str(rate)] = {"choice": "dense" if mode == "dense" else f"sparse S={size}",
+                                  "predicted_us": {k: v / 1e3 for k, v in options.items()}}
+        rows.append({"output": graph.tensors[block.out].name, "shape": list(block.shape), "cell": block.cell,
+                     "dense_us": dense_ns / 1e3, "rates": by_rate})
+    return rows
+
+
 def as_json(name: str, p: Any, position: int | None = None) -> dict[str, Any]:
     return {"model": name, "device": p.device.name, "device_source": p.device.source, "position": position,
             "predicted_ms": p.gpu_ns / 1e6, "floor_ms": p.floor_ns / 1e6, "ratio": p.ratio,
@@ -79,9 +106,11 @@ def run(args: argparse.Namespace) -> int:
     for model_name, data in models(args):
         plans: dict[str, Any] = {}  # one plan per adapter class, shared by its descriptions
         for name in names:
-            results.append(as_json(model_name, predict_model(data, description(args, name), args.precision, plans,
+            device = description(args, name)
+            results.append(as_json(model_name, predict_model(data, device, args.precision, plans,
                                                              args.signature, args.hybrid, args.position),
                                    args.position))
+            results[-1]["sparse_blocks"] = sparse_blocks(data, device, args.precision, plans)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
         return 0
@@ -99,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {r['steps_per_s']:,.0f} {what}: min(GPU {1e3 / r['predicted_ms']:,.0f}, host "
               f"{1e3 / r['host_ms']:,.0f}), the host recording {len(r['dispatches'])} dispatches at "
               f"{r['host_record_us_per_dispatch']:.1f} us ({r['host_ms']:.3f} ms); {r['bound_by']}-bound")
+        for b in r["sparse_blocks"]:
+            print(f"  masked block -> {b['output']} {b['shape']} (cell {b['cell']}): dense {b['dense_us']:.1f} us; "
+                  "sparse (LASNet) by activation rate: " + "; ".join(
+                      f"{rate}: {row['choice']} ({min(row['predicted_us'].values()):.1f} us)"
+                      for rate, row in b["rates"].items()))
     return 0
 
 

@@ -12,6 +12,11 @@ Host figures, medians over --runs invokes of `Interpreter.invoke()`:
 With --signature KEY, an invoke is one call of that signature in a loop carrying its state on the GPU (a decode
 step: the KV cache bound to the last call's output buffers, only the other outputs read back), as a decode loop
 runs it.
+* sparse_blocks: per LASNet-style masked block the input feeds, its dense dispatches against spatially sparse
+  execution at each patch size S on the same input, and the measured choice (tuning/sparse.py).
+* control_flow: per WHILE / IF the host drives, medians per invoke of the decisions it made (one per IF, one per
+  cond evaluation of a WHILE), the milliseconds deciding took and the milliseconds the chosen subgraphs ran
+  (runtime/control_flow.ControlTiming), and the branch taken / iterations of the last invoke.
 """
 
 from __future__ import annotations
@@ -58,6 +63,65 @@ def host_figures(it: Any, runs: int, call: Any = None) -> dict[str, float]:
     return {**{k: float(v) for k, v in zip(keys, med)}, "host_encode_ms": encode,
             "host_record_us_per_dispatch": encode * 1e3 / dispatches if dispatches else 0.0,
             "recorded_calls": sum(p.recorded_calls for p in progs)}
+
+
+def control_figures(it: Any, runs: int, call: Any = None) -> list[dict[str, Any]]:
+    """Per host-driven WHILE / IF of the graph, medians over `runs` invokes of its ControlTiming."""
+    programs = it.compiled.control_programs
+    if not programs:
+        return []
+    call = call or it.invoke
+    samples: list[list[tuple[int, float, float]]] = [[] for _ in programs]
+    for _ in range(max(1, runs)):
+        call()
+        for k, p in enumerate(programs):
+            samples[k].append((p.timing.decisions, p.timing.decide_s * 1e3, p.timing.run_s * 1e3))
+    rows = []
+    for p, got in zip(programs, samples):
+        med = np.median(np.array(got), axis=0)
+        rows.append({"op": p.op.code, "decisions": float(med[0]), "decide_ms": float(med[1]), "run_ms": float(med[2]),
+                     "last": getattr(p, "taken", None) or f"{getattr(p, 'iterations', 0)} iterations"})
+    return rows
+
+
+def sparse_figures(it: Any, inputs: dict[int, Any], runs: int) -> list[dict[str, Any]]:
+    """Per LASNet-style masked block of the model (passes/lasnet_blocks.py) whose input is a model input: the
+    block's dense dispatches in the program timed, and spatially sparse execution (runtime/sparse_block.py) at
+    each S on the profiled input, with the measured choice (tuning/sparse.py) at the input's activation rate."""
+    from gpuengine.passes.lasnet_blocks import find_masked_blocks
+    from gpuengine.runtime.sparse_block import SparseBlockRunner
+    from gpuengine.runtime.timing import DispatchTimer
+    from gpuengine.tuning.sparse import measure_block
+
+    rows = []
+    for prog in it.compiled.gpu_programs:
+        for block in find_masked_blocks(prog.graph):
+            if block.x not in inputs:
+                continue  # only blocks the profiled input feeds directly are run here
+            hot = [h for h, d in zip(prog.hot_dispatches, prog.dispatches) if set(d.spec.ops) & set(block.ops)]
+            timer = DispatchTimer(prog)
+            dense_ms = min(timer.span(runs=1, dispatches=hot, warmup_s=0) for _ in range(max(1, runs))) / 1e6
+            times = measure_block(prog.gpu, block, dense_ms, runs=max(1, runs // 2))
+            sparse, active = {}, {}
+            for patch in times.none_ms:
+                runner = SparseBlockRunner(prog.gpu, block, patch)
+                runner.run(inputs[block.x])
+                sparse[patch] = min(runner.time_ms(runs=1) for _ in range(max(1, runs)))
+                active[patch] = f"{runner.active}/{runner.patches_total}"
+            rate = _cell_rate(block, inputs[block.x])
+            mode, size, _ = times.choose(rate)
+            rows.append({"output": prog.graph.tensors[block.out].name, "rate": rate, "dense_ms": dense_ms,
+                         "sparse_ms": sparse, "active": active, "choice": "dense" if mode == "dense" else
+                         f"sparse S={size}"})
+    return rows
+
+
+def _cell_rate(block: Any, x: Any) -> float:
+    """The fraction of the block's masker cells active on input x (numpy, as the masker computes it)."""
+    h, w, c = block.shape
+    pooled = np.asarray(x, np.float32).reshape(h // block.cell, block.cell, w // block.cell, block.cell, c)
+    logits = pooled.mean(axis=(1, 3)) @ block.masker_weights + block.masker_bias
+    return float((logits > block.threshold).mean())
 
 
 def device_of(prog: Any) -> Any:
@@ -112,13 +176,15 @@ def run(args: argparse.Namespace) -> int:
         r["share"] = r["gpu_ns"] / total_ns if total_ns else 0.0
         r["error"] = (r["predicted_ns"] - r["gpu_ns"]) / r["gpu_ns"] if r["gpu_ns"] else None
     host = host_figures(it, args.runs, call)
+    control = control_figures(it, args.runs, call)
+    sparse = sparse_figures(it, inputs, args.runs) if not args.signature else []
     compiled = it.compiled
     report = {"model": name, "signature": args.signature, "adapter": compiled.gpu.name if compiled.gpu else None,
               "target": compiled.target.name if compiled.target else None, "method": method,
               "dispatches": rows, "gpu_total_ms": total_ns / 1e6, "gpu_span_ms": span_ns / 1e6,
               "gpu_pass_ms": pass_ns / 1e6, "predicted_ms": sum(r["predicted_ns"] for r in rows) / 1e6,
               "latency_model": device.source if device else None,
-              **host, "end_to_end_ms": e2e["median_ms"]}
+              **host, "control_flow": control, "sparse_blocks": sparse, "end_to_end_ms": e2e["median_ms"]}
     if args.plot:
         plot(rows, args.plot, report["adapter"])
     if args.json:
@@ -142,6 +208,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"recording one invoke alone: {report['host_encode_ms']:.3f} ms ({report['host_record_us_per_dispatch']:.2f}"
           f" us per dispatch, {report['recorded_calls']} calls for {len(rows)} dispatches); end to end: "
           f"{report['end_to_end_ms']:.3f} ms per invoke")
+    for b in sparse:
+        print(f"masked block -> {b['output']} at activation rate {b['rate']:.2f}: dense {b['dense_ms']:.3f} ms; "
+              "sparse (LASNet) " + ", ".join(f"S={p} {ms:.3f} ms ({b['active'][p]} patches)"
+                                            for p, ms in b["sparse_ms"].items()) + f"; measured choice {b['choice']}")
+    for c in control:
+        print(f"host-driven {c['op']}: {c['decisions']:g} decision(s) per invoke, deciding {c['decide_ms']:.3f} ms, "
+              f"running the chosen subgraphs {c['run_ms']:.3f} ms (last invoke: {c['last']})")
     return 0
 
 

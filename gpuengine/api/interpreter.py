@@ -125,7 +125,8 @@ class Interpreter:
                  workgroup_cache: str | None = None, optimize: bool | None = None, target: str | None = None,
                  device: Any = None, max_inflight: int = 2,
                  f32_tensors: str | os.PathLike | Iterable[str | int] | None = None,
-                 hybrid_arithmetic: str | None = None, device_profile: str | None = None) -> None:
+                 hybrid_arithmetic: str | None = None, device_profile: str | None = None,
+                 sparse_blocks: float | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -133,7 +134,7 @@ class Interpreter:
         options = engine_options(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                  workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
                                  max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic,
-                                 device_profile=device_profile)
+                                 device_profile=device_profile, sparse_blocks=sparse_blocks)
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         validate.validate_model(self._model)  # op level, before partitioning, the CPU fallback or codegen see it
         self._options = dataclasses.replace(options, f32_tensors=f32_tensor_names(self._model.main, f32_tensors))
@@ -488,6 +489,11 @@ class Interpreter:
             names = [plan.graph.ops[i].code for i in p.ops]
             if p.device == "control":
                 lines.append(f"partition {k} [gpu, driven by the host]: {describe_control(plan.control[p.ops[0]])}")
+                continue
+            if p.device == "sparse":
+                mode = plan.sparse[p.ops[0]]
+                lines.append(f"partition {k} [gpu, spatially sparse (LASNet), S={mode.patch}]: {len(p.ops)} ops: "
+                             f"{', '.join(names[:12])}")
                 continue
             lines.append(f"partition {k} [{p.device}]: {len(p.ops)} ops: {', '.join(names[:12])}"
                          + (" ..." if len(names) > 12 else ""))

@@ -13,6 +13,13 @@ from .plan import MemoryPlan
 from .records import UsageRecord, lifetimes_overlap, records_from_schedule
 from .report import compare, format_table, plot
 from .strategies import STRATEGIES, plan_memory
+from .tflite import (
+    plan_greedy_best,
+    plan_greedy_by_breadth,
+    plan_greedy_by_size_dist_priority,
+    plan_greedy_in_order,
+    positional_maximums,
+)
 
 __all__ = [
     "DEFAULT_ALIGNMENT",
@@ -25,11 +32,16 @@ __all__ = [
     "lifetimes_overlap",
     "lower_bound",
     "plan_greedy",
+    "plan_greedy_best",
+    "plan_greedy_by_breadth",
+    "plan_greedy_by_size_dist_priority",
+    "plan_greedy_in_order",
     "plan_greedy_by_size",
     "plan_memory",
     "plan_mincostflow",
     "plan_naive",
     "plan_offsets",
     "plot",
+    "positional_maximums",
     "records_from_schedule",
 ]

@@ -22,7 +22,7 @@ try:  # sortedcontainers ships with hypothesis; the list fallback is O(n) per in
 except ImportError:  # pragma: no cover - exercised only without sortedcontainers
     _SortedList = None
 
-__all__ = ["plan_greedy"]
+__all__ = ["greedy_walk", "plan_greedy"]
 
 
 class _Pool:
@@ -56,6 +56,13 @@ def plan_greedy(records: Iterable[UsageRecord]) -> MemoryPlan:
     free object instead of a small one grabbing it (the paper leaves this order open).
     """
     recs = sorted(check_records(records), key=lambda r: (r.first, -r.size, r.tensor))
+    return greedy_walk(recs, "greedy")
+
+
+def greedy_walk(recs: list[UsageRecord], strategy: str) -> MemoryPlan:
+    """The walk itself over ``recs`` in the order given (non-decreasing first step): each tensor takes the free
+    object closest in size, grown to fit, or a new one.  TFLite's GreedyInOrderAssignment is this walk over the
+    records in their creation order (memory/tflite.py)."""
     sizes: list[int] = []
     placement: dict[int, tuple[int, int]] = {}
     pool = _Pool()
@@ -72,4 +79,4 @@ def plan_greedy(records: Iterable[UsageRecord]) -> MemoryPlan:
             sizes.append(r.size)
         placement[r.tensor] = (obj, 0)
         heapq.heappush(in_use, (r.last, obj))
-    return MemoryPlan(strategy="greedy", object_sizes=sizes, placement=placement)
+    return MemoryPlan(strategy=strategy, object_sizes=sizes, placement=placement)

@@ -1,4 +1,10 @@
-"""Shared-object assignment by min-cost flow (Lee et al. 2019, section 5).
+"""Shared-object assignment by min-cost flow (Lee et al. 2019, section 5; TFLite's MINCOSTFLOW).
+
+TFLite's MinCostFlowAssignment builds this same network (reuse edges from every tensor freed before ``y``'s
+first step, cost ``max(0, size_y - size_x)``; a new object for ``size_y``) and finds a minimum-cost flow of
+value ``n`` by successive shortest paths; the optimum cost is the same here.  Two differences: among flows of
+equal cost the one chosen may differ (and so may the memory, see below), and above ``DENSE_LIMIT`` tensors the
+graph here is pruned.
 
 The paper's network: source ``s``, sink ``t`` and, per tensor ``x``, nodes ``l_x`` and ``r_x``.  Edges
 (all capacity 1): ``s -> l_x`` cost 0, ``s -> r_x`` cost ``size_x`` (open a new object), ``l_x -> r_y``

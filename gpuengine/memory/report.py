@@ -56,7 +56,7 @@ def compare(
 def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
     """Render ``compare``'s output as a plain-text table, one block per model."""
     lines: list[str] = []
-    header = (f"  {'strategy':<20} {'bytes':>12} {'MiB':>10} {'x bound':>8} {'objects':>8} {'plan ms':>9}  "
+    header = (f"  {'strategy':<28} {'bytes':>12} {'MiB':>10} {'x bound':>8} {'objects':>8} {'plan ms':>9}  "
               "optimal")
     for model, entry in report.items():
         bound = entry["lower_bound"]
@@ -66,7 +66,7 @@ def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
             ratio = f"{row['bytes'] / bound:.3f}" if bound else "-"
             size, mib, objs, ms = row["bytes"], row["bytes"] / _MIB, row["objects"], row["plan_ms"]
             proven = "proven" if row.get("optimal") else "-"
-            lines.append(f"  {name:<20} {size:>12} {mib:>10.3f} {ratio:>8} {objs:>8} {ms:>9.2f}  {proven}")
+            lines.append(f"  {name:<28} {size:>12} {mib:>10.3f} {ratio:>8} {objs:>8} {ms:>9.2f}  {proven}")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

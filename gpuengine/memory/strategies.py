@@ -13,10 +13,14 @@ from .naive import plan_naive
 from .offsets import DEFAULT_ALIGNMENT, plan_greedy_by_size
 from .plan import MemoryPlan
 from .records import UsageRecord, check_records
+from .tflite import plan_greedy_best, plan_greedy_by_breadth, plan_greedy_by_size_dist_priority, plan_greedy_in_order
 
 __all__ = ["STRATEGIES", "plan_memory"]
 
-STRATEGIES: tuple[str, ...] = ("naive", "greedy", "mincostflow", "greedy_by_size", "offsets", "best")
+STRATEGIES: tuple[str, ...] = (
+    "naive", "greedy", "greedy_in_order", "greedy_by_breadth", "greedy_by_size_dist_priority", "greedy_best",
+    "mincostflow", "greedy_by_size", "offsets", "best",
+)
 # An arena above this is never chosen by ``best``: WebGPU's default maxBufferSize (256 MiB) could not hold it in
 # one buffer, while shared objects split the same bytes over several.
 MAX_ARENA_BYTES = 1 << 28
@@ -24,6 +28,10 @@ MAX_ARENA_BYTES = 1 << 28
 _SHARED: dict[str, Callable[[list[UsageRecord]], MemoryPlan]] = {
     "naive": plan_naive,
     "greedy": plan_greedy,
+    "greedy_in_order": plan_greedy_in_order,
+    "greedy_by_breadth": plan_greedy_by_breadth,
+    "greedy_by_size_dist_priority": plan_greedy_by_size_dist_priority,
+    "greedy_best": plan_greedy_best,
     "mincostflow": plan_mincostflow,
 }
 

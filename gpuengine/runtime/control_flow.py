@@ -5,20 +5,27 @@ Each cond, body and branch subgraph is compiled like the main graph (runtime/gra
 GPU programs, CPU fallbacks, nested WHILE/IF), by the graph that holds the op, which hands the compiled subgraphs
 to `control_program`. What the host does per op:
 
-* WHILE whose cond and body are each one GPU program: the loop-carried tensors stay on the GPU. Two instances of
-  the body program ping-pong between two sets of buffers: instance j reads set j and writes set 1 - j, its inputs
-  bound to the other instance's output buffers (GpuProgram.bind_input: no copy). Two instances of the cond read
-  one set each. Per iteration the host submits the cond, reads its 4-byte result and submits the body without
-  reading anything back. A loop variable the body passes through unchanged lives in one buffer of its own. The
-  initial values are written once per invoke, the final ones read back once.
-* any other WHILE (a body with a CPU partition, a nested WHILE/IF, loop variables that are not float32): each
+* WHILE whose cond and body are each one GPU program: the loop-carried tensors stay on the GPU (an int32 one, such
+  as the loop counter TF2's while_loop adds, as float32: exact below 2^24, as every int32 tensor on the GPU). Two
+  instances of the body program ping-pong between two sets of buffers: instance j reads set j and writes set
+  1 - j, its inputs bound to the other instance's output buffers (GpuProgram.bind_input: no copy). Two instances
+  of the cond read one set each. Per iteration the host submits the cond, reads its 4-byte result and submits the
+  body without reading anything back. A loop variable the body passes through unchanged lives in one buffer of
+  its own. The initial values are written once per invoke, the final ones read back once.
+* any other WHILE (a body with a CPU partition, a nested WHILE/IF, loop variables neither float32 nor int32): each
   iteration runs the cond and the body graph with host arrays at their partition boundaries, as the main graph
   runs its partitions; `ControlPlan.resident` says why.
 * IF: the host reads the condition and runs the chosen branch's compiled graph.
+
+Every program keeps `timing` (ControlTiming) of its last run: how many decisions the host made (one per IF, one
+per cond evaluation of a WHILE), the seconds they took and the seconds the chosen subgraphs ran. `gpuengine
+profile` reports them per invoke.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -56,6 +63,21 @@ def control_program(graph: Graph, part: Partition, plan: ControlPlan,
     return cls(graph, op, part, plan, compiled)
 
 
+@dataclass
+class ControlTiming:
+    """What the host spent on one run of a WHILE / IF. decide_s: deciding what runs next: for an IF reading the
+    condition (already on the host, read back with the partition that computed it) and picking the branch and its
+    feeds; for a WHILE each cond evaluation (running the cond subgraph, on the GPU where it can, and reading its
+    flag back). run_s: running the chosen branch / the body iterations and reading the loop's results back."""
+
+    decisions: int = 0
+    decide_s: float = 0.0
+    run_s: float = 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {"decisions": self.decisions, "decide_ms": self.decide_s * 1e3, "run_ms": self.run_s * 1e3}
+
+
 def _truthy(value: Any) -> bool:
     return bool(np.asarray(value).reshape(-1)[0])
 
@@ -67,6 +89,7 @@ class _HostDriven:
                  compiled: dict[str, Compiled]) -> None:
         self.graph, self.op, self.part, self.plan = graph, op, part, plan
         self.compiled = compiled
+        self.timing = ControlTiming()  # of the last run
 
     def _value(self, values: dict[int, np.ndarray], t: int) -> np.ndarray:
         if t in values:
@@ -89,11 +112,14 @@ class IfProgram(_HostDriven):
     taken = ""  # the branch the last run took
 
     def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        start = time.perf_counter()
         role = "then" if _truthy(self._value(values, self.op.inputs[0])) else "else"
         self.taken = role
         branch = self.compiled[role]
         feeds = {t: self._value(values, outer) for outer, t in zip(self.op.inputs[1:], branch.source.inputs)}
+        decided = time.perf_counter()
         out = branch.run(feeds)
+        self.timing = ControlTiming(1, decided - start, time.perf_counter() - decided)
         return {outer: out[t] for outer, t in zip(self.op.outputs, branch.graph.outputs)}
 
 
@@ -109,17 +135,24 @@ class WhileProgram(_HostDriven):
 
     def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         state = [self._value(values, t) for t in self.op.inputs]
-        final = self._loop.run(state) if self._loop is not None else self._run_on_host(state)
+        start = time.perf_counter()
+        self.timing = ControlTiming()
+        final = self._loop.run(state, self.timing) if self._loop is not None else self._run_on_host(state)
         if self._loop is not None:
             self.iterations = self._loop.iterations
+        self.timing.run_s = time.perf_counter() - start - self.timing.decide_s
         return dict(zip(self.op.outputs, final))
 
     def _run_on_host(self, state: list[np.ndarray]) -> list[np.ndarray]:
         cond, body = self.compiled["cond"], self.compiled["body"]
         self.iterations = 0
         while True:
+            start = time.perf_counter()
             flag = cond.run(dict(zip(cond.source.inputs, state)))[cond.graph.outputs[0]]
-            if not _truthy(flag):
+            go_on = _truthy(flag)
+            self.timing.decisions += 1
+            self.timing.decide_s += time.perf_counter() - start
+            if not go_on:
                 return state
             out = body.run(dict(zip(body.source.inputs, state)))
             state = [np.asarray(out[t]) for t in body.graph.outputs]
@@ -142,6 +175,7 @@ class _ResidentLoop:
         self.bodies, self.conds = bodies, conds
         # slot k: its buffer in set 0 and set 1; a variable the body passes through has one buffer of its own
         self.outputs = list(graph.outputs)
+        self.dtypes = [graph.tensors[t].dtype for t in graph.inputs]
         self.own: dict[int, Any] = {}
         buffers: list[list[Any]] = [[], []]
         for k, (t_in, t_out) in enumerate(zip(graph.inputs, graph.outputs)):
@@ -162,7 +196,7 @@ class _ResidentLoop:
                 if t in conds[j].inputs:
                     conds[j].bind_input(t, buffers[j][k])
 
-    def run(self, state: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, state: list[np.ndarray], timing: ControlTiming) -> list[np.ndarray]:
 
         for k, value in enumerate(state):  # the initial values: set 0
             if k in self.own:
@@ -176,8 +210,12 @@ class _ResidentLoop:
         while True:
             if not self.gpu.alive():  # every input is bound, so no upload would find out before a submit
                 raise RuntimeError(DEVICE_LOST)
+            start = time.perf_counter()
             flag = self.conds[current].run({})[self.result]
-            if not _truthy(flag):
+            go_on = _truthy(flag)
+            timing.decisions += 1
+            timing.decide_s += time.perf_counter() - start
+            if not go_on:
                 break
             self.bodies[current].submit({}, read=False)
             last, current = current, 1 - current
@@ -185,7 +223,9 @@ class _ResidentLoop:
         if last is None:
             return state
         values = self.bodies[last].read_outputs()
-        return [state[k] if k in self.own else values[t] for k, t in enumerate(self.outputs)]
+        # an int32 loop variable (a TF2 loop counter) is carried as float32, as every int32 tensor on the GPU
+        return [state[k] if k in self.own else np.asarray(values[t]).astype(self.dtypes[k], copy=False)
+                for k, t in enumerate(self.outputs)]
 
 
 def _twin(compiled: Compiled, plan: Plan) -> GpuProgram:
@@ -197,4 +237,4 @@ def _twin(compiled: Compiled, plan: Plan) -> GpuProgram:
                       first.choices.tuned, first.target, first.precision)
 
 
-__all__ = ["IfProgram", "WhileProgram", "control_program"]
+__all__ = ["ControlTiming", "IfProgram", "WhileProgram", "control_program"]

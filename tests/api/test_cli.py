@@ -94,7 +94,9 @@ def test_inspect_lists_ops_folded_into_input_loads(capsys, tmp_path):
 def test_memplan_json_schema(capsys):
     report = run_json(capsys, ["memplan", "tiny", "--json"])
     (entry,) = report.values()
-    assert set(entry["strategies"]) == {"naive", "greedy", "mincostflow", "greedy_by_size", "offsets", "best"}
+    assert set(entry["strategies"]) == {"naive", "greedy", "greedy_in_order", "greedy_by_breadth",
+                                        "greedy_by_size_dist_priority", "greedy_best", "mincostflow", "greedy_by_size",
+                                        "offsets", "best"}
     for s in entry["strategies"].values():
         assert set(s) == {"bytes", "objects", "plan_ms", "optimal"} and s["bytes"] >= entry["lower_bound"]
 

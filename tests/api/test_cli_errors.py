@@ -197,7 +197,8 @@ def test_argument_mistakes_take_one_line(capsys, tmp_path):
     status, line = outcome(capsys, ["bogus"])
     assert status == 2 and line.startswith("gpuengine: argument command: invalid choice: 'bogus'")
     assert outcome(capsys, ["memplan", "tiny", "--strategies", "greedy,bogus"]) == (
-        2, "gpuengine: --strategies: unknown bogus; known: naive, greedy, mincostflow, greedy_by_size, offsets, best")
+        2, "gpuengine: --strategies: unknown bogus; known: naive, greedy, greedy_in_order, greedy_by_breadth, "
+           "greedy_by_size_dist_priority, greedy_best, mincostflow, greedy_by_size, offsets, best")
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     assert outcome(capsys, ["run", "tiny", "--runs", "1", "--output-dir", str(a_file)]) == (

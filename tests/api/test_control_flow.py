@@ -166,7 +166,7 @@ def _compare(data: bytes, feeds: list[dict[int, np.ndarray]], tol: float = TOL) 
 
 def int_loop(dtype: Any) -> bytes:
     """i = 0 (int32 or int64); while i < 3: i += 1; x = cumsum(x) * 0.5 (int64: no op of it runs on the GPU) or
-    x = tanh(x * 1.5) (int32: the float math on the GPU, the int32 counter on the host's side)."""
+    x = tanh(x * 1.5) (int32: on the GPU, the counter carried as float32)."""
     mb = ModelBuilder()
     x = mb.input("x", (1, 6))
     body = ModelBuilder("body")
@@ -292,6 +292,9 @@ def test_while_inside_a_while_body() -> None:
     (inner,) = outer.compiled["body"].control_programs
     assert isinstance(inner, WhileProgram) and inner.iterations == 2
     assert inner.plan.resident is None  # the inner loop's variables stay on the GPU
+    # the outer loop's variables cross the host (its body holds a WHILE): the host evaluates its cond, no GPU trip
+    assert outer.plan.resident and [p.device for p in outer.plan.plans["cond"].partitions] == ["cpu"]
+    assert outer.timing.decisions == outer.iterations + 1
 
 
 def test_while_without_gpu_ops_runs_on_litert_with_its_subgraphs() -> None:
@@ -329,13 +332,17 @@ def test_cpu_fallback_carries_nested_subgraphs() -> None:
         np.testing.assert_allclose(got[t], ref.get_tensor(t), rtol=1e-6)
 
 
-def test_int32_loop_variable_runs_on_the_host_path() -> None:
+def test_int32_loop_variable_stays_on_the_gpu() -> None:
+    """An int32 loop counter (TF2's while_loop adds one to every loop) is carried on the GPU as float32 with the
+    other loop variables, and comes back as int32."""
     data = int_loop(np.int32)
     ours = _compare(data, [_feed(data, seed) for seed in range(2)])
     loop = _only_control(ours)
-    assert loop.iterations == 3 and loop._loop is None  # noqa: SLF001
-    assert ours.compiled.plan.control[0].resident  # why the loop variables cross the host
-    assert any(p.device == "gpu" for p in loop.compiled["body"].plan.partitions)  # the float math still on the GPU
+    assert loop.iterations == 3 and loop._loop is not None  # noqa: SLF001
+    assert ours.compiled.plan.control[0].resident is None
+    counter = ours.get_output_details()[1]
+    assert counter["dtype"] == np.int32 and ours.get_tensor(counter["index"]).dtype == np.int32
+    assert ours.get_tensor(counter["index"]).tolist() == [3]
 
 
 def test_inspect_shows_host_driven_gpu_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

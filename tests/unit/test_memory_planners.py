@@ -24,7 +24,8 @@ from gpuengine.memory import (
     records_from_schedule,
 )
 
-SHARED_OBJECTS = ("naive", "greedy", "mincostflow")  # every tensor at offset 0 of one of several objects
+SHARED_OBJECTS = ("naive", "greedy", "greedy_in_order", "greedy_by_breadth", "greedy_by_size_dist_priority",
+                  "greedy_best", "mincostflow")  # every tensor at offset 0 of one of several objects
 ARENAS = ("greedy_by_size", "offsets")  # every tensor at an aligned offset of one object
 
 

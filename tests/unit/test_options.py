@@ -25,7 +25,8 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", [{"precision": "fp8"}, {"hybrid_arithmetic": "fixed"}, {"memory_strategy": "x"},
                                  {"max_inflight": 0}, {"max_inflight": True}, {"device": object()},
-                                 {"target": "no-such-class"}])
+                                 {"target": "no-such-class"}, {"sparse_blocks": 1.5}, {"sparse_blocks": -0.1},
+                                 {"sparse_blocks": True}, {"sparse_blocks": "0.3"}])
 def test_bad_options_raise_before_any_work(bad: dict) -> None:
     with pytest.raises(ValueError):
         engine_options(**bad)

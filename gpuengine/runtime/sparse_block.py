@@ -1,0 +1,151 @@
+"""Run a LASNet-style masked residual block spatially sparse on the GPU (lowering/kernels/lasnet.py): copy x to
+out, compute the mask and the active-patch list on the GPU, then dispatch the two convs *indirectly*
+(`dispatch_workgroups_indirect`), one workgroup per active patch, the count read by the GPU from the buffer the
+mask kernel filled: the host never learns the activation rate before the block runs. Buffers, pipelines and bind
+groups are made once, at construction; a run writes x and the counter's reset, submits one command buffer and
+maps out (and the count) back.
+
+mode "all" runs the same kernels over every patch, "none" over no patch (lowering/kernels/lasnet.MODES). Not wired
+into the engine's compile path yet: the block runs here as a unit (docs/design/lasnet.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..lowering.kernels import lasnet
+from ..passes.lasnet_blocks import MaskedBlock
+from .device import DEVICE_LOST, GpuDevice
+
+
+class SparseBlockRunner:
+    """One masked block at one execution patch size, with its own buffers (see the module docstring)."""
+
+    def __init__(self, gpu: GpuDevice, block: MaskedBlock, patch: int, mode: str = "mask") -> None:
+        import wgpu
+
+        self.gpu, self.block, self.patch, self.mode = gpu, block, patch, mode
+        dev = gpu.device
+        h, w, c = block.shape
+        geo = lasnet.geometry(block, patch)
+        self.patches_total = geo["np"]
+        self.active = 0  # active patches of the last run
+        self.bytes = h * w * c * 4
+        storage = wgpu.BufferUsage.STORAGE
+
+        def buffer(size: int, usage: Any) -> Any:
+            return dev.create_buffer(size=max(16, -(-size // 16) * 16), usage=usage)
+
+        def constant(values: np.ndarray) -> Any:
+            buf = buffer(values.nbytes, storage | wgpu.BufferUsage.COPY_DST)
+            dev.queue.write_buffer(buf, 0, values)
+            return buf
+
+        consts = {k: constant(v) for k, v in lasnet.constants(block).items()}
+        self.x = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
+        self.out = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
+        self.cells = buffer(geo["cells"] * 4, storage)
+        self.args = buffer(12, storage | wgpu.BufferUsage.INDIRECT | wgpu.BufferUsage.COPY_DST
+                           | wgpu.BufferUsage.COPY_SRC)
+        self.list = buffer(geo["np"] * 4, storage)
+        self.tmp = buffer(lasnet.tmp_bytes(block, patch), storage)
+        self.out_staging = buffer(self.bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self.args_staging = buffer(12, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        src = lasnet.sources(block, patch, mode)
+        self.mask_pipe, self.mask_bind = self._bind(src["mask"], [self.x, consts["masker"], self.cells, self.args,
+                                                                  self.list])
+        self.gather_pipe, self.gather_bind = self._bind(src["gather"], [self.x, consts["w1"], consts["b1"], self.list,
+                                                                        self.tmp])
+        self.scatter_pipe, self.scatter_bind = self._bind(
+            src["scatter"], [self.x, consts["w2"], consts["b2"], self.list, self.tmp, self.cells, self.out])
+        self.mask_groups = -(-geo["np"] // lasnet.WORKGROUP)
+        # the indirect dispatch's (x, y, z): x counts active patches (cleared by each run), y = z = 1
+        dev.queue.write_buffer(self.args, 0, np.array([0, 1, 1], np.uint32))
+
+    def _bind(self, source: str, buffers: list[Any]) -> tuple[Any, Any]:
+        dev = self.gpu.device
+        pipeline = self.gpu.pipelines.get(source)
+        if pipeline is None:
+            module = dev.create_shader_module(code=source)
+            pipeline = self.gpu.pipelines[source] = dev.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": "main"})
+        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                   for i, b in enumerate(buffers)]
+        return pipeline, dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+
+    def _command(self, read_out: bool) -> Any:
+        encoder = self.gpu.device.create_command_encoder()
+        encoder.clear_buffer(self.args, 0, 4)  # no patch listed yet; the indirect y and z counts stay 1
+        encoder.copy_buffer_to_buffer(self.x, 0, self.out, 0, self.bytes)  # inactive patches: out = x
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(self.mask_pipe)
+        compute.set_bind_group(0, self.mask_bind)
+        compute.dispatch_workgroups(self.mask_groups, 1, 1)
+        compute.set_pipeline(self.gather_pipe)
+        compute.set_bind_group(0, self.gather_bind)
+        compute.dispatch_workgroups_indirect(self.args, 0)
+        compute.set_pipeline(self.scatter_pipe)
+        compute.set_bind_group(0, self.scatter_bind)
+        compute.dispatch_workgroups_indirect(self.args, 0)
+        compute.end()
+        encoder.copy_buffer_to_buffer(self.args, 0, self.args_staging, 0, 12)
+        if read_out:
+            encoder.copy_buffer_to_buffer(self.out, 0, self.out_staging, 0, self.bytes)
+        return encoder.finish()
+
+    def _submit(self, read_out: bool) -> None:
+        if not self.gpu.alive():
+            raise RuntimeError(DEVICE_LOST)
+        self.gpu.device.queue.submit([self._command(read_out)])
+        self.args_staging.map_async("READ_NOSYNC").sync_wait()  # map-based wait for the GPU
+        try:
+            self.active = int(np.frombuffer(self.args_staging.read_mapped(copy=False), np.uint32, count=1)[0])
+        finally:
+            self.args_staging.unmap()
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """The block's output for x [1, H, W, C] float32."""
+        h, w, c = self.block.shape
+        value = np.ascontiguousarray(x, np.float32)
+        if value.shape != (1, h, w, c):
+            raise ValueError(f"x has shape {value.shape}; the block takes (1, {h}, {w}, {c})")
+        self.gpu.device.queue.write_buffer(self.x, 0, value)
+        self._submit(read_out=True)
+        self.out_staging.map_async("READ_NOSYNC").sync_wait()
+        try:
+            return np.frombuffer(self.out_staging.read_mapped(copy=False), np.float32,
+                                 count=h * w * c).reshape(1, h, w, c).copy()
+        finally:
+            self.out_staging.unmap()
+
+    def time_ms(self, runs: int = 20) -> float:
+        """Median wall-clock milliseconds of one GPU pass of the block on the x last run (submit to the count
+        mapped back: what a software adapter without timestamps can measure)."""
+        self._submit(read_out=False)
+        times = []
+        for _ in range(max(1, runs)):
+            start = time.perf_counter()
+            self._submit(read_out=False)
+            times.append(time.perf_counter() - start)
+        return float(np.median(times) * 1e3)
+
+
+class SparseBlockProgram:
+    """A spatially sparse partition of a compiled graph (planning.sparse_partitions): the block's input from the
+    values the partitions before it computed, its output for the ones after it (host arrays at its boundaries, as a
+    CPU partition's)."""
+
+    def __init__(self, gpu: GpuDevice | None, block: MaskedBlock, patch: int) -> None:
+        if gpu is None:
+            raise RuntimeError("a spatially sparse block needs a GPU")
+        self.block = block
+        self.runner = SparseBlockRunner(gpu, block, patch)
+
+    def run(self, values: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {self.block.out: self.runner.run(values[self.block.x])}
+
+
+__all__ = ["SparseBlockProgram", "SparseBlockRunner"]

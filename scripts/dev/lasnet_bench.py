@@ -1,0 +1,111 @@
+"""Benchmark for docs/design/lasnet.md: the LASNet-style block (tests/fixtures/lasnet) dense (gpuengine's own
+kernels, the model compiled as usual) against spatially sparse execution (runtime/sparse_block.py) at activation
+rates 0.1-0.9, with the measured choice (tuning/sparse.py: each S timed with no / every patch active) and the
+latency model's (latency/sparse.py), and whether the measured one held. Wall-clock GPU passes on
+the adapter gpuengine opens (lavapipe here: relative signals only). Each figure: the least of --runs passes (the
+machine is shared; the least is what load disturbs least), options interleaved per round.
+    python scripts/dev/lasnet_bench.py [--runs 15] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+from gpuengine import Interpreter
+from gpuengine.latency import devices
+from gpuengine.latency.latency import predict_ns
+from gpuengine.latency.sparse import choose_execution
+from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
+from gpuengine.model.reader import read_model
+from gpuengine.passes.lasnet_blocks import find_masked_blocks
+from gpuengine.runtime.sparse_block import SparseBlockRunner
+from gpuengine.runtime.timing import DispatchTimer
+from gpuengine.tuning.sparse import measure_block
+
+MODEL = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "lasnet" / "lasnet_block.tflite"
+PATCHES = (2, 4, 8, 16)
+
+
+def lasnet_input(rate: float, seed: int) -> np.ndarray:
+    """x [1, 32, 32, 16] whose 4x4 cells are active (mean > 0) with probability `rate`."""
+    rng = np.random.default_rng(seed)
+    cells = rng.random((8, 8)) < rate
+    offset = np.where(cells, 1.0, -1.0).repeat(4, 0).repeat(4, 1)[None, :, :, None]
+    return (rng.uniform(-0.5, 0.5, (1, 32, 32, 16)) + offset).astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    data = MODEL.read_bytes()
+    (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+    dense = Interpreter(model_content=data)
+    dense.allocate_tensors()
+    (program,) = dense.compiled.gpu_programs
+    timer = DispatchTimer(program)
+    block_dispatches = [d for d, spec in zip(program.hot_dispatches, program.dispatches)
+                        if spec.spec.shader not in ("bhwc_to_phwc4", "phwc4_to_bhwc")]
+    gpu = program.gpu
+    runners = {p: SparseBlockRunner(gpu, block, p) for p in PATCHES}
+    lite = LiteRT(model_content=data)
+    lite.allocate_tensors()
+    model = devices.for_target(dense.compiled.target.name if dense.compiled.target else "cpu")
+    block_specs = [d.spec for d in program.dispatches if d.spec.shader not in ("bhwc_to_phwc4", "phwc4_to_bhwc")]
+    dense_ns = sum(predict_ns(dispatch_cost(spec, program.graph, program.precision), model) for spec in block_specs)
+    h, w, c = block.shape
+    # the measured chooser (tuning/sparse.py): dense timed as below, each S with no / every patch active
+    dense_ms = min(timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6 for _ in range(args.runs))
+    tuned = measure_block(gpu, block, dense_ms, PATCHES, runs=args.runs)
+    print(f"tuned: dense {dense_ms:.2f} ms; per S (none / all active): "
+          + ", ".join(f"S={p} {tuned.none_ms[p]:.2f} / {tuned.all_ms[p]:.2f}" for p in PATCHES), flush=True)
+    rows = []
+    for rate in (0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
+        x = lasnet_input(rate, 0)
+        cells = (x[0].reshape(8, 4, 8, 4, 16).mean(axis=(1, 3, 4)) > 0).mean()
+        lite.set_tensor(lite.get_input_details()[0]["index"], x)
+        lite.invoke()
+        want = lite.get_tensor(lite.get_output_details()[0]["index"])
+        dense.set_tensor(dense.get_input_details()[0]["index"], x)
+        dense.invoke()
+        errors = {"dense": float(np.abs(dense.get_tensor(dense.get_output_details()[0]["index"]) - want).max())}
+        for p, r in runners.items():
+            errors[f"sparse {p}"] = float(np.abs(r.run(x) - want).max())
+        times: dict[str, list[float]] = {"dense block": [], "dense program": []}
+        for _ in range(args.runs):
+            times["dense block"].append(timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6)
+            times["dense program"].append(timer.span(runs=1, warmup_s=0) / 1e6)
+            for p, r in runners.items():
+                times.setdefault(f"sparse {p}", []).append(r.time_ms(runs=1))
+        best = {k: float(min(v)) for k, v in times.items()}
+        mode, size, predicted = choose_execution(model, h, w, c, block.cell, float(cells), dense_ns)
+        predicted_choice = "dense" if mode == "dense" else f"sparse {size}"
+        mode, size, estimated = tuned.choose(float(cells))
+        chosen = best["dense block"] if mode == "dense" else best[f"sparse {size}"]
+        fastest_sparse = min((best[f"sparse {p}"], p) for p in PATCHES)
+        rows.append({"rate": float(cells), "active": {p: runners[p].active for p in PATCHES},
+                     "patches": {p: runners[p].patches_total for p in PATCHES}, "ms": best,
+                     "choice": f"{mode} {size}" if mode == "sparse" else "dense", "chosen_ms": chosen,
+                     "chosen_vs_dense": chosen / best["dense block"], "fastest_sparse": fastest_sparse,
+                     "max_abs_error": errors, "predicted_us": {k: v / 1e3 for k, v in predicted.items()},
+                     "predicted_choice": predicted_choice, "tuned_estimate_ms": estimated})
+        print(f"rate {cells:.2f}: dense block {best['dense block']:.2f} ms (program {best['dense program']:.2f}); "
+              + ", ".join(f"S={p} {best[f'sparse {p}']:.2f} ms ({runners[p].active}/{runners[p].patches_total})"
+                          for p in PATCHES)
+              + f"; tuned choice {rows[-1]['choice']} -> {chosen:.2f} ms = {chosen / best['dense block']:.2f}x dense "
+              f"(latency model: {predicted_choice}); "
+              f"max |error| {max(errors.values()):.1e}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"adapter": gpu.name, "model": model.source, "rows": rows,
+                                               "date": time.strftime("%Y-%m-%d")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""LASNet spatially sparse execution (runtime/sparse_block.py) of the Keras-built masked residual block
+(tests/fixtures/lasnet): at activation rates 0.1-0.9 and every execution patch size, the output equals LiteRT's
+dense block within 1e-5, and the GPU's active-patch count (read back from the indirect dispatch's arguments) is the
+number of patches overlapping an active cell, counted here in numpy. Speed: scripts/dev/lasnet_bench.py (no timing
+asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuengine.model.reader import read_model
+from gpuengine.passes.lasnet_blocks import find_masked_blocks
+from gpuengine.runtime.device import get_device
+from gpuengine.runtime.sparse_block import SparseBlockRunner
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+MODEL = Path(__file__).resolve().parent.parent / "fixtures" / "lasnet" / "lasnet_block.tflite"
+
+
+def lasnet_input(rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """x [1, 32, 32, 16] whose 4x4 cells are active (mean > 0) with probability `rate`, and the cells."""
+    rng = np.random.default_rng(seed)
+    cells = rng.random((8, 8)) < rate
+    offset = np.where(cells, 1.0, -1.0).repeat(4, 0).repeat(4, 1)[None, :, :, None]
+    return (rng.uniform(-0.5, 0.5, (1, 32, 32, 16)) + offset).astype(np.float32), cells
+
+
+def active_patches(cells: np.ndarray, patch: int) -> int:
+    per_pixel = cells.repeat(4, 0).repeat(4, 1)
+    n = -(-32 // patch)
+    return sum(bool(per_pixel[i * patch:(i + 1) * patch, j * patch:(j + 1) * patch].any())
+               for i in range(n) for j in range(n))
+
+
+def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
+    data = MODEL.read_bytes()
+    (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+    gpu = get_device()
+    runners = {p: SparseBlockRunner(gpu, block, p) for p in (2, 4, 8)}
+    dense = SparseBlockRunner(gpu, block, 8, mode="all")
+    lite = litert.Interpreter(model_content=data)
+    lite.allocate_tensors()
+    for rate in (0.1, 0.3, 0.5, 0.9):
+        x, cells = lasnet_input(rate, 1)
+        assert 0 < cells.sum() < cells.size
+        lite.set_tensor(lite.get_input_details()[0]["index"], x)
+        lite.invoke()
+        want = lite.get_tensor(lite.get_output_details()[0]["index"])
+        scale = float(np.abs(want).max())
+        for patch, runner in runners.items():
+            got = runner.run(x)
+            assert np.abs(got - want).max() <= 1e-5 * scale, (rate, patch)
+            assert runner.active == active_patches(cells, patch)
+        got = dense.run(x)
+        assert np.abs(got - want).max() <= 1e-5 * scale and dense.active == dense.patches_total == 16
+
+
+def test_predict_shows_dense_and_sparse_per_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["predict", str(MODEL), "--device", "lavapipe", "--json"]) == 0
+    (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
+    assert block["shape"] == [32, 32, 16] and block["cell"] == 4 and block["dense_us"] > 0
+    for row in block["rates"].values():
+        assert set(row["predicted_us"]) == {"sparse 2", "sparse 4", "sparse 8", "sparse 16", "dense"}
+        fastest = min(row["predicted_us"], key=row["predicted_us"].get)
+        assert row["choice"] == ("dense" if fastest == "dense" else f"sparse S={fastest.split()[1]}")
+
+
+def test_the_measured_choice_is_the_fastest_estimate() -> None:
+    """tuning/sparse.py: each S timed with no and with every patch active; the estimate is linear in between and
+    the choice is the least estimate (dense on a tie). Which option wins is the machine's business: not asserted."""
+    from gpuengine.tuning.sparse import measure_block
+
+    (block,) = find_masked_blocks(read_model(MODEL.read_bytes()).subgraphs[0])
+    times = measure_block(get_device(), block, dense_ms=1.0, patches=(4, 8), runs=2)
+    assert set(times.none_ms) == set(times.all_ms) == {4, 8}
+    assert times.sparse_ms(4, 0.0) == times.none_ms[4] and times.sparse_ms(4, 1.0) == times.all_ms[4]
+    for rate in (0.1, 0.5, 0.9):
+        mode, size, options = times.choose(rate)
+        assert set(options) == {"sparse 4", "sparse 8", "dense"} and options["dense"] == 1.0
+        best = min(options.values())
+        assert options["dense" if mode == "dense" else f"sparse {size}"] == best
+
+
+def test_profile_shows_dense_and_sparse(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from gpuengine.tools.cli import main
+
+    assert main(["profile", str(MODEL), "--runs", "2", "--json"]) == 0
+    (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
+    assert 0 < block["rate"] < 1 and block["dense_ms"] > 0
+    assert set(block["sparse_ms"]) == {"2", "4", "8", "16"} and all(v > 0 for v in block["sparse_ms"].values())
+    assert block["choice"] == "dense" or block["choice"].startswith("sparse S=")
+
+
+def test_the_interpreter_runs_the_block_sparse_where_the_latency_model_says_so() -> None:
+    """Interpreter(sparse_blocks=rate): the block is one spatially sparse partition at the predicted S when the
+    latency model predicts sparse faster at that expected rate (dense otherwise), equal to LiteRT at every rate."""
+    from gpuengine import Interpreter
+
+    data = MODEL.read_bytes()
+    ours = Interpreter(model_content=data, sparse_blocks=0.1)
+    ours.allocate_tensors()
+    plan = ours.compiled.plan
+    (part,) = plan.partitions
+    mode = plan.sparse[part.ops[0]]
+    assert part.device == "sparse" and len(part.ops) == 9
+    best = min(mode.predicted, key=mode.predicted.get)
+    assert best == f"sparse {mode.patch}" and mode.predicted["dense"] > mode.predicted[best]
+    assert "spatially sparse (LASNet)" in ours.describe()
+    lite = litert.Interpreter(model_content=data)
+    lite.allocate_tensors()
+    for rate in (0.1, 0.5, 0.9):
+        x, _ = lasnet_input(rate, 2)
+        for it in (ours, lite):
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+        out = lite.get_output_details()[0]["index"]
+        want = lite.get_tensor(out)
+        assert np.abs(ours.get_tensor(out) - want).max() <= 1e-5 * np.abs(want).max()
+    dense = Interpreter(model_content=data, sparse_blocks=0.95)
+    dense.allocate_tensors()
+    assert [p.device for p in dense.compiled.plan.partitions] == ["gpu"] and not dense.compiled.plan.sparse
