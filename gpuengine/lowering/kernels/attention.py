@@ -72,7 +72,7 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def flash_decoding(m: int, n: int) -> bool:
-    """Whether m queries per head over n keys are split across workgroups (two dispatches) unless ONE_DISPATCH."""
+    """Whether m queries per head over n keys are split across workgroups (flash-decoding) unless ONE_DISPATCH."""
     return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
 
 
@@ -296,7 +296,7 @@ class AttentionKernel:
         rows, unit, n, ds, vs = sizes
         units = rows // unit
         most = _max_chunks(n)
-        entries = 1 + rows * most * (vs + 1)  # the chunk count, then per row and chunk: (max, sum) and VS values
+        entries = 1 + rows * most * (vs + 1)  # one unused, then per row and chunk: (max, sum) and VS values
         key = f"attention-partials-{out}"
 
         def scratch() -> Binding:
