@@ -43,8 +43,8 @@ K_ADJ = "k_adj"
 SCALE = "scale"
 MASK_SCALE = "mask_scale"  # with a 4th input (an additive mask): logits = scale * QK^T + mask_scale * mask
 KV_GROUP = "kv_group"  # query heads per K/V head (grouped-query attention); absent or 1: K/V batch like Q's
-# True: few queries over many keys in one dispatch (keys split within a workgroup), not flash-decoding's two
-# (passes/choose_attention_split.py, where the latency model predicts one dispatch faster)
+# True: few queries over many keys in one workgroup a row (keys split within it), not flash-decoding's key chunks
+# over workgroups (passes/choose_attention_split.py, where the latency model predicts it faster)
 ONE_DISPATCH = "one_dispatch"
 # ATTENTION, LAYER_NORM, RMS_NORM: the model's op codes the pass replaced (named by inspect's labels)
 SOURCE_OPS = "source_ops"

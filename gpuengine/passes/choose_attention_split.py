@@ -1,8 +1,8 @@
 """Flash-decoding or one dispatch, decided by the latency model.
 
 An ATTENTION of few queries over many keys (a decode step) is lowered as flash-decoding: its keys cut into chunks
-over many workgroups, then a second dispatch merging their softmax states (lowering/kernels/attention.py), which
-fills a big GPU when the cache is long. For a short cache the second dispatch can cost more than it saves: given
+over many workgroups, the last of a row to finish merging their softmax states (lowering/kernels/attention.py),
+which fills a big GPU when the cache is long. For a short cache the merge can cost more than it saves: given
 the description of the device the plan is for, this pass predicts both lowerings of each such op and marks it
 ONE_DISPATCH (keys split within one workgroup per row) where one dispatch is predicted faster. Without a
 description it changes nothing. A remark (shown by `gpuengine inspect`) says which way each shape went and why.
@@ -35,15 +35,15 @@ def choose_attention_split(graph: Graph, device: Device | None = None) -> Graph:
         key = shape_key(op, graph)
         if key not in answers:
             answers[key] = (*kernel_support.op_ns(op, graph, device), *kernel_support.op_ns(single, graph, device))
-        split_ns, split_dispatches, one_ns, _ = answers[key]
-        if split_dispatches < 2:  # not flash-decoding: already one dispatch
+        split_ns, _, one_ns, _ = answers[key]
+        if split_ns == one_ns:  # the same lowering either way: not flash-decoding
             continue
         remarks.setdefault(key, [0, split_ns, one_ns])[0] += 1
         if one_ns < split_ns:
             graph.ops[i] = single
             changed = True
     graph.remarks.extend(
-        f"ATTENTION ({n}x): {'one dispatch' if one < split else 'flash-decoding (two dispatches)'}: predicted "
-        f"{one / 1e3:.1f} us in one dispatch vs {split / 1e3:.1f} us as flash-decoding on {device.name} "
+        f"ATTENTION ({n}x): {'one workgroup a row' if one < split else 'flash-decoding (key chunks)'}: predicted "
+        f"{one / 1e3:.1f} us in one workgroup a row vs {split / 1e3:.1f} us as flash-decoding on {device.name} "
         "(latency model)" for n, split, one in remarks.values())
     return graph if changed or remarks else original

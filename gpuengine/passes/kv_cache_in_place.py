@@ -51,16 +51,20 @@ def _groups(op: Op) -> tuple:
 
 
 def _join_queries(graph: Graph) -> Graph:
-    """Each cache write joined by the ROPE before it whose output only the attention reading its caches reads."""
+    """Each cache write joined by the ROPE whose output only the attention reading its caches reads: one before the
+    write, or one after it (the zoo's decoders rotate the query there) whose inputs are all there at the write."""
     readers = graph.consumers()
     for w in [o for o in graph.ops if o.code == KV_CACHE_WRITE]:
         at = graph.ops.index(w)
         attention = {j for t in w.outputs for j in readers.get(t, [])}
-        for r in graph.ops[:at]:
+        made_at = {t: j for j, o in enumerate(graph.ops) for t in o.outputs}
+        for r in graph.ops[:min(attention, default=at)]:
             if r.code != ROPE or r.outputs[0] in graph.outputs:
                 continue
             users = readers.get(r.outputs[0], [])
             if not users or not set(users) <= attention or min(users) <= at:
+                continue
+            if any(made_at.get(t, -1) >= at for t in r.inputs):  # an input made at or after the write
                 continue
             merged = Op(index=w.index, code=KV_CACHE_WRITE, inputs=[*w.inputs, *r.inputs],
                         outputs=[*w.outputs, *r.outputs], options=Options("KvCacheWriteOptions", {

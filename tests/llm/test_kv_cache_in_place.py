@@ -251,12 +251,12 @@ def planned_signature(path: Path, key: str) -> list:
                                                        ("toy_decoder_kv.tflite", "decode", 2, 6)])
 def test_decode_step_structure(name: str, key: str, layers: int, per_layer: int):
     """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, one dispatch writing the K (rotated) and
-    V rows into the caches in place and rotating q, ATTENTION (flash-decoding: partials and merge); no cache is
-    converted to or from PHWC4 or copied. A whole layer: SmolLM's int8 projections take their RMSNorm as a prologue
-    and its gate/up projections are one, and the attention is one dispatch where the latency model of the cpu class
-    predicts it faster than flash-decoding's two (6 dispatches; 7 with flash-decoding: the issue's goal is at most 8;
-    the latency model predicts both prologues faster on lavapipe, tests/models/test_fusion_latency.py); the toy
-    decoder's float projections take theirs the same way (6; 9 when the float FC took no prologue)."""
+    V rows into the caches in place and rotating q, ATTENTION (one dispatch either way: flash-decoding's last key
+    chunk of a row merges the row); no cache is converted to or from PHWC4 or copied. A whole layer: SmolLM's int8
+    projections take their RMSNorm as a prologue and its gate/up projections are one (6 dispatches; 7 when
+    flash-decoding merged in a dispatch of its own; the latency model predicts both prologues faster on lavapipe,
+    tests/models/test_fusion_latency.py); the toy decoder's float projections take theirs the same way (6; 9 when the
+    float FC took no prologue)."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")
     # the write offsets (PACK of the position, computed once for every layer) may land inside the first layer

@@ -41,8 +41,8 @@ TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT|
 # Llamas, predicted faster in flash-decoding there). (f32 before the float FC took the prologue: 11 / 9 / 9;
 # all flash-decoding before choose_attention_split: 9 / 7.)
 DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 8, "gemma3_1b_2l_f32": 8, "qwen3_2l_int8": 6, "qwen3_2l_f32": 6,
-                    "qwen25_2l_int8": 6, "tiny_llama_2l_int8": 6, "llama32_2l_int8_bnth": 7,
-                    "llama32_2l_f32_bnth": 7, "qwen3_2l_int8_bnth": 6, "llama32_2l_int4_block32": 6}
+                    "qwen25_2l_int8": 6, "tiny_llama_2l_int8": 6, "llama32_2l_int8_bnth": 6,
+                    "llama32_2l_f32_bnth": 6, "qwen3_2l_int8_bnth": 6, "llama32_2l_int4_block32": 6}
 
 
 def kind(name: str) -> str:

@@ -1,5 +1,5 @@
 """ATTENTION: an internal op (passes/fuse_attention.py) for BATCH_MATMUL(Q, K^T) -> [MUL scale] -> [ADD mask] ->
-SOFTMAX -> BATCH_MATMUL(·, V) in one dispatch (two for flash-decoding).
+SOFTMAX -> BATCH_MATMUL(·, V) in one dispatch.
 
 Inputs q, k, v[, mask]; option `k_adj`: K is stored [..., N, D] (the first matmul's adj_y) rather than [..., D, N];
 `scale`: the MUL's constant times SOFTMAX's beta (`mask_scale`: beta, for the mask); `kv_group`: query heads per K/V
@@ -15,8 +15,8 @@ Decompositions (Variants, chosen per target by latency/policy.py), all within We
   * shared K/V (prefill, tile[0] > 1): a workgroup of `group` rows reading the same K/V (one head, or one KV head's
     query heads) loads blocks of keys into workgroup memory once for all of them.
   * flash-decoding (at most DECODE_ROWS queries per head over many keys, tile[1] = chunks): the keys are cut into
-    chunks, each reduced by its own workgroup to a partial state in scratch; a second dispatch merges them, so a
-    big GPU fills at batch 1.
+    chunks, each reduced by its own workgroup to a partial state in scratch; the last workgroup of a row to finish
+    merges them, so a big GPU fills at batch 1 in one dispatch.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def flash_decoding(m: int, n: int) -> bool:
-    """Whether m queries per head over n keys are split across workgroups (two dispatches) unless ONE_DISPATCH."""
+    """Whether m queries per head over n keys are split across workgroups (flash-decoding) unless ONE_DISPATCH."""
     return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
 
 
@@ -290,17 +290,22 @@ class AttentionKernel:
                         code: list[str], out: int) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
         (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
-        sum, weighted values) in scratch; a second dispatch merges a row's states and writes the output. The merge
-        reads the chunk count that the first dispatch wrote, so every decomposition of the first shares it."""
+        sum, weighted values) in scratch; the last tile of a row to finish (an atomic count per row, reset by that
+        tile) merges the row's states and writes the output, so flash-decoding is one dispatch (a second merge
+        dispatch cost 3.5 us a layer predicted on h100, and its host recording)."""
         rows, unit, n, ds, vs = sizes
         units = rows // unit
         most = _max_chunks(n)
-        entries = 1 + rows * most * (vs + 1)  # the chunk count, then per row and chunk: (max, sum) and VS values
+        entries = 1 + rows * most * (vs + 1)  # one unused, then per row and chunk: (max, sum) and VS values
         key = f"attention-partials-{out}"
 
-        def scratch(writable: bool) -> Binding:
-            return Binding("partials", scratch_bytes=entries * 16, scratch_key=key, writable=writable,
+        def scratch() -> Binding:
+            return Binding("partials", scratch_bytes=entries * 16, scratch_key=key, writable=True,
                            element="vec4<f32>")
+
+        def arrivals() -> Binding:  # per row: the tiles done (zero between dispatches: the last one resets it)
+            return Binding("arrivals", scratch_bytes=rows * 4, scratch_key=f"attention-arrivals-{out}",
+                           writable=True, element="atomic<u32>")
 
         def count(dec: Decomposition) -> int:
             return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows)
@@ -310,7 +315,7 @@ class AttentionKernel:
             tiles = count(dec)
             params, dispatch = tiling.split_params(dec, tiles, [])
             invocations = dec.invocations_per_workgroup
-            block = _key_block(ds, vs, dec.group)
+            block = _key_block(ds, vs, dec.group, reserved=-(-dec.group // 4))  # and last_tile's flags
             if shared_kv:  # chunk-major, so a workgroup's rows (one KV head's) share their chunk: from wid alone
                 padded = _padded(unit, dec.group)
                 row = codegen.fill("attention/chunk_shared.wgsl", {
@@ -322,38 +327,37 @@ class AttentionKernel:
                                                                  "TILES": tiles}, "  ")
             chunk = -(-n // chunks)
             start, end = f"c * {chunk}u", f"min({n}u, (c + 1u) * {chunk}u)"
-            params.update({**fixed, "CHUNKS": chunks, "STATE": vs + 1, "ROW": row,
+            params.update({**fixed, "CHUNKS": chunks, "CHUNKS_LAST": chunks - 1, "STATE": vs + 1, "ROW": row,
+                           "LOCATE": Code(locate), "GROUP": dec.group, "MERGE_STEP": dec.split,
                            "KEYS": _shared_keys(start, end, ds, vs, block, invocations) if shared_kv
                                    else _keys(start, end, dec.split, ds, vs),
                            "KV_MEMORY": Code(f"var<workgroup> kv_tile: array<vec4<f32>, {block * (ds + vs)}>;"
                                              if shared_kv else ""),
                            "PARTIALS": _partials(invocations, vs) if dec.split > 1 else Code(""),
                            "COMBINE": _combine(dec.split, vs) if dec.split > 1 else Code("")})
-            fresh = [*(dataclasses.replace(b) for b in inputs), scratch(True)]
+            fresh = [*(dataclasses.replace(b) for b in inputs), scratch(), arrivals(),
+                     Binding("dst", tensor=out, writable=True)]
             return KernelSpec("attention_partials", params, fresh, grid=(tiles * dec.split, 1, 1),
-                              workgroup=(invocations, 1, 1), dispatch=dispatch,
-                              label=f"{label} partials [{describe(dec)}]")
+                              workgroup=(invocations, 1, 1), dispatch=dispatch, out_channels=oc_,
+                              label=f"{label} flash-decoding [{describe(dec)}]")
 
         def work(dec: Decomposition) -> float:
             keys = math.ceil(n / dec.tile[1])
+            # the merge a row's last tile adds: its chunks' maxima, then per slice (split over the tile's
+            # invocations) each chunk's state and slice, an exp and a multiply-add, and the store
+            merge = dec.tile[1] * tiling.LOAD + math.ceil(vs / dec.split) * (
+                dec.tile[1] * (2 * tiling.LOAD + 6) + tiling.LOAD) + 4
             if dec.tile[0] > 1:
                 per_key = step - (ds + vs) * tiling.LOAD * (1 - 1 / dec.group) + 2
-                return keys * per_key + tiling.OVERHEAD + (vs + 1) * tiling.LOAD
+                return keys * per_key + tiling.OVERHEAD + (vs + 1) * tiling.LOAD + merge
             return math.ceil(keys / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + (
-                tiling.OVERHEAD + (vs + 1) * tiling.LOAD)
+                tiling.OVERHEAD + (vs + 1) * tiling.LOAD) + merge
 
         candidates = _row_candidates(rows, n, vs, most) + _shared_candidates(unit, ds, vs, most)
         variants = Variants(problem=tiling.problem_key("attention_partials", numbers, code), candidates=candidates,
                             invocations=lambda dec: tiling.launched(count(dec), dec),
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
-        merge_tiles = rows * vs
-        merge = KernelSpec("attention_merge",
-                           {"LOCATE": Code(locate), "M": fixed["M"], "B1": fixed["B1"], "VS": vs, "STATE": vs + 1,
-                            "MAX_CHUNKS": most, "TILES": merge_tiles, "LOWEST": fixed["LOWEST"]},
-                           [scratch(False), Binding("dst", tensor=out, writable=True)],
-                           grid=(merge_tiles, 1, 1), workgroup=(tiling.WORKGROUP, 1, 1), out_channels=oc_,
-                           label=f"{label} merge")
-        return [variants, merge]
+        return [variants]
 
 
 def key_rows(view: tuple | None, k_adj: bool) -> tuple[tuple | None, bool]:
@@ -397,10 +401,11 @@ def _padded(unit: int, group: int) -> int:
     return -(-unit // group) * group
 
 
-def _key_block(ds: int, vs: int, rows: int) -> int:
-    """Keys a workgroup of `rows` rows loads into workgroup memory at a time (K and V slices of each)."""
+def _key_block(ds: int, vs: int, rows: int, reserved: int = 0) -> int:
+    """Keys a workgroup of `rows` rows loads into workgroup memory at a time (K and V slices of each), leaving
+    `reserved` vec4s of it to other uses."""
     block = 1
-    while block * 2 * (ds + vs) <= tiling.LANE_MEMORY_VEC4 and block * 2 <= max(rows, 8):
+    while block * 2 * (ds + vs) <= tiling.LANE_MEMORY_VEC4 - reserved and block * 2 <= max(rows, 8):
         block *= 2
     return block
 
