@@ -118,6 +118,41 @@ def f32_array_literal(values: list[float]) -> Code:
     return Code(f"array<f32, {len(values)}>(" + ", ".join(literal(float(v)) for v in values) + ")")
 
 
+# -- WebGPU implementations ------------------------------------------------------------------------------------
+# The engine's WGSL is the same for both, except the enable directives: the WGSL spec (and Dawn's Tint) requires
+# `enable subgroups;` before a shader uses a subgroup builtin, and naga in wgpu-native 0.32 rejects the directive.
+IMPLEMENTATIONS = ("wgpu", "dawn")  # wgpu-py on wgpu-native (naga; the default), wgpudawn on Dawn (Tint)
+_SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z][A-Za-z]*\s*\(|@builtin\(\s*(subgroup_[a-z_]+|num_subgroups)\s*\)")
+
+
+def uses_subgroups(text: str) -> bool:
+    """Whether WGSL text calls a subgroup builtin function or reads a subgroup builtin value."""
+    return _SUBGROUP_USE.search(text) is not None
+
+
+def enable_directives(text: str, f16: bool, webgpu: str = "wgpu") -> str:
+    """The enable directives a shader's text needs on implementation `webgpu`: f16 when `f16`; subgroups on Dawn
+    when the text uses them (naga enables subgroups with the device feature and rejects the directive)."""
+    if webgpu not in IMPLEMENTATIONS:
+        raise ValueError(f"WebGPU implementation {webgpu!r} is not one of {', '.join(IMPLEMENTATIONS)}")
+    out = "enable f16;\n" if f16 else ""
+    if webgpu == "dawn" and uses_subgroups(text):
+        out += "enable subgroups;\n"
+    return out
+
+
+# Non-finite f32 constants: a constant expression evaluating to inf or NaN is a shader-creation error in WGSL
+# (naga lets it through, Tint does not), and a bitcast of a literal is a constant expression. A call of a
+# function declared in the shader is not, so non-finite values are made at run time by NONFINITE_F32, which
+# render() appends to any shader that calls it; drivers fold the call like the literal it replaces.
+NONFINITE_F32 = "nonfinite_f32"
+
+
+def nonfinite_f32(value: float) -> str:
+    """The WGSL expression of an f32 infinity or NaN (its bit pattern, made at run time)."""
+    return f"{NONFINITE_F32}({int(np.float32(value).view(np.uint32)):#x}u)"
+
+
 BAKE_LIMIT = 64  # constant vec4 arrays up to this length are baked into the shader instead of bound
 PRECISIONS = ("fp32", "fp16")
 STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (kernels/base.py Binding.element)
@@ -126,8 +161,9 @@ STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (k
 def preamble(precision: str, enable_f16: bool | None = None, store: str | None = None) -> str:
     """The storage type aliases every shader starts with (kernels/base.py's template contract): S1, S4, SM, the
     types a dispatch computes its products in and holds constants as, and D4, the type it stores (store: its
-    precision, default the same). enable_f16: whether f16 is enabled (default: when an alias is f16; a dispatch
-    computing in f32 in an fp16 program may still read and write f16 tensors)."""
+    precision, default the same), after `enable f16;` when enable_f16 (default: when an alias is f16; a dispatch
+    computing in f32 in an fp16 program may still read and write f16 tensors). render() adds the other enable
+    directives, which depend on the whole text."""
     for p in (precision, store or precision):
         if p not in PRECISIONS:
             raise ValueError(f"precision {p!r} is not one of {', '.join(PRECISIONS)}")
@@ -185,10 +221,10 @@ def bound(spec: KernelSpec) -> list[Binding]:
 
 
 def f32_literal(value: float) -> str:
-    """A float literal; non-finite values (legal in data, not in WGSL literals) as their bit pattern."""
+    """A float literal; non-finite values (legal in data, not in WGSL constants) made at run time."""
     if math.isfinite(value):
         return literal(float(value))
-    return f"bitcast<f32>({int(np.float32(value).view(np.uint32))}u)"
+    return nonfinite_f32(value)
 
 
 def bindings_decl(spec: KernelSpec, precision: str = "fp32") -> str:
@@ -222,8 +258,11 @@ def epilogue(spec: KernelSpec) -> str:
     return "\n    ".join(parts)
 
 
-def render(spec: KernelSpec, precision: str = "fp32") -> str:
-    """The WGSL of a dispatch: the precision's preamble, then the template filled in."""
+def render(spec: KernelSpec, precision: str = "fp32", webgpu: str = "wgpu") -> str:
+    """The WGSL of a dispatch on WebGPU implementation `webgpu` (IMPLEMENTATIONS): its enable directives, the
+    precision's aliases, then the template filled in."""
+    if webgpu not in IMPLEMENTATIONS:
+        raise ValueError(f"WebGPU implementation {webgpu!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     params = {k: literal(v) for k, v in spec.params.items()}
     params.update(BINDINGS=bindings_decl(spec, precision), EPILOGUE=epilogue(spec))
     params.update(
@@ -238,6 +277,12 @@ def render(spec: KernelSpec, precision: str = "fp32") -> str:
         for f in dict.fromkeys(spec.functions):
             if f not in text:
                 text += f"\n{f}"
+        if f"{NONFINITE_F32}(" in text and f"fn {NONFINITE_F32}(" not in text:
+            text += "\n" + snippet("math/nonfinite_f32.wgsl")
+        if webgpu != "wgpu" and uses_subgroups(text):  # after `enable f16;`: directives come before all else
+            directives = enable_directives(text, False, webgpu)
+            f16 = "enable f16;\n"
+            text = (f16 + directives + text.removeprefix(f16)) if text.startswith(f16) else directives + text
         return text
     except KeyError as e:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e

@@ -1,0 +1,119 @@
+"""Compile every distinct shader of the shader matrix (shader_matrix.py: the zoo, the MediaPipe models, the
+decoders; every target and precision; passes on and off) with Dawn's Tint (on Dawn's Null device, which needs no
+GPU: create_shader_module + create_compute_pipeline, features shader-f16 and subgroups) and with naga (wgpu-py's
+create_shader_module, which parses and validates; on any adapter, lavapipe included). Prints every rejected shader
+with its kernel, a case it appears in and the WGSL line the compiler names; exit 1 when any is rejected.
+
+    python scripts/dev/wgsl_check.py [--quick] [--only dawn|naga]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+from shader_matrix import cases  # scripts/dev, beside this file
+
+_LINE = re.compile(r":(\d+):(\d+)")  # Tint's "file:line:column error: ..."; naga's "┌─ wgsl:line:column"
+
+
+@dataclass
+class Rejected:
+    compiler: str
+    kernel: str
+    case: str
+    message: str
+    line: str  # the WGSL line the message names ('' when it names none)
+
+
+@dataclass
+class Report:
+    cases: int = 0
+    dispatches: int = 0
+    shaders: dict[str, int] = field(default_factory=dict)  # compiler -> distinct shaders compiled
+    rejected: list[Rejected] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def named_line(message: str, source: str) -> str:
+    """The WGSL line a compiler's message points at, as 'line N: text'."""
+    match = _LINE.search(message)
+    if match is None:
+        return ""
+    n = int(match[1])
+    lines = source.splitlines()
+    return f"line {n}: {lines[n - 1].strip()}" if 0 < n <= len(lines) else f"line {n}"
+
+
+def distinct(quick: bool, webgpu: str) -> tuple[dict[str, tuple[str, str]], int, int]:
+    """{WGSL text: (kernel, first case)} over the matrix rendered for `webgpu`, the number of cases and of
+    dispatches."""
+    from gpuengine.lowering import codegen
+
+    texts: dict[str, tuple[str, str]] = {}
+    n_cases = n_dispatches = 0
+    for case, precision, specs in cases(quick):
+        n_cases += 1
+        for spec in specs:
+            n_dispatches += 1
+            texts.setdefault(codegen.render(spec, precision, webgpu), (spec.shader, case))
+    return texts, n_cases, n_dispatches
+
+
+def dawn_device():
+    """Dawn's Null device with the features the engine's shaders use."""
+    from gpuengine.runtime import webgpu
+
+    adapter = webgpu.null_adapter()
+    wanted = [f for f in ("shader-f16", "subgroups") if f in adapter.features]
+    return adapter.request_device_sync(required_features=wanted, required_limits=dict(adapter.limits))
+
+
+def naga_device():
+    """A wgpu-native device (naga) with the engine's features and the adapter's limits."""
+    from gpuengine.runtime.device import get_device
+
+    return get_device(webgpu="wgpu").device
+
+
+def check(quick: bool = False, compilers: tuple[str, ...] = ("dawn", "naga")) -> Report:
+    from gpuengine.runtime.webgpu import compile_error
+
+    report = Report()
+    for compiler in compilers:
+        start = time.perf_counter()
+        texts, report.cases, report.dispatches = distinct(quick, "dawn" if compiler == "dawn" else "wgpu")
+        device = dawn_device() if compiler == "dawn" else naga_device()
+        for source, (kernel, case) in texts.items():
+            message = compile_error(device, source, pipeline=compiler == "dawn")
+            if message is not None:
+                report.rejected.append(Rejected(compiler, kernel, case, message, named_line(message, source)))
+        report.shaders[compiler] = len(texts)
+        report.seconds[compiler] = time.perf_counter() - start
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the discrete target only")
+    parser.add_argument("--only", choices=("dawn", "naga"), help="one compiler")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each compiler's whole message")
+    args = parser.parse_args(argv)
+    report = check(args.quick, (args.only,) if args.only else ("dawn", "naga"))
+    for r in report.rejected:
+        first = next((s for s in r.message.splitlines() if "error" in s.lower()), r.message.splitlines()[0])
+        print(f"{r.compiler}: {r.kernel} ({r.case}): {r.line}\n    {first.strip()}")
+        if args.verbose:
+            print(r.message)
+    for compiler, n in report.shaders.items():
+        bad = sum(r.compiler == compiler for r in report.rejected)
+        print(f"{compiler}: {bad} of {n} distinct shaders rejected ({report.dispatches} dispatches in "
+              f"{report.cases} cases; {report.seconds[compiler]:.0f} s)")
+    return 1 if report.rejected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
