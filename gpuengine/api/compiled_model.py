@@ -410,11 +410,11 @@ class CompiledModel:
 
     def _device(self) -> Any:
         """The wgpu device the model runs on (the one its compiled graphs use), picked once while it lives."""
-        from ..runtime.device import get_device, gpu_for
+        from ..runtime.device import device_for
 
         options = self._live().engine_options
         if self._gpu is None or not self._gpu.alive():
-            self._gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+            self._gpu = device_for(options)
         return self._gpu.device
 
     def _signature(self, index: Any) -> _Signature:

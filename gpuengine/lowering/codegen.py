@@ -215,9 +215,28 @@ def is_baked(b: Binding) -> bool:
             and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0 and bool(np.isfinite(b.data).all()))
 
 
+def duplicates(spec: KernelSpec) -> dict[str, str]:
+    """Read bindings of a tensor that an earlier read binding of the dispatch already binds as the same type (a
+    kernel's input also read by a fused prologue, the three views of a fused QKV projection): name -> the first's
+    name. A tensor is bound once: WebGPU forbids overlapping writable views of one buffer in a dispatch, and read
+    views are writable wherever the buffer also holds the dispatch's output (runtime/program.py _mark_shared)."""
+    first: dict[tuple, str] = {}
+    out: dict[str, str] = {}
+    for b in spec.bindings:
+        if b.tensor is None or b.writable or b.data is not None or b.scratch_bytes:
+            continue
+        key = (b.tensor, b.element, b.raw, b.exact, b.wide)
+        if key in first:
+            out[b.name] = first[key]
+        else:
+            first[key] = b.name
+    return out
+
+
 def bound(spec: KernelSpec) -> list[Binding]:
     """The bindings that need a buffer, in binding-number order (the runtime uses the same list)."""
-    return [b for b in spec.bindings if not is_baked(b)]
+    merged = duplicates(spec)
+    return [b for b in spec.bindings if not is_baked(b) and b.name not in merged]
 
 
 def f32_literal(value: float) -> str:
@@ -277,6 +296,8 @@ def render(spec: KernelSpec, precision: str = "fp32", webgpu: str = "wgpu") -> s
         for f in dict.fromkeys(spec.functions):
             if f not in text:
                 text += f"\n{f}"
+        for name, first in duplicates(spec).items():  # binding names are identifiers (_NAME), unique per spec
+            text = re.sub(rf"(?<![\w.]){name}(?!\w)", first, text)
         if f"{NONFINITE_F32}(" in text and f"fn {NONFINITE_F32}(" not in text:
             text += "\n" + snippet("math/nonfinite_f32.wgsl")
         if webgpu != "wgpu" and uses_subgroups(text):  # after `enable f16;`: directives come before all else

@@ -21,7 +21,7 @@ from ..options import EngineOptions
 from ..planning import Plan, plan_graph
 from .added_dispatch import AddedDispatch
 from .control_flow import control_program
-from .device import GpuDevice, get_device, gpu_for
+from .device import GpuDevice, device_for
 from .program import GpuProgram
 
 
@@ -35,7 +35,7 @@ def for_adapter(options: EngineOptions) -> EngineOptions:
     try:
         with warnings.catch_warnings():  # a software adapter's warning comes once, when the plan compiles on it
             warnings.simplefilter("ignore", RuntimeWarning)
-            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+            gpu = device_for(options)
     except AdapterError:
         return options
     fitted = TuningCache(options.workgroup_cache).tuned(gpu.cache_key()).latency
@@ -77,7 +77,7 @@ class CompiledGraph:
         self.graph = self.plan.graph
         needs_gpu = any(p.device in ("gpu", "control") for p in self.plan.partitions)
         if gpu is None and needs_gpu:
-            gpu = gpu_for(options.device) if options.device is not None else get_device(options.adapter)
+            gpu = device_for(options)
         self.gpu = gpu
         self.target: Target | None = self.gpu.target(options.target) if self.gpu is not None else None
         # fp16 where asked and the adapter can (else fp32, with a warning); what GPU partitions run in

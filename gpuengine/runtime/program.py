@@ -284,11 +284,16 @@ class GpuProgram:
                                              f"the device's storage binding limit of {max_binding} bytes")
 
     def _mark_shared(self, specs: list[KernelSpec]) -> None:
+        """A binding in the same buffer as a binding the dispatch writes is declared read_write (WebGPU forbids
+        read-only and writable views of one buffer in one dispatch); bindings of a buffer nothing writes stay
+        read-only, as WebGPU also forbids overlapping writable views (two reads of one tensor: a kernel's input
+        and a fused prologue's)."""
         for spec in specs:
             tensors = [b for b in spec.bindings if stores_tensor(b)]
             objects = [self.info.plan.placement[b.tensor][0] for b in tensors]
+            written = {obj for b, obj in zip(tensors, objects) if b.writable}
             for b, obj in zip(tensors, objects):
-                b.shared = objects.count(obj) > 1
+                b.shared = objects.count(obj) > 1 and obj in written
 
     def _binding_bytes(self, b: Binding) -> int:
         if b.data is not None:
@@ -410,7 +415,7 @@ class GpuProgram:
 
     def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
         """The spec's WGSL and its pipeline; identical text compiles once per device."""
-        source = codegen.render(spec, self.precision)
+        source = codegen.render(spec, self.precision, self.gpu.webgpu)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is None:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
@@ -439,6 +444,8 @@ class GpuProgram:
         """A function recording every dispatch into a compute pass: through wgpu-native's C functions when the
         wgpu package exposes them (about half the cost of its Python wrapper), else through the wrapper."""
         try:
+            if self.gpu.webgpu != "wgpu":
+                raise ImportError("wgpu-native's C functions take only wgpu-native's objects")
             from wgpu.backends.wgpu_native._api import ffi, lib
 
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
@@ -487,6 +494,7 @@ class GpuProgram:
         the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished.
         after: the caller's command buffers, run right after this invoke in the same queue submission (a decode
         loop's sampler reading the logits buffer)."""
+        self.gpu.check_runs()  # Dawn's Null device: one line saying so, nothing submitted
         with self._lock:  # slots, recorded command buffers and bindings are shared by every caller
             if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
                 raise RuntimeError(DEVICE_LOST)

@@ -15,6 +15,7 @@ have the same API, enums and flags, so the runtime uses either through it; what 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 from types import ModuleType
@@ -75,24 +76,33 @@ def is_null(adapter: Any) -> bool:
 
 
 _null_lock = threading.Lock()
+_null: list[Any] = []  # the Null adapter, requested once per process
 
 
 def null_adapter() -> Any:
     """Dawn's Null adapter. wgpudawn gives it out only when its request names the Null backend, which it reads from
-    the environment variable WGPU_BACKEND_TYPE at each request: set for that one request, then restored."""
+    the environment variable WGPU_BACKEND_TYPE at each request: set for that one request, then restored (and
+    wgpudawn's warning that it forces a backend silenced: here that is the point)."""
     dawn = package("dawn")
     with _null_lock:
+        if _null:
+            return _null[0]
         before = os.environ.get("WGPU_BACKEND_TYPE")
         os.environ["WGPU_BACKEND_TYPE"] = NULL_BACKEND
+        log = logging.getLogger(PACKAGES["dawn"])
+        level = log.level
+        log.setLevel(logging.ERROR)
         try:
-            return dawn.gpu.request_adapter_sync(power_preference="high-performance")
+            _null.append(dawn.gpu.request_adapter_sync(power_preference="high-performance"))
         except Exception as e:  # noqa: BLE001 - a broken install must become an actionable error
             raise AdapterError(f"Dawn could not give its Null adapter ({e})") from e
         finally:
+            log.setLevel(level)
             if before is None:
                 del os.environ["WGPU_BACKEND_TYPE"]
             else:
                 os.environ["WGPU_BACKEND_TYPE"] = before
+        return _null[0]
 
 
 def compile_error(device: Any, source: str, pipeline: bool = True) -> str | None:
@@ -106,3 +116,22 @@ def compile_error(device: Any, source: str, pipeline: bool = True) -> str | None
     except Exception as e:  # noqa: BLE001 - the compiler's message is the result
         return str(e)
     return None
+
+
+def extras(webgpu: str) -> ModuleType:
+    """The implementation's module of non-standard functions (write_timestamp inside a pass: the same signature
+    in both)."""
+    return importlib.import_module({"wgpu": "wgpu.backends.wgpu_native.extras",
+                                    "dawn": "wgpudawn.backends.dawn.extras"}[check(webgpu)])
+
+
+def is_buffer(value: Any) -> bool:
+    """Whether `value` is a GPUBuffer of either implementation."""
+    for webgpu in IMPLEMENTATIONS:
+        try:
+            module = importlib.import_module(PACKAGES[webgpu])
+        except ImportError:
+            continue
+        if isinstance(value, module.GPUBuffer):
+            return True
+    return False
