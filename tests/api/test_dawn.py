@@ -27,8 +27,9 @@ def test_a_model_compiles_on_dawn_and_runs_or_says_why_not() -> None:
 
 
 def test_the_cli_inspects_on_dawn_and_refuses_to_run_on_its_null_backend(tmp_path, capsys) -> None:
-    from gpuengine.runtime.device import get_device
     from gpuengine.tools.cli import main
+
+    from gpuengine.runtime.device import get_device
 
     if not get_device(webgpu="dawn").compile_only:
         pytest.skip("Dawn runs on a GPU here: nothing to refuse")
