@@ -13,10 +13,12 @@ __all__ = ["AdapterError", "CompiledModel", "GpuEngineError", "HardwareAccelerat
            "ModelError", "SignatureRunner", "TensorBuffer", "UnsupportedOpError", "__version__", "get_device"]
 
 
-def get_device(adapter: str | None = "auto") -> Any:
+def get_device(adapter: str | None = "auto", webgpu: str | None = None) -> Any:
     """The wgpu.GPUDevice gpuengine runs on for an adapter choice ("auto", "hardware", "software" or part of an
-    adapter name), created once per choice: pass it as Interpreter(..., device=...) to put several models on one
-    device, where they can share GPU buffers (set_input_buffer / output_buffer)."""
+    adapter name) and WebGPU implementation ("wgpu" or "dawn"; default env GPUENGINE_WEBGPU, else "wgpu"), created
+    once per choice: pass it as Interpreter(..., device=...) to put several models on one device, where they can
+    share GPU buffers (set_input_buffer / output_buffer)."""
+    from .options import engine_options
     from .runtime.device import get_device as engine_device
 
-    return engine_device(adapter).device
+    return engine_device(adapter, engine_options(webgpu=webgpu).webgpu).device
