@@ -76,24 +76,22 @@ def is_null(adapter: Any) -> bool:
 
 
 _null_lock = threading.Lock()
-_null: list[Any] = []  # the Null adapter, requested once per process
 
 
 def null_adapter() -> Any:
     """Dawn's Null adapter. wgpudawn gives it out only when its request names the Null backend, which it reads from
     the environment variable WGPU_BACKEND_TYPE at each request: set for that one request, then restored (and
-    wgpudawn's warning that it forces a backend silenced: here that is the point)."""
+    wgpudawn's warning that it forces a backend silenced: here that is the point). A new adapter each time: an
+    adapter gives one device."""
     dawn = package("dawn")
     with _null_lock:
-        if _null:
-            return _null[0]
         before = os.environ.get("WGPU_BACKEND_TYPE")
         os.environ["WGPU_BACKEND_TYPE"] = NULL_BACKEND
         log = logging.getLogger(PACKAGES["dawn"])
         level = log.level
         log.setLevel(logging.ERROR)
         try:
-            _null.append(dawn.gpu.request_adapter_sync(power_preference="high-performance"))
+            return dawn.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as e:  # noqa: BLE001 - a broken install must become an actionable error
             raise AdapterError(f"Dawn could not give its Null adapter ({e})") from e
         finally:
@@ -102,7 +100,6 @@ def null_adapter() -> Any:
                 del os.environ["WGPU_BACKEND_TYPE"]
             else:
                 os.environ["WGPU_BACKEND_TYPE"] = before
-        return _null[0]
 
 
 def compile_error(device: Any, source: str, pipeline: bool = True) -> str | None:

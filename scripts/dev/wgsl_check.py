@@ -65,12 +65,10 @@ def distinct(quick: bool = False) -> tuple[dict[str, dict[str, tuple[str, str]]]
 
 
 def dawn_device():
-    """Dawn's Null device with the features the engine's shaders use."""
-    from gpuengine.runtime import webgpu
+    """The engine's Dawn device (features shader-f16 and subgroups): its Null device where Dawn finds no GPU."""
+    from gpuengine.runtime.device import get_device
 
-    adapter = webgpu.null_adapter()
-    wanted = [f for f in ("shader-f16", "subgroups") if f in adapter.features]
-    return adapter.request_device_sync(required_features=wanted, required_limits=dict(adapter.limits))
+    return get_device(webgpu="dawn").device
 
 
 def naga_device():
