@@ -215,22 +215,43 @@ def is_baked(b: Binding) -> bool:
             and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0 and bool(np.isfinite(b.data).all()))
 
 
-def duplicates(spec: KernelSpec) -> dict[str, str]:
-    """Read bindings of a tensor that an earlier read binding of the dispatch already binds as the same type (a
-    kernel's input also read by a fused prologue, the three views of a fused QKV projection): name -> the first's
-    name. A tensor is bound once: WebGPU forbids overlapping writable views of one buffer in a dispatch, and read
-    views are writable wherever the buffer also holds the dispatch's output (runtime/program.py _mark_shared)."""
-    first: dict[tuple, str] = {}
-    out: dict[str, str] = {}
+def duplicates(spec: KernelSpec) -> dict[str, tuple[str, bool]]:
+    """Read bindings of a tensor that another read binding of the dispatch already binds (a kernel's input also
+    read by a fused prologue, the views of a fused QKV projection): name -> (the kept binding's name, whether its
+    scalar (S1) reads go through the kept vec4 (S4) array). A tensor is bound once: WebGPU forbids overlapping
+    writable views of one buffer in a dispatch, and read views are writable wherever the buffer also holds the
+    dispatch's output (runtime/program.py _mark_shared)."""
+    groups: dict[tuple, list[Binding]] = {}
     for b in spec.bindings:
         if b.tensor is None or b.writable or b.data is not None or b.scratch_bytes:
             continue
-        key = (b.tensor, b.element, b.raw, b.exact, b.wide)
-        if key in first:
-            out[b.name] = first[key]
-        else:
-            first[key] = b.name
+        groups.setdefault((b.tensor, b.raw, b.exact, b.wide), []).append(b)
+    out: dict[str, tuple[str, bool]] = {}
+    for group in groups.values():
+        kept = next((b for b in group if b.element == "S4"), group[0])
+        for b in group:
+            if b is kept:
+                continue
+            if b.element == kept.element:
+                out[b.name] = (kept.name, False)
+            elif (b.element, kept.element) == ("S1", "S4"):
+                out[b.name] = (kept.name, True)
     return out
+
+
+def _through_vec4(text: str, name: str, vec4: str) -> str:
+    """text with every scalar read `name[i]` of a PHWC4 tensor as `vec4[(i) / 4u][(i) % 4u]`."""
+    find = re.compile(rf"(?<![\w.]){name}\[")
+    out, at = [], 0
+    while (match := find.search(text, at)) is not None:
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"[": 1, "]": -1}.get(text[end], 0)
+            end += 1
+        index = text[match.end():end - 1]
+        out.append(f"{text[at:match.start()]}{vec4}[({index}) / 4u][({index}) % 4u]")
+        at = end
+    return "".join(out) + text[at:]
 
 
 def bound(spec: KernelSpec) -> list[Binding]:
@@ -296,8 +317,8 @@ def render(spec: KernelSpec, precision: str = "fp32", webgpu: str = "wgpu") -> s
         for f in dict.fromkeys(spec.functions):
             if f not in text:
                 text += f"\n{f}"
-        for name, first in duplicates(spec).items():  # binding names are identifiers (_NAME), unique per spec
-            text = re.sub(rf"(?<![\w.]){name}(?!\w)", first, text)
+        for name, (kept, scalar) in duplicates(spec).items():  # names: identifiers (_NAME), unique per spec
+            text = _through_vec4(text, name, kept) if scalar else re.sub(rf"(?<![\w.]){name}(?!\w)", kept, text)
         if f"{NONFINITE_F32}(" in text and f"fn {NONFINITE_F32}(" not in text:
             text += "\n" + snippet("math/nonfinite_f32.wgsl")
         if webgpu != "wgpu" and uses_subgroups(text):  # after `enable f16;`: directives come before all else

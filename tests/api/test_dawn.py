@@ -26,6 +26,16 @@ def test_a_model_compiles_on_dawn_and_runs_or_says_why_not() -> None:
         assert_matches_litert(zoo.get("mobilenet_v2"), webgpu="dawn", tol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["tiny", "bert_tiny", "vit_tiny", "decoder_tiny"])
+def test_every_dispatch_binds_and_records_on_dawn(name: str) -> None:
+    """Dawn validates each bind group and command buffer as it is recorded (wgpu-native checks less): a tensor read
+    twice in one dispatch (bert_tiny's fused QKV attention, vit_tiny's through a vec4 and a scalar view, a fused
+    prologue) must be bound once."""
+    it = Interpreter(model_content=zoo.get(name), webgpu="dawn", target="discrete")
+    it.allocate_tensors()  # records every dispatch of every program
+    assert it.compiled.gpu.webgpu == "dawn"
+
+
 def test_the_cli_inspects_on_dawn_and_refuses_to_run_on_its_null_backend(tmp_path, capsys) -> None:
     from gpuengine.tools.cli import main
 

@@ -71,3 +71,26 @@ def test_an_unknown_implementation_is_refused() -> None:
     spec = tiny_specs()[0]
     with pytest.raises(ValueError, match="'vulkan' is not one of wgpu, dawn"):
         codegen.render(spec, "fp32", "vulkan")
+
+
+def test_a_tensor_read_twice_is_bound_once() -> None:
+    """WebGPU forbids overlapping writable views of one buffer in a dispatch (Dawn checks it): vit_tiny's attention
+    reads its fused QKV tensor as vec4s (queries) and scalars (keys), bound once, the scalars read through the
+    vec4 array; bert_tiny's reads it three times as vec4s."""
+    merged = []
+    for name in ("vit_tiny", "bert_tiny"):
+        parsed = read_model(zoo.get(name))
+        _, programs = planned_dispatches(parsed.subgraphs[0], EngineOptions(), named("discrete"), parsed)
+        for spec in (s for specs in programs for s in specs):
+            twice = codegen.duplicates(spec)
+            if not twice:
+                continue
+            merged.append((name, spec.shader))
+            tensors = [b.tensor for b in codegen.bound(spec) if b.tensor is not None and not b.writable]
+            assert len(tensors) == len(set(tensors)), spec.label
+            text = codegen.render(spec)
+            for dropped, (kept, scalar) in twice.items():
+                assert not re.search(rf"(?<![\w.]){dropped}\b", text), (spec.label, dropped)
+                if scalar:
+                    assert f"{kept}[(" in text, spec.label
+    assert ("vit_tiny", "attention") in merged and ("bert_tiny", "attention") in merged, merged
