@@ -42,6 +42,7 @@ from ..model.ir import Graph
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..options import EngineOptions
 from .device import DEVICE_LOST, GpuDevice, WorkDone
+from .webgpu import buffer_with_data
 
 
 @dataclass
@@ -159,12 +160,12 @@ def shared_constant(dev: Any, data: np.ndarray) -> Any:
 
     raw = data.tobytes() if data.nbytes else b"\0" * 16
     if len(raw) < SHARED_CONSTANT_BYTES:
-        return dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+        return buffer_with_data(dev, raw, wgpu.BufferUsage.STORAGE)
     cache = _CONSTANTS.setdefault(dev, weakref.WeakValueDictionary())
     key = (len(raw), hashlib.blake2b(raw, digest_size=20).digest())
     buf = cache.get(key)
     if buf is None:
-        buf = cache[key] = dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+        buf = cache[key] = buffer_with_data(dev, raw, wgpu.BufferUsage.STORAGE)
     return buf
 
 

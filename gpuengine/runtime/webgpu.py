@@ -132,3 +132,14 @@ def is_buffer(value: Any) -> bool:
         if isinstance(value, module.GPUBuffer):
             return True
     return False
+
+
+def buffer_with_data(device: Any, data: bytes, usage: int) -> Any:
+    """A buffer holding `data`. On Dawn through create_buffer + write_buffer: where Dawn is out of memory (its Null
+    device has 512 MiB) its mapped-at-creation range is NULL and wgpudawn's create_buffer_with_data writes there
+    (a segmentation fault); create_buffer raises GPUOutOfMemoryError instead."""
+    if implementation_of(device) == "wgpu":
+        return device.create_buffer_with_data(data=data, usage=usage)
+    buffer = device.create_buffer(size=(len(data) + 3) & ~3, usage=usage | package("dawn").BufferUsage.COPY_DST)
+    device.queue.write_buffer(buffer, 0, data if len(data) % 4 == 0 else data + b"\0" * (-len(data) % 4))
+    return buffer
