@@ -87,7 +87,7 @@ def instrument(timer: PhaseTimer) -> None:
     timer.wrap(program.GpuProgram, "_upload_data", "weight upload")
     timer.wrap(program.GpuProgram, "_bind", "bind groups")
     timer.wrap(program.GpuProgram, "_encode", "record")
-    timer.wrap(engine, "get_device", "device")
+    timer.wrap(engine, "device_for", "device")
     timer.wrap(device, "get_device", "device")
     timer.wrap(program.GpuProgram, "run", "first submit")
 
