@@ -42,7 +42,7 @@ from ..model.ir import Graph
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..options import EngineOptions
 from .device import DEVICE_LOST, GpuDevice, WorkDone
-from .webgpu import buffer_with_data
+from .webgpu import NAMES, buffer_with_data
 
 
 @dataclass
@@ -437,7 +437,8 @@ class GpuProgram:
             module = dev.create_shader_module(code=source)
             return dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
         except Exception as e:  # noqa: BLE001 - a shader bug must name the kernel, not crash later
-            raise RuntimeError(f"gpuengine internal error: kernel {spec.shader} failed to compile: {e}\n"
+            raise RuntimeError(f"gpuengine internal error: kernel {spec.shader} failed to compile on "
+                               f"{NAMES[self.gpu.webgpu]}: {e}\n"
                                f"{source}") from e
 
     # -- hot loop -------------------------------------------------------------------------------------------
