@@ -18,7 +18,7 @@ import numpy as np
 from . import settings
 from .latency.limits import check_profile
 from .latency.target import check as check_target
-from .lowering.codegen import PRECISIONS
+from .lowering.codegen import IMPLEMENTATIONS, PRECISIONS
 from .memory import STRATEGIES
 from .model.ir import Graph
 from .passes.hybrid_arithmetic import ARITHMETICS as HYBRID_ARITHMETICS
@@ -50,6 +50,8 @@ class EngineOptions:
     # a block runs spatially sparse (runtime/sparse_block.py) at the patch size the latency model predicts fastest
     # for that rate, or dense where it predicts dense no slower (latency/sparse.py). None: every block runs dense.
     sparse_blocks: float | None = None
+    # the WebGPU implementation (runtime/webgpu.py): "wgpu" (wgpu-py on wgpu-native) or "dawn" (wgpudawn on Dawn)
+    webgpu: str = "wgpu"
 
 
 
@@ -57,7 +59,7 @@ def engine_options(*, adapter: str | None = None, precision: str | None = None,
                    memory_strategy: str = "best", workgroup_cache: str | None = None, optimize: bool | None = None,
                    target: str | None = None, device: Any = None, max_inflight: int = 2,
                    hybrid_arithmetic: str | None = None, device_profile: str | None = None,
-                   sparse_blocks: float | None = None) -> EngineOptions:
+                   sparse_blocks: float | None = None, webgpu: str | None = None) -> EngineOptions:
     """An Interpreter's engine options checked (ValueError naming the bad one, before any work) with the
     environment's defaults where an option is not given. f32_tensors names tensors of a model: f32_tensor_names
     resolves them once the model is read."""
@@ -69,6 +71,10 @@ def engine_options(*, adapter: str | None = None, precision: str | None = None,
     if hybrid_arithmetic not in HYBRID_ARITHMETICS:
         raise ValueError(f"hybrid_arithmetic {hybrid_arithmetic!r} is not one of {', '.join(HYBRID_ARITHMETICS)} "
                          "(argument or env GPUENGINE_HYBRID)")
+    webgpu = (webgpu or settings.get(settings.WEBGPU) or "wgpu").strip().lower()
+    if webgpu not in IMPLEMENTATIONS:
+        raise ValueError(f"webgpu {webgpu!r} is not one of {', '.join(IMPLEMENTATIONS)} "
+                         "(argument or env GPUENGINE_WEBGPU)")
     if memory_strategy not in STRATEGIES:
         raise ValueError(f"memory_strategy {memory_strategy!r} is not one of {', '.join(STRATEGIES)}")
     target = check_target(target)  # ValueError for an unknown class, before any work
@@ -88,7 +94,7 @@ def engine_options(*, adapter: str | None = None, precision: str | None = None,
     return EngineOptions(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                          workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
                          max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic, device_profile=device_profile,
-                         sparse_blocks=None if sparse_blocks is None else float(sparse_blocks))
+                         sparse_blocks=None if sparse_blocks is None else float(sparse_blocks), webgpu=webgpu)
 
 
 def f32_tensor_names(graph: Graph, spec: str | os.PathLike | Iterable[str | int] | None) -> frozenset[str]:

@@ -16,9 +16,10 @@ MODELS = "GPUENGINE_MODELS"  # where `gpuengine fetch` keeps reference models
 MEMPLAN_NODES = "GPUENGINE_MEMPLAN_NODES"  # node budget of the exact memory planner
 MEMPLAN_BUDGET = "GPUENGINE_MEMPLAN_BUDGET"  # seconds per plan of the exact memory planner
 DEVICE = "GPUENGINE_DEVICE"  # device profile: "full" (the adapter's features and limits) or "baseline"
+WEBGPU = "GPUENGINE_WEBGPU"  # the WebGPU implementation: "wgpu" (wgpu-native, the default) or "dawn"
 
 NAMES = (ADAPTER, PRECISION, OPTIMIZE, TARGET, HYBRID, TUNE_CACHE, LATENCY_FIT, MODELS, MEMPLAN_NODES, MEMPLAN_BUDGET,
-         DEVICE)
+         DEVICE, WEBGPU)
 
 
 def get(name: str, default: str | None = None) -> str | None:

@@ -69,7 +69,7 @@ def interpreter(data: bytes, args: argparse.Namespace, cache: str | None = None,
                          f32_tensors=getattr(args, "f32_tensors", None),
                          hybrid_arithmetic=getattr(args, "hybrid", None),
                          device_profile=getattr(args, "device_profile", None),
-                         sparse_blocks=getattr(args, "sparse_blocks", None))
+                         sparse_blocks=getattr(args, "sparse_blocks", None), webgpu=getattr(args, "webgpu", None))
     except GpuEngineError:  # a bad model file or adapter: cli.main says so (exit 2)
         raise
     except ValueError as e:  # a bad option value: say so, as argparse would
@@ -177,6 +177,9 @@ def at_least(low: int) -> Any:
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, help="auto (default), hardware, software, or part of an adapter name")
+    p.add_argument("--webgpu", default=None, metavar="IMPLEMENTATION",
+                   help="wgpu (default; env GPUENGINE_WEBGPU): wgpu-native; or dawn: Dawn, through wgpudawn "
+                        "(pip install 'gpuengine[dawn]'); with no GPU, Dawn compiles only (inspect, --dump-wgsl)")
     p.add_argument("--target", default=None,
                    help="adapter class to decompose kernels for: auto (default: detected; env GPUENGINE_TARGET), "
                         "discrete, integrated or cpu")

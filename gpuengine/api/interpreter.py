@@ -28,6 +28,7 @@ from ..planning import ShapeCache, describe_control, prepare, probe_shapes
 from ..runtime.bounds import IndexChecks
 from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
 from ..runtime.program import GpuProgram
+from ..runtime.webgpu import is_buffer
 from .tensor_buffer import TensorBuffer
 
 _TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
@@ -97,7 +98,7 @@ def checked_input_buffer(buffer: Any, tensor: Tensor, what: str, device: Any) ->
         if np.dtype(buffer.dtype) != tensor.dtype:
             raise ValueError(f"{what} is {tensor.dtype}, the buffer holds {buffer.dtype}")
         buffer = buffer.capsule
-    if not isinstance(buffer, wgpu.GPUBuffer):
+    if not is_buffer(buffer):
         raise ValueError(f"set_input_buffer needs a wgpu.GPUBuffer or an output_buffer(), got {type(buffer).__name__}")
     if buffer._device is not device:  # noqa: SLF001
         raise ValueError("the buffer belongs to another GPU device than this interpreter's; create the "
@@ -126,7 +127,7 @@ class Interpreter:
                  device: Any = None, max_inflight: int = 2,
                  f32_tensors: str | os.PathLike | Iterable[str | int] | None = None,
                  hybrid_arithmetic: str | None = None, device_profile: str | None = None,
-                 sparse_blocks: float | None = None) -> None:
+                 sparse_blocks: float | None = None, webgpu: str | None = None) -> None:
         """LiteRT's arguments are accepted for drop-in use (the experimental ones change nothing here: the
         GPU partitioning replaces LiteRT's delegates); engine options are keyword-only."""
         if (model_path is None) == (model_content is None):
@@ -134,7 +135,7 @@ class Interpreter:
         options = engine_options(adapter=adapter, precision=precision, memory_strategy=memory_strategy,
                                  workgroup_cache=workgroup_cache, optimize=optimize, target=target, device=device,
                                  max_inflight=max_inflight, hybrid_arithmetic=hybrid_arithmetic,
-                                 device_profile=device_profile, sparse_blocks=sparse_blocks)
+                                 device_profile=device_profile, sparse_blocks=sparse_blocks, webgpu=webgpu)
         self._model: Model = read_model(model_path if model_path is not None else model_content)
         validate.validate_model(self._model)  # op level, before partitioning, the CPU fallback or codegen see it
         self._options = dataclasses.replace(options, f32_tensors=f32_tensor_names(self._model.main, f32_tensors))

@@ -118,6 +118,41 @@ def f32_array_literal(values: list[float]) -> Code:
     return Code(f"array<f32, {len(values)}>(" + ", ".join(literal(float(v)) for v in values) + ")")
 
 
+# -- WebGPU implementations ------------------------------------------------------------------------------------
+# The engine's WGSL is the same for both, except the enable directives: the WGSL spec (and Dawn's Tint) requires
+# `enable subgroups;` before a shader uses a subgroup builtin, and naga in wgpu-native 0.32 rejects the directive.
+IMPLEMENTATIONS = ("wgpu", "dawn")  # wgpu-py on wgpu-native (naga; the default), wgpudawn on Dawn (Tint)
+_SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z][A-Za-z]*\s*\(|@builtin\(\s*(subgroup_[a-z_]+|num_subgroups)\s*\)")
+
+
+def uses_subgroups(text: str) -> bool:
+    """Whether WGSL text calls a subgroup builtin function or reads a subgroup builtin value."""
+    return _SUBGROUP_USE.search(text) is not None
+
+
+def enable_directives(text: str, f16: bool, webgpu: str = "wgpu") -> str:
+    """The enable directives a shader's text needs on implementation `webgpu`: f16 when `f16`; subgroups on Dawn
+    when the text uses them (naga enables subgroups with the device feature and rejects the directive)."""
+    if webgpu not in IMPLEMENTATIONS:
+        raise ValueError(f"WebGPU implementation {webgpu!r} is not one of {', '.join(IMPLEMENTATIONS)}")
+    out = "enable f16;\n" if f16 else ""
+    if webgpu == "dawn" and uses_subgroups(text):
+        out += "enable subgroups;\n"
+    return out
+
+
+# Non-finite f32 constants: a constant expression evaluating to inf or NaN is a shader-creation error in WGSL
+# (naga lets it through, Tint does not), and a bitcast of a literal is a constant expression. A call of a
+# function declared in the shader is not, so non-finite values are made at run time by NONFINITE_F32, which
+# render() appends to any shader that calls it; drivers fold the call like the literal it replaces.
+NONFINITE_F32 = "nonfinite_f32"
+
+
+def nonfinite_f32(value: float) -> str:
+    """The WGSL expression of an f32 infinity or NaN (its bit pattern, made at run time)."""
+    return f"{NONFINITE_F32}({int(np.float32(value).view(np.uint32)):#x}u)"
+
+
 BAKE_LIMIT = 64  # constant vec4 arrays up to this length are baked into the shader instead of bound
 PRECISIONS = ("fp32", "fp16")
 STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (kernels/base.py Binding.element)
@@ -126,8 +161,9 @@ STORAGE_TYPES = ("S1", "S4", "SM")  # element types that follow the precision (k
 def preamble(precision: str, enable_f16: bool | None = None, store: str | None = None) -> str:
     """The storage type aliases every shader starts with (kernels/base.py's template contract): S1, S4, SM, the
     types a dispatch computes its products in and holds constants as, and D4, the type it stores (store: its
-    precision, default the same). enable_f16: whether f16 is enabled (default: when an alias is f16; a dispatch
-    computing in f32 in an fp16 program may still read and write f16 tensors)."""
+    precision, default the same), after `enable f16;` when enable_f16 (default: when an alias is f16; a dispatch
+    computing in f32 in an fp16 program may still read and write f16 tensors). render() adds the other enable
+    directives, which depend on the whole text."""
     for p in (precision, store or precision):
         if p not in PRECISIONS:
             raise ValueError(f"precision {p!r} is not one of {', '.join(PRECISIONS)}")
@@ -179,16 +215,56 @@ def is_baked(b: Binding) -> bool:
             and 0 < b.data.size <= 4 * BAKE_LIMIT and b.data.size % 4 == 0 and bool(np.isfinite(b.data).all()))
 
 
+def duplicates(spec: KernelSpec) -> dict[str, tuple[str, bool]]:
+    """Read bindings of a tensor that another read binding of the dispatch already binds (a kernel's input also
+    read by a fused prologue, the views of a fused QKV projection): name -> (the kept binding's name, whether its
+    scalar (S1) reads go through the kept vec4 (S4) array). A tensor is bound once: WebGPU forbids overlapping
+    writable views of one buffer in a dispatch, and read views are writable wherever the buffer also holds the
+    dispatch's output (runtime/program.py _mark_shared)."""
+    groups: dict[tuple, list[Binding]] = {}
+    for b in spec.bindings:
+        if b.tensor is None or b.writable or b.data is not None or b.scratch_bytes:
+            continue
+        groups.setdefault((b.tensor, b.raw, b.exact, b.wide), []).append(b)
+    out: dict[str, tuple[str, bool]] = {}
+    for group in groups.values():
+        kept = next((b for b in group if b.element == "S4"), group[0])
+        for b in group:
+            if b is kept:
+                continue
+            if b.element == kept.element:
+                out[b.name] = (kept.name, False)
+            elif (b.element, kept.element) == ("S1", "S4"):
+                out[b.name] = (kept.name, True)
+    return out
+
+
+def _through_vec4(text: str, name: str, vec4: str) -> str:
+    """text with every scalar read `name[i]` of a PHWC4 tensor as `vec4[(i) / 4u][(i) % 4u]`."""
+    find = re.compile(rf"(?<![\w.]){name}\[")
+    out, at = [], 0
+    while (match := find.search(text, at)) is not None:
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"[": 1, "]": -1}.get(text[end], 0)
+            end += 1
+        index = text[match.end():end - 1]
+        out.append(f"{text[at:match.start()]}{vec4}[({index}) / 4u][({index}) % 4u]")
+        at = end
+    return "".join(out) + text[at:]
+
+
 def bound(spec: KernelSpec) -> list[Binding]:
     """The bindings that need a buffer, in binding-number order (the runtime uses the same list)."""
-    return [b for b in spec.bindings if not is_baked(b)]
+    merged = duplicates(spec)
+    return [b for b in spec.bindings if not is_baked(b) and b.name not in merged]
 
 
 def f32_literal(value: float) -> str:
-    """A float literal; non-finite values (legal in data, not in WGSL literals) as their bit pattern."""
+    """A float literal; non-finite values (legal in data, not in WGSL constants) made at run time."""
     if math.isfinite(value):
         return literal(float(value))
-    return f"bitcast<f32>({int(np.float32(value).view(np.uint32))}u)"
+    return nonfinite_f32(value)
 
 
 def bindings_decl(spec: KernelSpec, precision: str = "fp32") -> str:
@@ -222,8 +298,11 @@ def epilogue(spec: KernelSpec) -> str:
     return "\n    ".join(parts)
 
 
-def render(spec: KernelSpec, precision: str = "fp32") -> str:
-    """The WGSL of a dispatch: the precision's preamble, then the template filled in."""
+def render(spec: KernelSpec, precision: str = "fp32", webgpu: str = "wgpu") -> str:
+    """The WGSL of a dispatch on WebGPU implementation `webgpu` (IMPLEMENTATIONS): its enable directives, the
+    precision's aliases, then the template filled in."""
+    if webgpu not in IMPLEMENTATIONS:
+        raise ValueError(f"WebGPU implementation {webgpu!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     params = {k: literal(v) for k, v in spec.params.items()}
     params.update(BINDINGS=bindings_decl(spec, precision), EPILOGUE=epilogue(spec))
     params.update(
@@ -238,6 +317,14 @@ def render(spec: KernelSpec, precision: str = "fp32") -> str:
         for f in dict.fromkeys(spec.functions):
             if f not in text:
                 text += f"\n{f}"
+        for name, (kept, scalar) in duplicates(spec).items():  # names: identifiers (_NAME), unique per spec
+            text = _through_vec4(text, name, kept) if scalar else re.sub(rf"(?<![\w.]){name}(?!\w)", kept, text)
+        if f"{NONFINITE_F32}(" in text and f"fn {NONFINITE_F32}(" not in text:
+            text += "\n" + snippet("math/nonfinite_f32.wgsl")
+        if webgpu != "wgpu" and uses_subgroups(text):  # after `enable f16;`: directives come before all else
+            directives = enable_directives(text, False, webgpu)
+            f16 = "enable f16;\n"
+            text = (f16 + directives + text.removeprefix(f16)) if text.startswith(f16) else directives + text
         return text
     except KeyError as e:
         raise ValueError(f"shader {spec.shader}.wgsl needs parameter {e.args[0]!r}, not given") from e

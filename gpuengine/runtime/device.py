@@ -12,12 +12,13 @@ from .. import settings
 from ..errors import AdapterError
 from ..latency.limits import DEFAULT_LIMITS, ENGINE_FEATURES, RAISED_LIMITS, DeviceLimits, check_profile
 from ..latency.target import Target, resolve
+from . import webgpu as implementations
 
 INSTALL_HINT = (
     "Install a GPU driver with Vulkan, Metal or D3D12 support, or a software WebGPU adapter: on Debian/Ubuntu "
     "`sudo apt-get install mesa-vulkan-drivers` (lavapipe). `gpuengine inspect` then lists the adapter it uses."
 )
-WANTED_FEATURES = ENGINE_FEATURES
+WANTED_FEATURES = ENGINE_FEATURES  # by the engine's names (webgpu.native_features gives each implementation's)
 DEVICE_LOST = ("the GPU device was lost (driver reset, adapter removed, or device destroyed); call "
                "allocate_tensors() to recreate it and compile the model again")
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
@@ -38,6 +39,8 @@ class GpuDevice:
     # "full" (the adapter's features and limits), "baseline" (none and WebGPU's defaults: latency/limits.py) or
     # "given" (a device the application opened: its own)
     profile: str = "full"
+    webgpu: str = "wgpu"  # the implementation (runtime/webgpu.py): what WGSL is rendered for
+    compile_only: bool = False  # Dawn's Null device: compiles shaders, runs nothing (running says so)
 
     def submit_orphans(self) -> None:
         """Submit what collected programs recorded in advance (runtime/program.py _orphan_recorded), from a
@@ -78,6 +81,11 @@ class GpuDevice:
     @property
     def name(self) -> str:
         return self.adapter.summary
+
+    def check_runs(self) -> None:
+        """AdapterError where the device runs nothing (Dawn's Null backend), before any submit."""
+        if self.compile_only:
+            raise AdapterError(implementations.COMPILE_ONLY)
 
     @property
     def is_software(self) -> bool:
@@ -126,9 +134,12 @@ class WorkDone:
     registers one of the right signature through its C API, and wgpu's poll thread delivers it."""
 
     def __init__(self, gpu: GpuDevice) -> None:
+        self._event = threading.Event()
+        if gpu.webgpu != "wgpu":  # Dawn's promise is right (wgpudawn implements it on webgpu.h's future)
+            self._keep = gpu.device.queue.on_submitted_work_done_async().then(lambda _: self._event.set())
+            return
         from wgpu.backends.wgpu_native._api import ffi, lib, new_struct
 
-        self._event = threading.Event()
         device = gpu.device
         token = device._poller.get_token()  # noqa: SLF001 - keeps wgpu's poll thread polling until we are done
 
@@ -155,21 +166,21 @@ _devices: dict[str, GpuDevice] = {}
 
 
 _adapter_lock = threading.Lock()
-_adapter_list: list[Any] = []
+_adapter_lists: dict[str, list[Any]] = {}  # implementation -> its adapters
 
 
-def _adapters(fresh: bool = False) -> list[Any]:
-    """The adapters, listed once per process (again with `fresh`, after a device was lost). One thread at a
-    time: wgpu-native aborts when two threads enumerate adapters at once."""
-    import wgpu
-
+def _adapters(fresh: bool = False, webgpu: str = "wgpu") -> list[Any]:
+    """The adapters of an implementation, listed once per process (again with `fresh`, after a device was
+    lost). One thread at a time: wgpu-native aborts when two threads enumerate adapters at once."""
+    module = implementations.package(webgpu)
     with _adapter_lock:
-        if fresh or not _adapter_list:
+        if fresh or webgpu not in _adapter_lists:
             try:
-                _adapter_list[:] = list(wgpu.gpu.enumerate_adapters_sync())
+                _adapter_lists[webgpu] = list(module.gpu.enumerate_adapters_sync())
             except Exception as e:  # noqa: BLE001 - a broken loader or driver must become an actionable error
-                raise AdapterError(f"WebGPU could not list adapters ({e}). {INSTALL_HINT}") from e
-        return list(_adapter_list)
+                raise AdapterError(f"WebGPU ({implementations.NAMES[webgpu]}) could not list adapters ({e}). "
+                                   f"{INSTALL_HINT}") from e
+        return list(_adapter_lists[webgpu])
 
 
 def _rank(adapter: Any) -> tuple[int, int]:
@@ -191,13 +202,16 @@ def _note_software(summary: str) -> None:
         "gpuengine: no hardware GPU adapter found; running on the software adapter %r (much slower)", summary)
 
 
-def select_adapter(preference: str | None = None, fresh: bool = False) -> Any:
-    """Pick an adapter. preference: None/'auto' (env GPUENGINE_ADAPTER, else best), 'hardware', 'software',
-    or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan')."""
+def select_adapter(preference: str | None = None, fresh: bool = False, webgpu: str = "wgpu") -> Any:
+    """Pick an adapter of implementation `webgpu`. preference: None/'auto' (env GPUENGINE_ADAPTER, else best),
+    'hardware', 'software', or a case-insensitive substring of the adapter summary (e.g. 'nvidia', 'vulkan').
+    Where Dawn finds no adapter, 'auto' gives its Null adapter: compile-only (GpuDevice.compile_only)."""
     preference = (preference or settings.get(settings.ADAPTER) or "auto").strip().lower()
-    adapters = sorted(_adapters(fresh), key=_rank)
+    adapters = sorted(_adapters(fresh, webgpu), key=_rank)
+    if not adapters and webgpu == "dawn" and preference == "auto":
+        return implementations.null_adapter()
     if not adapters:
-        raise AdapterError(f"No WebGPU adapter found. {INSTALL_HINT}")
+        raise AdapterError(f"No WebGPU adapter found ({implementations.NAMES[webgpu]}). {INSTALL_HINT}")
     names = [a.summary for a in adapters]
     if preference == "auto":
         chosen = adapters[0]
@@ -229,49 +243,56 @@ def gpu_for(device: Any) -> GpuDevice:
                 return gpu
         key = f"device@{id(device)}"
         if key not in _devices or _devices[key].device is not device:
-            _devices[key] = GpuDevice(adapter=device.adapter, device=device, features=frozenset(device.features),
-                                      limits=dict(device.limits), profile="given")
+            webgpu = implementations.implementation_of(device)
+            _devices[key] = GpuDevice(adapter=device.adapter, device=device,
+                                      features=implementations.engine_features(webgpu, device.features),
+                                      limits=dict(device.limits), profile="given", webgpu=webgpu,
+                                      compile_only=implementations.is_null(device.adapter))
         return _devices[key]
 
 
-def device_request(adapter: Any, profile: str) -> tuple[list[str], dict[str, int]]:
-    """The features and limits a device of the profile asks the adapter for: every feature the engine uses and
-    the adapter's own limits ("full"), or none and WebGPU's defaults ("baseline"; wgpu-native otherwise hands out
-    the adapter's limits, so they are asked for explicitly, and it then enforces them)."""
+def device_request(adapter: Any, profile: str, webgpu: str = "wgpu") -> tuple[list[str], dict[str, int]]:
+    """The features (by the implementation's names) and limits a device of the profile asks the adapter for: every
+    feature the engine uses and the adapter's own limits ("full"), or none and WebGPU's defaults ("baseline";
+    wgpu-native otherwise hands out the adapter's limits, so they are asked for explicitly, and it then enforces
+    them)."""
     if profile == "baseline":
         return [], {n: v for n, v in DEFAULT_LIMITS.items() if n in adapter.limits}
-    return ([f for f in WANTED_FEATURES if f in adapter.features],
+    return ([f for f in implementations.native_features(webgpu, WANTED_FEATURES) if f in adapter.features],
             {n: adapter.limits[n] for n in RAISED_LIMITS if n in adapter.limits})
 
 
-def get_device(preference: str | None = None, profile: str | None = None) -> GpuDevice:
-    """One shared device per adapter and profile per process: devices are expensive and pipelines live on them.
-    profile: "full" or "baseline" (latency/limits.py; None: env GPUENGINE_DEVICE, else "full")."""
+def get_device(preference: str | None = None, profile: str | None = None, webgpu: str = "wgpu") -> GpuDevice:
+    """One shared device per adapter, profile and implementation per process: devices are expensive and pipelines
+    live on them. profile: "full" or "baseline" (latency/limits.py; None: env GPUENGINE_DEVICE, else "full")."""
     profile = check_profile(profile)
-    adapter = select_adapter(preference)
+    implementations.check(webgpu)
+    adapter = select_adapter(preference, webgpu=webgpu)
     suffix = "" if profile == "full" else f" [{profile}]"
-    key = adapter.summary + suffix
+    key = f"{webgpu}:{adapter.summary}{suffix}"
     with _lock:
         if key in _devices:
             if _devices[key].alive():
                 return _devices[key]
-            adapter = select_adapter(preference, fresh=True)  # the GPU was lost: list the adapters anew
-            key = adapter.summary + suffix
-        features, limits = device_request(adapter, profile)
+            adapter = select_adapter(preference, fresh=True, webgpu=webgpu)  # lost: list the adapters anew
+            key = f"{webgpu}:{adapter.summary}{suffix}"
+        features, limits = device_request(adapter, profile, webgpu)
         try:
             device = adapter.request_device_sync(required_features=features, required_limits=limits)
         except Exception as e:  # noqa: BLE001
-            raise AdapterError(f"Could not open a device on {adapter.summary!r} ({profile} profile): {e}. "
-                               f"{INSTALL_HINT}") from e
-        gpu = GpuDevice(adapter=adapter, device=device, features=frozenset(features),
-                        limits=dict(device.limits), profile=profile)
+            raise AdapterError(f"Could not open a device on {adapter.summary!r} ({implementations.NAMES[webgpu]}, "
+                               f"{profile} profile): {e}. {INSTALL_HINT}") from e
+        gpu = GpuDevice(adapter=adapter, device=device, features=implementations.engine_features(webgpu, features),
+                        limits=dict(device.limits), profile=profile, webgpu=webgpu,
+                        compile_only=implementations.is_null(adapter))
         _devices[key] = gpu
         return gpu
 
 
 def device_of(options: Any) -> GpuDevice:
     """The device engine options (options.EngineOptions) name: the one passed in, else the one gpuengine opens on
-    their adapter with their device profile."""
+    their adapter with their device profile and WebGPU implementation."""
     if options.device is not None:
         return gpu_for(options.device)
-    return get_device(options.adapter, options.device_profile)
+    return get_device(options.adapter, options.device_profile, options.webgpu)
+

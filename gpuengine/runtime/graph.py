@@ -109,8 +109,8 @@ def _hoisted(first: GpuProgram, spec: Any, others: list[tuple[GpuProgram, Any]],
             continue
         version = program.as_version(other, decomposition, tuple(ours.workgroup), unbake)
         if version is not None:
-            texts.append(codegen.render(version, precision))
-    kernel = hoist(spec.shader, tuple(ours.workgroup), decomposition, codegen.render(ours, precision), texts,
+            texts.append(program.render(version))
+    kernel = hoist(spec.shader, tuple(ours.workgroup), decomposition, first.render(ours), texts,
                    len(codegen.bound(ours)))
     if kernel is None:
         return None

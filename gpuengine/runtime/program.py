@@ -44,6 +44,7 @@ from ..model.ir import Graph
 from ..model.quantization import QUANTIZED_TYPES, dequantize, is_quantized
 from ..options import EngineOptions
 from .device import DEVICE_LOST, GpuDevice, WorkDone
+from .webgpu import NAMES, buffer_with_data
 
 
 @dataclass
@@ -173,12 +174,12 @@ def shared_constant(dev: Any, data: np.ndarray) -> Any:
 
     raw = data.tobytes() if data.nbytes else b"\0" * 16
     if len(raw) < SHARED_CONSTANT_BYTES:
-        return dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+        return buffer_with_data(dev, raw, wgpu.BufferUsage.STORAGE)
     cache = _CONSTANTS.setdefault(dev, weakref.WeakValueDictionary())
     key = (len(raw), hashlib.blake2b(raw, digest_size=20).digest())
     buf = cache.get(key)
     if buf is None:
-        buf = cache[key] = dev.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+        buf = cache[key] = buffer_with_data(dev, raw, wgpu.BufferUsage.STORAGE)
     return buf
 
 
@@ -215,7 +216,7 @@ class GpuProgram:
         self.parametric_dispatches = 0  # dispatches running a parametric pipeline (no compile for their size)
         self.use_parametric = parametric
         if not allocate:
-            self.sources = [(spec, codegen.render(spec, self.precision)) for spec in specs]
+            self.sources = [(spec, self.render(spec)) for spec in specs]
             return
         self._rendered: dict[int, tuple[KernelSpec, str]] = {}  # WGSL _validate rendered, by spec
         self._validate(specs)
@@ -288,12 +289,16 @@ class GpuProgram:
         return dispatch_macs(self.dispatches[index].spec, self.graph)
 
     # -- build ----------------------------------------------------------------------------------------------
+    def render(self, spec: KernelSpec) -> str:
+        """The dispatch's WGSL for this program's precision and its device's WebGPU implementation."""
+        return codegen.render(spec, self.precision, self.gpu.webgpu)
+
     def _validate(self, specs: list[KernelSpec]) -> None:
         """Everything wgpu would reject at submit (which aborts the process), or not check at all (workgroup
         memory), is rejected here instead: lowering/device_fit.py against the device's limits."""
         limits = self.gpu.device_limits
         for spec in specs:
-            source = codegen.render(spec, self.precision)
+            source = self.render(spec)
             self._rendered[id(spec)] = (spec, source)  # compiled next (_compiled): rendered once
             problems = violations(spec, limits, self.graph, self.precision, source)
             if problems:
@@ -308,11 +313,16 @@ class GpuProgram:
                                      f"device's {limits.buffer_bytes} per buffer ({self.gpu.describe()})")
 
     def _mark_shared(self, specs: list[KernelSpec]) -> None:
+        """A binding in the same buffer as a binding the dispatch writes is declared read_write (WebGPU forbids
+        read-only and writable views of one buffer in one dispatch); bindings of a buffer nothing writes stay
+        read-only, as WebGPU also forbids overlapping writable views (two reads of one tensor: a kernel's input
+        and a fused prologue's)."""
         for spec in specs:
             tensors = [b for b in spec.bindings if stores_tensor(b)]
             objects = [self.info.plan.placement[b.tensor][0] for b in tensors]
+            written = {obj for b, obj in zip(tensors, objects) if b.writable}
             for b, obj in zip(tensors, objects):
-                b.shared = objects.count(obj) > 1
+                b.shared = objects.count(obj) > 1 and obj in written
 
     def _binding_bytes(self, b: Binding) -> int:
         return binding_bytes(b, self.graph, self.precision)
@@ -432,7 +442,7 @@ class GpuProgram:
     def _compiled(self, spec: KernelSpec) -> tuple[str, Any]:
         """The spec's WGSL and its pipeline; identical text compiles once per device."""
         rendered = self._rendered.pop(id(spec), None)
-        source = rendered[1] if rendered is not None and rendered[0] is spec else codegen.render(spec, self.precision)
+        source = rendered[1] if rendered is not None and rendered[0] is spec else self.render(spec)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is None:
             pipeline = self.gpu.pipelines[source] = self._pipeline(source, spec)
@@ -442,7 +452,7 @@ class GpuProgram:
         """The spec (its workgroup size may be a parametric version's), its WGSL, its pipeline and, when the
         pipeline is a parametric kernel's (compiled once for every size that matches it,
         lowering/parametric.py), the numbers it reads for this size."""
-        source = codegen.render(spec, self.precision)
+        source = self.render(spec)
         pipeline = self.gpu.pipelines.get(source)
         if pipeline is not None:
             return spec, source, pipeline, None
@@ -453,7 +463,7 @@ class GpuProgram:
             spec = self._as_version(baked, kernel)
             if spec is None:
                 continue
-            source = codegen.render(spec, self.precision)
+            source = self.render(spec)
             values = kernel.values(source)
             if values is None or kernel.binding != len(codegen.bound(spec)):
                 continue
@@ -464,7 +474,7 @@ class GpuProgram:
             return spec, source, kernel.pipeline, values
         if spec is not baked:
             spec = baked
-            source = codegen.render(spec, self.precision)
+            source = self.render(spec)
         pipeline = self.gpu.pipelines.get(source) or self._pipeline(source, spec)
         self.gpu.pipelines[source] = pipeline
         return spec, source, pipeline, None
@@ -524,7 +534,8 @@ class GpuProgram:
             module = dev.create_shader_module(code=source)
             return dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
         except Exception as e:  # noqa: BLE001 - a shader bug must name the kernel, not crash later
-            raise RuntimeError(f"gpuengine internal error: kernel {spec.shader} failed to compile: {e}\n"
+            raise RuntimeError(f"gpuengine internal error: kernel {spec.shader} failed to compile on "
+                               f"{NAMES[self.gpu.webgpu]}: {e}\n"
                                f"{source}") from e
 
     # -- hot loop -------------------------------------------------------------------------------------------
@@ -535,6 +546,8 @@ class GpuProgram:
         (about half the cost of its Python wrapper), else through the wrapper."""
         calls = recording_calls(self._hot)
         try:
+            if self.gpu.webgpu != "wgpu":
+                raise ImportError("wgpu-native's C functions take only wgpu-native's objects")
             from wgpu.backends.wgpu_native._api import ffi, lib
 
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
@@ -593,6 +606,7 @@ class GpuProgram:
         the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished.
         after: the caller's command buffers, run right after this invoke in the same queue submission (a decode
         loop's sampler reading the logits buffer)."""
+        self.gpu.check_runs()  # Dawn's Null device: one line saying so, nothing submitted
         with self._lock:  # slots, recorded command buffers and bindings are shared by every caller
             if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
                 raise RuntimeError(DEVICE_LOST)

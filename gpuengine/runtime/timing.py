@@ -86,8 +86,9 @@ class DispatchTimer:
             self.readback.unmap()
 
     def _once(self, dispatches: list[tuple[Any, Any, int, int, int]]) -> tuple[list[float], float]:
-        from wgpu.backends.wgpu_native.extras import write_timestamp
+        from .webgpu import extras
 
+        write_timestamp = extras(self.program.gpu.webgpu).write_timestamp
         dev = self.program.gpu.device
         n = len(dispatches)
         if self.method == "inside-pass":

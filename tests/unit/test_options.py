@@ -21,12 +21,15 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     options = engine_options()
     assert (options.precision, options.optimize, options.hybrid_arithmetic) == ("fp16", False, "float")
     assert engine_options(precision="fp32", optimize=True).precision == "fp32"  # an argument wins
+    assert engine_options().webgpu == "wgpu"  # wgpu-native stays the default
+    monkeypatch.setenv(settings.WEBGPU, " Dawn")
+    assert (engine_options().webgpu, engine_options(webgpu="wgpu").webgpu) == ("dawn", "wgpu")
 
 
 @pytest.mark.parametrize("bad", [{"precision": "fp8"}, {"hybrid_arithmetic": "fixed"}, {"memory_strategy": "x"},
                                  {"max_inflight": 0}, {"max_inflight": True}, {"device": object()},
                                  {"target": "no-such-class"}, {"sparse_blocks": 1.5}, {"sparse_blocks": -0.1},
-                                 {"sparse_blocks": True}, {"sparse_blocks": "0.3"}])
+                                 {"sparse_blocks": True}, {"sparse_blocks": "0.3"}, {"webgpu": "vulkan"}])
 def test_bad_options_raise_before_any_work(bad: dict) -> None:
     with pytest.raises(ValueError):
         engine_options(**bad)

@@ -11,6 +11,6 @@ fn exp4(x: vec4<f32>) -> vec4<f32> {
   let p = 1.0 + r * (1.0 + r * (0.5 + r * (0.16666666666666666 + r * (0.041666666666666664 + r * (
     0.008333333333333333 + r * (0.001388888888888889 + r * 0.0001984126984126984))))));
   var e = select(ldexp(p, vec4<i32>(n)), vec4<f32>(0.0), x < vec4<f32>(-104.0));
-  e = select(e, vec4<f32>(bitcast<f32>(0x7f800000u)), x > vec4<f32>(88.72283935546875));
+  e = select(e, vec4<f32>(nonfinite_f32(0x7f800000u)), x > vec4<f32>(88.72283935546875));
   return select(e, x, (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));
 }

@@ -9,6 +9,6 @@ fn expm1_4(x: vec4<f32>) -> vec4<f32> {
   let k = vec4<i32>(n);
   var e = select(ldexp(q, k) + (ldexp(vec4<f32>(1.0), k) - 1.0), q, k == vec4<i32>(0));
   e = select(e, vec4<f32>(-1.0), x < vec4<f32>(-104.0));
-  e = select(e, vec4<f32>(bitcast<f32>(0x7f800000u)), x > vec4<f32>(88.72283935546875));
+  e = select(e, vec4<f32>(nonfinite_f32(0x7f800000u)), x > vec4<f32>(88.72283935546875));
   return select(e, x, (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));
 }
