@@ -1,0 +1,244 @@
+"""The OpenAI-compatible HTTP server: a FastAPI app over one Engine and its Scheduler.
+
+GET /health, GET /v1/models, POST /v1/completions (the prompt as raw text: the start token, then its tokens, no
+template, as `gpuengine generate --no-template`), POST /v1/chat/completions (the messages rendered with the bundle's
+template, or the plain fallback, chat.py). `stream: true` answers server-sent events in OpenAI's chunk format ending
+with `data: [DONE]`. Every refusal is OpenAI's error body {"error": {"message", "type", "param", "code"}}: 400 for
+a bad field (named in `param`), 404 for an unknown model or path, 429 with Retry-After when no session is free.
+A client that goes away mid-request cancels its job: the worker frees its session before its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HttpRequest
+
+from ..llm.tokenizer import StreamDecoder
+from . import protocol
+from .chat import chat_prompt
+from .protocol import ApiError, StopText
+from .scheduler import Busy, Job, Scheduler
+
+log = logging.getLogger("gpuengine.serve")
+POLL_S = 0.5  # how often a waiting non-streamed request checks that its client is still there
+
+
+class Server:
+    """What the app serves: the engine under its scheduler, and the name clients give as `model`."""
+
+    def __init__(self, engine: Any, model_name: str, max_sessions: int = 8, memory_limit: int | None = None) -> None:
+        self.engine, self.model_name = engine, model_name
+        self.scheduler = Scheduler(engine, max_sessions, memory_limit)
+        self.created = int(time.time())
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+    # -- requests to token ids --------------------------------------------------------------------------------
+    def prompt_ids(self, request: protocol.Request) -> list[int]:
+        """The tokens the request feeds, checked against the vocabulary and the KV cache (400s naming the field)."""
+        engine, bundle = self.engine, self.engine.bundle
+        field = "prompt" if request.kind == "completion" else "messages"
+        if request.kind == "chat":
+            try:
+                text = chat_prompt(bundle, request.messages)
+            except ValueError as e:
+                raise ApiError(f"the chat template failed on these messages: {e}", "messages",
+                               code="template_error") from None
+            ids = list(bundle.start_ids) + bundle.tokenizer.encode(text)
+        elif request.prompt_ids is not None:
+            ids = request.prompt_ids
+            bad = [t for t in ids if not 0 <= t < engine.vocab]
+            if bad:
+                raise ApiError(f"token id {bad[0]} in `prompt` is outside the vocabulary [0, {engine.vocab - 1}]",
+                               "prompt")
+        else:
+            try:
+                ids = list(bundle.start_ids) + bundle.tokenizer.encode(request.prompt)
+            except ValueError as e:
+                raise ApiError(f"`prompt`: {e}", "prompt") from None
+        if len(ids) > engine.cache_length:
+            raise ApiError(f"the {field} takes {len(ids)} tokens; the model's KV cache holds {engine.cache_length} "
+                           "(prompt and reply together)", field, code="context_length_exceeded")
+        return ids
+
+    def check(self, request: protocol.Request) -> None:
+        if request.model != self.model_name:
+            raise ApiError(f"the model {request.model!r} does not exist; this server serves {self.model_name!r}",
+                           "model", status=404, code="model_not_found")
+        if request.logprobs is not None:
+            raise ApiError("`logprobs` is not supported yet by this server", "logprobs", code="unsupported")
+        if request.response_format is not None:
+            raise ApiError(f"`response_format` of type {request.response_format.get('type')!r} is not supported "
+                           "yet by this server (only \"text\")", "response_format", code="unsupported")
+
+
+class Reply:
+    """A job's events as text: tokens decoded as a stream (a stop token ends it and is not shown, as
+    Session.generate_stream), cut at a stop string (the job is cancelled there)."""
+
+    def __init__(self, server: Server, job: Job, queue: asyncio.Queue, stops: list[str]) -> None:
+        self.job, self.queue = job, queue
+        self.stop_tokens = server.engine.bundle.stop_tokens
+        self.text = StreamDecoder(server.engine.tokenizer)
+        self.stop = StopText(stops)
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+
+    async def pieces(self, request: HttpRequest | None = None) -> AsyncIterator[str]:
+        """Text pieces until the reply ends (finish_reason set); ApiError(500) on a failure in the engine."""
+        ended = False
+        while not ended:
+            try:
+                kind, value = await asyncio.wait_for(self.queue.get(), POLL_S)
+            except asyncio.TimeoutError:
+                if request is not None and await request.is_disconnected():
+                    self.job.cancel()
+                    return
+                continue
+            if kind == "error":
+                raise ApiError(f"generation failed: {value}", None, status=500, type="server_error")
+            if kind == "end":
+                self.finish_reason = self.finish_reason or value
+                piece = self.text.flush()
+                ended = True
+            else:
+                self.completion_tokens += 1
+                if value in self.stop_tokens:
+                    continue  # the generator ends after it
+                piece = self.text.push(value)
+            out = self.stop.push(piece) if piece else ""
+            if ended:
+                out += self.stop.flush()
+            if self.stop.stopped:
+                self.job.cancel()
+                self.finish_reason = "stop"
+                ended = True
+            if out:
+                yield out
+
+
+def _error(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def build_app(server: Server) -> FastAPI:
+    """The FastAPI app serving `server` (its scheduler is closed at the app's shutdown)."""
+    app = FastAPI(title="gpuengine", docs_url=None, redoc_url=None, openapi_url=None)
+    app.router.add_event_handler("shutdown", server.close)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: HttpRequest, e: ApiError) -> JSONResponse:
+        return _error(e)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: HttpRequest, e: HTTPException) -> JSONResponse:
+        kind = "not_found" if e.status_code == 404 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {e.detail}"
+        return _error(ApiError(message, None, status=e.status_code, type=kind))
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: HttpRequest, e: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return _error(ApiError(f"internal error: {type(e).__name__}: {e}", None, status=500, type="server_error"))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": server.model_name, **server.scheduler.stats()}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": server.created,
+                                            "owned_by": "gpuengine"}]}
+
+    @app.post("/v1/completions")
+    async def completions(http: HttpRequest) -> Any:
+        request = protocol.completion(protocol.parse_json(await http.body()), server.engine.default_sampler)
+        return await answer(http, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(http: HttpRequest) -> Any:
+        request = protocol.chat(protocol.parse_json(await http.body()), server.engine.default_sampler)
+        return await answer(http, request)
+
+    async def answer(http: HttpRequest, request: protocol.Request) -> Any:
+        server.check(request)
+        ids = server.prompt_ids(request)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def sink(event: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        max_tokens = request.max_tokens or server.engine.cache_length
+        try:
+            job = server.scheduler.submit(ids, max_tokens, request.sampler, sink)
+        except Busy as e:
+            return _error(ApiError(str(e), None, status=429, type="rate_limit_error", code="server_busy"),
+                          headers={"Retry-After": str(e.retry_after)})
+        reply = Reply(server, job, queue, request.stop)
+        chat = request.kind == "chat"
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+        head = {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
+                "model": server.model_name}
+
+        def usage() -> dict[str, int]:
+            return {"prompt_tokens": len(ids), "completion_tokens": reply.completion_tokens,
+                    "total_tokens": len(ids) + reply.completion_tokens}
+
+        if not request.stream:
+            try:
+                text = "".join([p async for p in reply.pieces(http)])
+            finally:
+                job.cancel()  # nothing once the job has ended; frees the session when the client went away
+            choice: dict[str, Any] = {"index": 0, "finish_reason": reply.finish_reason, "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            return {**head, "choices": [choice], "usage": usage()}
+
+        head["object"] = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None, first: bool = False) -> str:
+            if chat:
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+                if piece:
+                    delta["content"] = piece
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+            return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                if chat:
+                    yield chunk(None, None, first=True)
+                try:
+                    async for piece in reply.pieces():
+                        yield chunk(piece, None)
+                except ApiError as e:
+                    yield f"data: {json.dumps(e.body())}\n\n"
+                else:
+                    yield chunk(None, reply.finish_reason)
+                    if request.include_usage:
+                        yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage()})}\n\n"
+                yield "data: [DONE]\n\n"
+            finally:
+                job.cancel()  # the client went away (the response task is cancelled) or the reply ended
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return app

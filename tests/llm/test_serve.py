@@ -1,0 +1,302 @@
+"""gpuengine.serve through the official `openai` client against a live uvicorn server on 127.0.0.1 (a free port,
+in a thread, shut down at the end), over the toy decoder's .litertlm bundle: /v1/completions at temperature 0 is
+`gpuengine generate --top-k 1 --no-template`'s text, streamed or not; concurrent clients each get their single-run
+text; bad requests are 4xx naming the field; 429 with Retry-After past the session limit; a client that goes away
+frees its session; many requests leave host and GPU memory where they were."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("sentencepiece")
+pytest.importorskip("litert_lm_builder.litertlm_builder")
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+try:  # the HTTP client the openai package brings (httpx2 from openai 3, httpx before)
+    import httpx2 as httpx
+except ImportError:
+    httpx = pytest.importorskip("httpx")
+
+from builders import PROMPT  # noqa: E402
+from gpuengine.tools.cli import main  # noqa: E402
+from helpers import SHARED_MODELS  # noqa: E402
+
+from gpuengine.llm import Engine  # noqa: E402
+from gpuengine.serve.app import Server, build_app  # noqa: E402
+
+TOY = SHARED_MODELS / "toy_decoder_kv.tflite"
+pytestmark = pytest.mark.skipif(not TOY.is_file(), reason=f"shared model {TOY.name} not found")
+MODEL = "toy"
+PROMPTS = [PROMPT, "Once upon a time", "Rain falls on the green hills", "Numbers like one two"]
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def server(bundle: Path) -> Server:
+    return Server(Engine(bundle), MODEL, max_sessions=4)
+
+
+@pytest.fixture(scope="module")
+def base_url(server: Server) -> Iterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not web.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        web.should_exit = True
+        thread.join(30)
+        sock.close()
+    assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> Any:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def generate_text(bundle: Path) -> dict[str, str]:
+    """`gpuengine generate --top-k 1 --no-template` for the test prompts (its own engine, in this process)."""
+    texts = {}
+    for prompt in PROMPTS:
+        out = _capture(["generate", str(bundle), "--prompt", prompt, "--top-k", "1", "--no-template",
+                        "--max-tokens", str(TOKENS)])
+        assert out.endswith("\n")
+        texts[prompt] = out[:-1]
+    return texts
+
+
+def _capture(argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(argv) == 0
+    return stdout.getvalue()
+
+
+def test_models(client: Any) -> None:
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_completion_equals_generate(client: Any, generate_text: dict[str, str]) -> None:
+    """temperature 0: the text of `gpuengine generate --top-k 1 --no-template`; streamed chunks concatenate to it;
+    usage counts the prompt (start token included) and the generated tokens."""
+    expected = generate_text[PROMPT]
+    assert len(expected) > 20
+    done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0)
+    assert done.choices[0].text == expected
+    assert done.choices[0].finish_reason == "length"
+    assert done.usage.completion_tokens == TOKENS and done.usage.prompt_tokens > 1
+    assert done.usage.total_tokens == done.usage.prompt_tokens + TOKENS
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].text for c in chunks if c.choices]
+    assert len([p for p in pieces if p]) > 3
+    assert "".join(pieces) == expected
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == TOKENS
+
+
+def test_stop_strings_cut_the_text(client: Any, generate_text: dict[str, str]) -> None:
+    expected = generate_text[PROMPT]
+    stop = expected[8:11]
+    cut = expected[:expected.find(stop)]
+    done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0, stop=[stop])
+    assert done.choices[0].text == cut and done.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0, stop=stop,
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == cut
+
+
+def test_seeded_sampling_repeats(client: Any, generate_text: dict[str, str]) -> None:
+    runs = [client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0.9, top_p=0.95,
+                                      seed=seed).choices[0].text for seed in (5, 5, 6)]
+    assert runs[0] == runs[1]
+    assert generate_text[PROMPT] not in runs  # it does sample
+
+
+def test_chat_without_template(client: Any) -> None:
+    """The toy bundle has no template: the plain fallback, an answer in OpenAI's chat format, streamed the same."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The quick brown fox"}]
+    done = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0)
+    message = done.choices[0].message
+    assert message.role == "assistant" and message.content
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == message.content
+
+
+def test_concurrent_clients_get_their_own_text(client: Any, generate_text: dict[str, str],
+                                               server: Server) -> None:
+    """4 clients at once, streaming: each gets its prompt's single-run text (the scheduler interleaves their
+    decode steps; each session owns its KV cache)."""
+    def run(prompt: str) -> str:
+        stream = client.completions.create(model=MODEL, prompt=prompt, max_tokens=TOKENS, temperature=0,
+                                           stream=True)
+        return "".join(c.choices[0].text for c in stream if c.choices)
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        texts = list(pool.map(run, PROMPTS))
+    assert texts == [generate_text[p] for p in PROMPTS]
+    assert server.scheduler.stats()["active_sessions"] == 0
+
+
+def _error(response: httpx.Response, status: int, param: str | None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param, error
+    return error
+
+
+BAD_COMPLETIONS = [
+    ({"model": MODEL, "prompt": PROMPT, "temperature": -1}, "temperature"),
+    ({"model": MODEL, "prompt": PROMPT, "top_p": 0}, "top_p"),
+    ({"model": MODEL, "prompt": PROMPT, "top_p": 1.5}, "top_p"),
+    ({"model": MODEL, "prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
+    ({"model": MODEL, "prompt": PROMPT, "max_tokens": "ten"}, "max_tokens"),
+    ({"model": MODEL, "prompt": PROMPT, "seed": -3}, "seed"),
+    ({"model": MODEL, "prompt": PROMPT, "n": 2}, "n"),
+    ({"model": MODEL, "prompt": PROMPT, "stop": [1]}, "stop"),
+    ({"model": MODEL, "prompt": ""}, "prompt"),
+    ({"model": MODEL, "prompt": [PROMPT, PROMPT]}, "prompt"),
+    ({"model": MODEL, "prompt": [5, 99999]}, "prompt"),
+    ({"model": MODEL, "prompt": "the sea " * 200}, "prompt"),  # longer than the KV cache
+    ({"prompt": PROMPT}, "model"),
+]
+
+
+def test_bad_requests_name_the_field(base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        for body, param in BAD_COMPLETIONS:
+            _error(http.post("/v1/completions", json=body), 400, param)
+        error = _error(http.post("/v1/completions", json={"model": "gpt-9", "prompt": PROMPT}), 404, "model")
+        assert error["code"] == "model_not_found"
+        error = _error(http.post("/v1/completions", content=b'{"model": "toy", "prompt": ',
+                                 headers={"content-type": "application/json"}), 400, None)
+        assert "JSON" in error["message"]
+        _error(http.post("/v1/completions", content=b"[1, 2]"), 400, None)
+        _error(http.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "hi"}, {"role": "wizard", "content": "hi"}]}), 400, "messages[1].role")
+        _error(http.post("/v1/chat/completions", json={"model": MODEL, "messages": []}), 400, "messages")
+        _error(http.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user"}]}), 400,
+               "messages[0].content")
+        _error(http.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "the sea " * 200}]}), 400, "messages")
+        _error(http.get("/v1/nothing"), 404, None)
+        assert http.get("/health").json()["status"] == "ok"  # still serving
+
+
+def test_openai_client_sees_the_error(client: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt=PROMPT, temperature=-0.5)
+    assert info.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt=PROMPT)
+
+
+def test_busy_answers_429_with_retry_after(base_url: str, server: Server) -> None:
+    """Past the session limit: 429 with Retry-After while the one session generates; served again after."""
+    scheduler = server.scheduler
+    limit = scheduler.max_sessions
+    scheduler.max_sessions = 1
+    try:
+        with httpx.Client(base_url=base_url, timeout=60) as http:
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 60, "temperature": 0, "stream": True}
+            with http.stream("POST", "/v1/completions", json=body) as first:
+                assert first.status_code == 200
+                next(first.iter_lines())
+                busy = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2})
+                error = _error(busy, 429, None)
+                assert int(busy.headers["retry-after"]) >= 1 and "session" in error["message"]
+            _wait_idle(server)
+            again = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2})
+            assert again.status_code == 200, again.text
+    finally:
+        scheduler.max_sessions = limit
+
+
+def _wait_idle(server: Server, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while server.scheduler.stats()["active_sessions"]:
+        assert time.monotonic() < deadline, "a session was not freed"
+        time.sleep(0.02)
+
+
+def test_disconnect_frees_the_session(base_url: str, server: Server, client: Any,
+                                      generate_text: dict[str, str]) -> None:
+    """A client that closes its stream after the first chunk: its session is freed (it generated far fewer than the
+    asked tokens) and the next request is served, with the right text."""
+    served = server.scheduler.stats()["served"]
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 90, "temperature": 0, "stream": True}
+        with http.stream("POST", "/v1/completions", json=body) as response:
+            line = next(response.iter_lines())
+            assert line.startswith("data: ") and json.loads(line[6:])["choices"]
+    _wait_idle(server, timeout=10)
+    assert server.scheduler.stats()["served"] == served + 1
+    done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0)
+    assert done.choices[0].text == generate_text[PROMPT]
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_many_requests_leave_memory_where_it_was(base_url: str, server: Server) -> None:
+    """200 short requests (some streamed, some abandoned): the GPU objects wgpu holds (buffers, their bytes) and
+    the process's resident memory end where they were after a warm-up."""
+    import gc
+
+    import wgpu
+
+    def gpu() -> tuple[int, int]:
+        counts = wgpu.diagnostics.object_counts.get_dict()
+        return counts["Buffer"]["count"], counts["total"].get("resource_mem", 0)
+
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3, "temperature": 0}
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        def one(k: int) -> None:
+            if k % 10 == 9:  # abandoned after the first chunk
+                with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+                    next(response.iter_lines())
+                return
+            assert http.post("/v1/completions", json={**body, "seed": k}).status_code == 200
+
+        for k in range(20):
+            one(k)
+        _wait_idle(server)
+        gc.collect()
+        before, rss_before = gpu(), _rss_bytes()
+        for k in range(200):
+            one(k)
+        _wait_idle(server)
+        gc.collect()
+        after, rss_after = gpu(), _rss_bytes()
+    assert after == before, (before, after)
+    assert rss_after - rss_before < 16 * 2**20, (rss_before, rss_after)
