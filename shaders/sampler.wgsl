@@ -4,7 +4,8 @@
 // writes: the token (exact f32) where the next decode step's `tokens` input reads it, the position advanced by
 // one, the token appended to the history the host reads back, the step counter advanced.
 // state (u32): [0] step, [1] seed, [2] top_k, [3] top_p (f32 bits), [4] temperature (f32 bits),
-//              [HISTORY + s] the token of step s.
+//              [5] the token and [6] the position written for the next step (f32 bits: copied back into
+//              `tokens` / `position` when this loop resumes after another session's), [HISTORY + s] the token of step s.
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> tokens: array<f32>;
@@ -107,8 +108,11 @@ fn main(@builtin(local_invocation_index) lane: u32) {
             }
         }
     }
+    let next_position = position[0] + 1.0;
     tokens[0] = f32(choice);
-    position[0] = position[0] + 1.0;
+    position[0] = next_position;
+    state[5] = bitcast<u32>(f32(choice));
+    state[6] = bitcast<u32>(next_position);
     if (HISTORY + step < arrayLength(&state)) {
         state[HISTORY + step] = choice;
     }

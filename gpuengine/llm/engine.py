@@ -4,9 +4,15 @@ across turns, generate() / generate_stream(), and the two decode loops.
 The model is driven only through the Interpreter's public API: signature runners, their GPU buffers
 (output_buffer / input_buffer / set_input_buffer) and SignatureRunner.submit(after=...).
 
-State: the KV cache lives in the decode signature's output buffers. Decode reads its own outputs (each step's
-inputs are the last step's outputs, copied on the GPU); a prefill signature reads those buffers and its outputs
-are copied back into them on the GPU. As LiteRT-LM does, a prompt's tokens but the last go through the
+State: the KV cache being decoded lives in the decode signature's output buffers (written in place). Decode reads
+its own outputs; a prefill signature reads those buffers and its outputs are copied back into them on the GPU.
+Each Session owns GPU buffers of the same sizes (its KV cache, its token and position, its sampler's state and
+staging ring): Engine.activate(session) swaps sessions on the GPU, one command buffer of copies (the owner's cache
+out to its buffers, the session's in) queued before the session's next submission, so generators of several
+sessions stepped in any order each get the tokens they get alone. Swapping copies rather than binding each
+session's buffers to decode: the decode program's bind groups stay the ones made at allocation.
+
+As LiteRT-LM does, a prompt's tokens but the last go through the
 `prefill_N` signatures (chunks whose N positions fit in the cache; the rest one by one through `decode`) and the
 last one is the first decode step's input, whose logits give the first generated token.
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,13 +39,15 @@ import numpy as np
 
 from ..errors import ModelError
 from ..lowering.kernels import sampler as sampler_kernel
-from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer, wait_unread
+from ..runtime.added_dispatch import read_words, readback_buffer, state_buffer
+from ..runtime.device import WorkDone
 from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
 from .tokenizer import StreamDecoder
 
 PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
 LOOPS = ("auto", "gpu", "host")
+STAGING_BYTES = 16  # one readback buffer of a session's GPU-loop ring (4 bytes read: its token)
 
 
 @dataclass
@@ -137,11 +146,11 @@ class Engine:
         self.loop = "gpu" if want_gpu and self.gpu_loop_reason is None else "host"
         if loop == "gpu" and self.gpu_loop_reason is not None:
             raise ValueError(f"the GPU decode loop is not available for this model: {self.gpu_loop_reason}")
-        self._sampler_kernel: Any = None
-        self._staging: list[Any] = []
         self.stats = LoopStats()
         self.timing = Timing()
-        self.owner: Session | None = None  # the session whose tokens the KV cache holds
+        self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
+        self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
+        self.switches = 0  # session swaps on the GPU (activate)
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
@@ -240,19 +249,19 @@ class Engine:
             self._host_cache = {n: np.zeros(d["shape"], d["dtype"])
                                 for n, d in decode.get_input_details().items() if n in self.cache_names}
         self.gpu_loop_reason: str | None = None
-        self._token_buffer = self._position_buffer = None
+        self.token_buffer = self.position_buffer = None
         if not self.kv_on_gpu:
             self.gpu_loop_reason = "the KV cache is read by a CPU partition"
         else:
             try:
-                self._token_buffer = decode.input_buffer("tokens").buffer
-                self._position_buffer = decode.input_buffer("input_pos").buffer
+                self.token_buffer = decode.input_buffer("tokens").buffer
+                self.position_buffer = decode.input_buffer("input_pos").buffer
             except ValueError as e:
                 self.gpu_loop_reason = f"`tokens` / `input_pos` of decode are not GPU inputs ({e})"
             compiled = decode.compiled
             if len(compiled.programs) != 1 or compiled.gpu is None:
                 self.gpu_loop_reason = "decode is not one GPU program (it has CPU partitions)"
-        if self._token_buffer is not None:
+        if self.token_buffer is not None:
             self._feed(0, 0, read=True)  # fixes decode's readback set once (a later change would re-record)
 
     @property
@@ -266,12 +275,12 @@ class Engine:
 
     # -- feeding the model ------------------------------------------------------------------------------------
     def _write_step(self, token: int, position: int) -> None:
-        self.gpu.write(self._token_buffer, 0, np.array([token], np.float32))
-        self.gpu.write(self._position_buffer, 0, np.array([position], np.float32))
+        self.gpu.write(self.token_buffer, 0, np.array([token], np.float32))
+        self.gpu.write(self.position_buffer, 0, np.array([position], np.float32))
 
     def _feed(self, token: int, position: int, read: bool) -> np.ndarray | None:
         """One decode step with this token at this position; its logits when read."""
-        if self._token_buffer is not None:
+        if self.token_buffer is not None:
             self._write_step(token, position)
             if read:
                 return self.decode.run({}, outputs=["logits"])["logits"].reshape(-1)
@@ -284,8 +293,10 @@ class Engine:
             return out["logits"].reshape(-1)
         return self.decode.run(feeds, outputs=["logits"])["logits"].reshape(-1)
 
-    def prefill(self, ids: list[int], start: int) -> None:
-        """Write the KV cache of `ids` at positions start..: prefill chunks that fit, the rest through decode."""
+    def prefill(self, session: Session, ids: list[int], start: int) -> None:
+        """Write `session`'s KV cache of `ids` at positions start..: prefill chunks that fit, the rest through
+        decode."""
+        self.activate(session)
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
             if n == 0:  # no prefill signature fits here: one token through decode
@@ -309,11 +320,94 @@ class Engine:
         self.gpu.copy([(runner.output_buffer(name).buffer, self.decode.output_buffer(name).buffer)
                        for name in self.cache_names])
 
+    # -- sessions' state on the GPU ---------------------------------------------------------------------------
+    @property
+    def owner(self) -> Session | None:
+        """The session whose KV cache decode's buffers hold now (None before any, or once it is closed)."""
+        return self._owner() if self._owner is not None else None
+
+    def cache_buffers(self) -> dict[str, Any]:
+        """Decode's KV-cache buffers by input name: where the active session's cache is decoded (in place)."""
+        return {name: self.decode.output_buffer(name).buffer for name in self.cache_names}
+
+    def session_memory_bytes(self, loop: str | None = None) -> int:
+        """GPU bytes a new session allocates (its KV cache, token and position, and in the GPU loop its sampler's
+        state and staging ring): what a server counts against its memory limit before opening one."""
+        if not self.kv_on_gpu:
+            return 0
+        total = sum(int(b.size) for b in self.cache_buffers().values())
+        if (loop or self.loop) == "gpu":
+            total += (sampler_kernel.HISTORY + self.cache_length + 1) * 4 + STAGING_BYTES * (self.steps_ahead + 1)
+        return total
+
+    def sessions_memory_bytes(self) -> int:
+        """GPU bytes the live sessions hold together (Session.memory_bytes summed)."""
+        return sum(s.memory_bytes() for s in list(self.sessions))
+
+    def activate(self, session: Session) -> bool:
+        """Make `session`'s KV cache the one decode and prefill work on: one command buffer queued on the GPU
+        copies the current owner's cache out to its buffers and `session`'s in (nothing to copy in for a session
+        that has no state yet). Steps the owner has in flight run first: the queue keeps order. True when it
+        swapped (decode's token and position inputs then hold another session's: the caller writes its own)."""
+        if self.owner is session:
+            return False
+        if session.closed:
+            raise RuntimeError("this session is closed; create another one")
+        owner = self.owner
+        self._owner = weakref.ref(session)
+        self.switches += 1
+        if not self.kv_on_gpu:
+            if owner is not None:
+                owner.host_cache = self._host_cache
+            self._host_cache = session.host_cache or {n: np.zeros_like(v) for n, v in self._host_cache.items()}
+            return True
+        working = self.cache_buffers()
+        encoder = self.device.create_command_encoder()
+        copies = 0
+        if owner is not None and not owner.closed:
+            for name, buffer in working.items():
+                encoder.copy_buffer_to_buffer(buffer, 0, owner.kv[name], 0, buffer.size)
+            owner.saved = True
+            copies += 1
+        if session.saved:
+            for name, buffer in working.items():
+                encoder.copy_buffer_to_buffer(session.kv[name], 0, buffer, 0, buffer.size)
+            session.saved = False
+            copies += 1
+        if copies:
+            self.device.queue.submit([encoder.finish()])
+        return True
+
+    def clone_state(self, source: Session, target: Session) -> None:
+        """Copy `source`'s KV cache into `target`'s buffers on the GPU: from decode's buffers when `source` is
+        active, else from its own (nothing when it has written none yet)."""
+        if not self.kv_on_gpu:
+            cache = self._host_cache if self.owner is source else source.host_cache
+            target.host_cache = {n: v.copy() for n, v in cache.items()} if cache else None
+            return
+        if self.owner is source:
+            pairs = [(buffer, target.kv[name]) for name, buffer in self.cache_buffers().items()]
+        elif source.saved:
+            pairs = [(buffer, target.kv[name]) for name, buffer in source.kv.items()]
+        else:
+            return
+        self.gpu.copy(pairs)
+        target.saved = True
+
+    def release(self, session: Session) -> None:
+        """Forget `session` (closed): it stops being the owner; its buffers go once the GPU is done with them."""
+        if self.owner is session:
+            self._owner = None
+        self.sessions.discard(session)
+
     # -- the two decode loops -----------------------------------------------------------------------------------
-    def host_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
-                   stop: set[int]) -> Iterator[int]:
+    def host_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
+                  step0: int, stop: set[int]) -> Iterator[int]:
         stats = self.stats = LoopStats(loop="host")
         for k in range(count):
+            if session.closed:
+                return
+            self.activate(session)
             logits = self._feed(token, position + k, read=True)
             stats.steps += 1
             stats.reads += 1
@@ -325,49 +419,46 @@ class Engine:
             if token in stop:
                 return
 
-    def _ensure_sampler(self) -> DecodeSampler:
-        if self._sampler_kernel is None:
-            logits = self.decode.output_buffer("logits").buffer
-            self._sampler_kernel = DecodeSampler(self.decode.compiled, self.vocab, logits, self._token_buffer,
-                                                 self._position_buffer, self.cache_length + 1)
-            self._staging = [readback_buffer(self.gpu, 16) for _ in range(self.steps_ahead + 1)]
-        return self._sampler_kernel
-
-    def gpu_loop(self, token: int, position: int, count: int, config: SamplerConfig, step0: int,
-                  stop: set[int]) -> Iterator[int]:
-        sampler = self._ensure_sampler()
+    def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
+                 step0: int, stop: set[int]) -> Iterator[int]:
+        """Steps of `session` on the GPU, `steps_ahead` in flight; other sessions' generators may run between
+        two of its tokens (each submission is preceded by activate, queued in order). Steps past a stop token or
+        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it."""
+        sampler, staging_ring = session.gpu_sampler()
         stats = self.stats = LoopStats(loop="gpu")
+        self.activate(session)
         self._write_step(token, position)
         temperature = 0.0 if config.greedy else config.temperature
         sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0)
         pending: deque[tuple[int, Any]] = deque()
         submitted = 0
-        ring = len(self._staging)
-        try:
-            while True:
-                while submitted < count and len(pending) < self.steps_ahead:
-                    staging = self._staging[submitted % ring]
-                    self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
-                    pending.append((submitted, staging))
-                    submitted += 1
-                    stats.steps += 1
-                    stats.max_in_flight = max(stats.max_in_flight, len(pending))
-                if not pending:
-                    return
-                _, staging = pending.popleft()
-                token = int(read_words(staging)[0])
-                stats.reads += 1
-                stats.bytes_read += 4
-                yield token
-                if token in stop:
-                    return
-        finally:
-            for _, staging in pending:  # steps past a stop token: finished, not read
-                wait_unread(staging)
+        ring = len(staging_ring)
+        while not session.closed:  # close() ends an open stream
+            while submitted < count and len(pending) < self.steps_ahead:
+                staging = staging_ring[submitted % ring]
+                if self.activate(session) and submitted:  # another session's steps wrote token and position
+                    sampler.restore_step(self.token_buffer, self.position_buffer)
+                self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
+                pending.append((submitted, staging))
+                submitted += 1
+                stats.steps += 1
+                stats.max_in_flight = max(stats.max_in_flight, len(pending))
+            if not pending:
+                return
+            _, staging = pending.popleft()
+            token = int(read_words(staging)[0])
+            stats.reads += 1
+            stats.bytes_read += 4
+            yield token
+            if token in stop:
+                return
 
     def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
                        loop: str | None = None) -> Session:
-        return Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
+        """A new session with a KV cache of its own (session_memory_bytes on the GPU, until Session.close)."""
+        session = Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
+        self.sessions.add(session)
+        return session
 
     def gpu_memory_bytes(self) -> int:
         """GPU memory the signatures' programs hold: planned tensors, boundary buffers, weights (shared ones once)."""
@@ -399,6 +490,14 @@ class DecodeSampler:
         self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature))
         self.gpu.write(self.state, 0, np.array([step], np.uint32))
 
+    def restore_step(self, tokens: Any, position: Any) -> None:
+        """Copy the token and position this sampler last wrote for the next step (its state's NEXT_* words) back
+        to decode's inputs, on the GPU: the session resumes after another session's steps wrote there."""
+        encoder = self.gpu.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_TOKEN * 4, tokens, 0, 4)
+        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_POSITION * 4, position, 0, 4)
+        self.gpu.device.queue.submit([encoder.finish()])
+
     def command(self, step: int, staging: Any) -> Any:
         """The sampler's dispatch, then the copy of step `step`'s token to `staging`: a command buffer to submit
         after a decode step."""
@@ -407,7 +506,9 @@ class DecodeSampler:
 
 
 class Session:
-    """One conversation: the KV cache carries over from turn to turn (position, the last sampled token)."""
+    """One conversation with a KV cache of its own on the GPU: the cache carries over from turn to turn (position,
+    the last sampled token), other sessions of the engine may generate between two of its tokens, clone() copies
+    it on the GPU, close() frees it. One reply at a time per session."""
 
     def __init__(self, engine: Engine, sampler: SamplerConfig, apply_prompt_template: bool, loop: str) -> None:
         if loop not in ("gpu", "host"):
@@ -422,6 +523,74 @@ class Session:
         # why the last reply ended: "stop" (a stop token or sequence), "length" (max_tokens), "cache_full" (the KV
         # cache's last position came before max_tokens), None while a reply is being generated or before any
         self.finish_reason: str | None = None
+        self.closed = False
+        self.generating = False  # a reply's generator has started and not finished or been closed
+        # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
+        self.saved = False
+        self.host_cache: dict[str, np.ndarray] | None = None  # the same where the cache goes through the host
+        self.kv: dict[str, Any] = {}
+        if engine.kv_on_gpu:
+            self.kv = {name: state_buffer(engine.gpu, int(b.size)) for name, b in engine.cache_buffers().items()}
+        self._sampler: DecodeSampler | None = None
+        self._staging: list[Any] = []
+        if loop == "gpu":
+            self.gpu_sampler()
+
+    def gpu_sampler(self) -> tuple[DecodeSampler, list[Any]]:
+        """This session's GPU sampler (its state buffer and bind group, made once) and staging ring."""
+        if self._sampler is None:
+            engine = self.engine
+            logits = engine.decode.output_buffer("logits").buffer
+            self._sampler = DecodeSampler(engine.decode.compiled, engine.vocab, logits, engine.token_buffer,
+                                          engine.position_buffer, engine.cache_length + 1)
+            self._staging = [readback_buffer(engine.gpu, STAGING_BYTES) for _ in range(engine.steps_ahead + 1)]
+        return self._sampler, self._staging
+
+    def buffers(self) -> list[Any]:
+        """The GPU buffers this session owns."""
+        own = [*self.kv.values(), *self._staging]
+        return own + ([self._sampler.state] if self._sampler is not None else [])
+
+    def memory_bytes(self) -> int:
+        """GPU bytes this session holds (0 once closed)."""
+        return sum(int(b.size) for b in self.buffers())
+
+    def clone(self) -> Session:
+        """A new session with this one's KV cache, history and sampler counter, copied on the GPU (a shared
+        prefix prefilled once, continued independently). Between replies only."""
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is generating a reply: clone it before or after, not during")
+        twin = self.engine.create_session(apply_prompt_template=self.apply_prompt_template,
+                                          sampler_config=self.sampler, loop=self.loop)
+        twin.position, twin.pending, twin.steps = self.position, list(self.pending), self.steps
+        twin.history, twin.finish_reason = list(self.history), self.finish_reason
+        self.engine.clone_state(self, twin)
+        return twin
+
+    def close(self) -> None:
+        """Free this session's GPU memory; an open stream of it ends. Idempotent; the session is unusable after."""
+        if self.closed:
+            return
+        self.closed = True
+        engine = self.engine
+        engine.release(self)
+        buffers = self.buffers()
+        self.kv, self._staging, self._sampler, self.host_cache = {}, [], None, None
+        if buffers:
+            WorkDone(engine.gpu).wait(10.0)  # work queued on them (steps in flight, copies) finishes first
+            for buffer in buffers:
+                buffer.destroy()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise RuntimeError("this session is closed; create another one")
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The tokens a prompt adds: the start token first in a session (also without the template, as LiteRT-LM's
@@ -442,6 +611,7 @@ class Session:
         (checked here, before anything is fed: ValueError for an id outside the vocabulary or a prompt over the
         cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full"."""
         engine = self.engine
+        self._check_usable()
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         new = [int(t) if isinstance(t, (int, np.integer)) else t for t in ids]
@@ -459,15 +629,22 @@ class Session:
         return self._generate(ids, new, max_tokens, sampler or self.sampler)
 
     def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is already generating a reply: read its stream to the end or close() "
+                               "it first (one reply at a time per session; other sessions may generate meanwhile)")
+        self.generating = True
+        try:
+            yield from self._reply(ids, new, max_tokens, config)
+        finally:
+            self.generating = False
+
+    def _reply(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
         engine = self.engine
         stop = engine.bundle.stop_tokens
         sequences = [list(seq) for seq in engine.bundle.stop_ids if len(seq) > 1]
         start = time.perf_counter()
-        if engine.owner is not self and self.position:
-            # another session used the engine's KV cache since: write this session's tokens back first
-            engine.prefill(self.history[:self.position], 0)
-        engine.owner = self
-        engine.prefill([int(t) for t in ids[:-1]], self.position)
+        engine.prefill(self, [int(t) for t in ids[:-1]], self.position)
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
         loop = engine.gpu_loop if self.loop == "gpu" else engine.host_loop
@@ -478,7 +655,7 @@ class Session:
         timing = engine.timing = Timing(prefill_tokens=len(ids))
         first_at = None
         self.finish_reason = None
-        for token in loop(int(ids[-1]), first_position, count, config, self.steps, stop):
+        for token in loop(self, int(ids[-1]), first_position, count, config, self.steps, stop):
             now = time.perf_counter()
             if first_at is None:
                 first_at = now

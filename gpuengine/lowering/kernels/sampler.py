@@ -16,7 +16,7 @@ from .. import codegen
 MAX_TOP_K = 64  # candidates the GPU sampler keeps (rounds of a workgroup argmax); top-p works within them
 LANES = 256
 HISTORY = 8  # the state buffer's header (u32 words) before the token history
-STEP, SEED, TOP_K, TOP_P, TEMPERATURE = range(5)
+STEP, SEED, TOP_K, TOP_P, TEMPERATURE, NEXT_TOKEN, NEXT_POSITION = range(7)  # header words (NEXT_*: f32 bits)
 
 
 def source(vocab: int) -> str:
