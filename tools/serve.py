@@ -41,7 +41,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise BadInput(f"--port must be in [0, 65535], got {args.port}")
     engine = open_engine(args, bundle=open_bundle(args))
     try:
-        server = Server(engine, args.model_name or model_name(args.model), args.max_sessions, args.memory_limit)
+        server = Server(engine, args.model_name or model_name(args.model), args.max_sessions, args.memory_limit,
+                        args.quantum)
     except ValueError as e:
         raise BadInput(str(e)) from None
     s = server.scheduler
@@ -69,6 +70,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="GPU memory the sessions' KV caches may take together (512MiB, 2GB, bytes); fewer "
                         "sessions than --max-sessions where it says so")
+    p.add_argument("--quantum", type=int, default=1, help="tokens a session generates per turn of the scheduler "
+                                                          "(default 1; more: fewer KV-cache swaps, later turns)")
     p.add_argument("--steps-ahead", type=int, default=4, help="decode steps in flight in the GPU loop")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level")

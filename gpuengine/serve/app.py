@@ -36,9 +36,10 @@ POLL_S = 0.5  # how often a waiting non-streamed request checks that its client 
 class Server:
     """What the app serves: the engine under its scheduler, and the name clients give as `model`."""
 
-    def __init__(self, engine: Any, model_name: str, max_sessions: int = 8, memory_limit: int | None = None) -> None:
+    def __init__(self, engine: Any, model_name: str, max_sessions: int = 8, memory_limit: int | None = None,
+                 quantum: int = 1) -> None:
         self.engine, self.model_name = engine, model_name
-        self.scheduler = Scheduler(engine, max_sessions, memory_limit)
+        self.scheduler = Scheduler(engine, max_sessions, memory_limit, quantum)
         self.created = int(time.time())
 
     def close(self) -> None:
@@ -100,30 +101,32 @@ class Reply:
         ended = False
         while not ended:
             try:
-                kind, value = await asyncio.wait_for(self.queue.get(), POLL_S)
+                events = [await asyncio.wait_for(self.queue.get(), POLL_S)]
             except asyncio.TimeoutError:
                 if request is not None and await request.is_disconnected():
                     self.job.cancel()
                     return
                 continue
-            if kind == "error":
-                raise ApiError(f"generation failed: {value}", None, status=500, type="server_error")
-            if kind == "end":
-                self.finish_reason = self.finish_reason or value
-                piece = self.text.flush()
-                ended = True
-            else:
-                self.completion_tokens += 1
-                if value in self.stop_tokens:
-                    continue  # the generator ends after it
-                piece = self.text.push(value)
-            out = self.stop.push(piece) if piece else ""
-            if ended:
-                out += self.stop.flush()
-            if self.stop.stopped:
-                self.job.cancel()
-                self.finish_reason = "stop"
-                ended = True
+            while not self.queue.empty():  # the tokens that came meanwhile go out as one piece (a busy server)
+                events.append(self.queue.get_nowait())
+            out = ""
+            for kind, value in events:
+                if kind == "error":
+                    raise ApiError(f"generation failed: {value}", None, status=500, type="server_error")
+                if kind == "end":
+                    self.finish_reason = self.finish_reason or value
+                    out += self.stop.push(self.text.flush()) + self.stop.flush()
+                    ended = True
+                else:
+                    self.completion_tokens += 1
+                    if value not in self.stop_tokens:  # a stop token ends the reply (the end event follows)
+                        out += self.stop.push(self.text.push(value))
+                if self.stop.stopped:
+                    self.job.cancel()
+                    self.finish_reason = "stop"
+                    ended = True
+                if ended:
+                    break
             if out:
                 yield out
 

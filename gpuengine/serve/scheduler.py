@@ -1,6 +1,7 @@
 """One engine, many requests: a single worker thread owns the engine (and so the GPU) and steps the live
-sessions' decode loops in turn, one token each per round, so that no request waits for another to finish. A new
-request's prefill (the first step of its generator) runs between two rounds, before the others' next steps.
+sessions' decode loops in turn, `quantum` tokens each per turn (1 by default), so that no request waits for another
+to finish. A new request's prefill and first token (the first step of its generator) run as soon as the current
+turn ends, before the other sessions' next turns.
 
 Admission is decided when a request arrives, never by running out of memory: each session costs the bytes
 `session_bytes` reports (its KV cache); past `max_sessions` live sessions, or past `memory_limit` bytes of them,
@@ -70,9 +71,11 @@ class Job:
 class Scheduler:
     """The worker thread and its admission control (see the module docstring)."""
 
-    def __init__(self, engine: Any, max_sessions: int = 8, memory_limit: int | None = None) -> None:
-        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-            raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
+    def __init__(self, engine: Any, max_sessions: int = 8, memory_limit: int | None = None, quantum: int = 1) -> None:
+        for name, value in (("max_sessions", max_sessions), ("quantum", quantum)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.quantum = quantum  # tokens a session generates per turn (more: fewer swaps of the KV cache)
         self.engine = engine
         self.session_bytes = session_bytes(engine)
         self.memory_limit = memory_limit
@@ -120,11 +123,19 @@ class Scheduler:
         self._thread.join(timeout)
 
     def stats(self) -> dict[str, Any]:
+        """Sessions, limits, requests served, and the GPU objects wgpu holds now (buffers and their bytes: what a
+        leak would grow)."""
+        import wgpu
+
+        counts = wgpu.diagnostics.object_counts.get_dict()
         return {"active_sessions": self._admitted, "max_sessions": self.max_sessions,
-                "session_bytes": self.session_bytes, "memory_limit": self.memory_limit, "served": self.served}
+                "session_bytes": self.session_bytes, "memory_limit": self.memory_limit, "quantum": self.quantum,
+                "served": self.served, "gpu_buffers": counts["Buffer"]["count"],
+                "gpu_bytes": counts["total"].get("resource_mem", 0)}
 
     # -- the worker -------------------------------------------------------------------------------------------
     def _run(self) -> None:
+        jobs: list[Job] = []
         while True:
             with self._lock:
                 while not self._inbox and not self._live and not self._closing:
@@ -133,20 +144,32 @@ class Scheduler:
                     jobs, self._inbox = [*self._inbox, *self._live], []
                     self._live = []
                     break
-                new, self._inbox = self._inbox, []
-            # a new request first: its prefill and first token between two rounds of the others
-            for job in [*new, *self._live]:
-                self._step(job, fresh=job in new)
+            for job in list(self._live):  # one round: each live session's turn
+                self._admit()
+                if job in self._live:
+                    self._turn(job)
+            self._admit()
         for job in jobs:
             self._finish(job, ("error", "the server is shutting down"))
 
-    def _step(self, job: Job, fresh: bool) -> None:
-        """One token of this job (its prefill and first token when fresh), or its end."""
-        if fresh:
+    def _admit(self) -> None:
+        """New requests' prefill and first token now, between two sessions' turns (not after a whole round)."""
+        with self._lock:
+            new, self._inbox = self._inbox, []
+        for job in new:
             self._live.append(job)
+            self._turn(job)
+
+    def _turn(self, job: Job) -> None:
+        for _ in range(self.quantum):
+            if not self._step(job):
+                return
+
+    def _step(self, job: Job) -> bool:
+        """One token of this job (its prefill and first token at first), or its end: False once it ended."""
         if job.cancelled.is_set():
             self._finish(job, None)
-            return
+            return False
         try:
             if job.tokens is None:
                 job.session = self.engine.create_session(apply_prompt_template=False, sampler_config=job.sampler)
@@ -155,14 +178,16 @@ class Scheduler:
         except StopIteration:
             reason = job.session.finish_reason
             self._finish(job, ("end", "length" if reason in ("length", "cache_full") else "stop"))
-            return
+            return False
         except Exception as e:  # a request's failure must not stop the server
             log.exception("request failed")
             self._finish(job, ("error", f"{type(e).__name__}: {e}"))
-            return
+            return False
         job.generated += 1
         if not self._emit(job, ("token", token)):
             self._finish(job, None)
+            return False
+        return True
 
     def _emit(self, job: Job, event: Event) -> bool:
         try:
