@@ -218,24 +218,95 @@ def test_openai_client_sees_the_error(client: Any) -> None:
 
 
 def test_busy_answers_429_with_retry_after(base_url: str, server: Server) -> None:
-    """Past the session limit: 429 with Retry-After while the one session generates; served again after."""
+    """No session free: 429 with Retry-After and OpenAI's error body; served again once there is room."""
     scheduler = server.scheduler
     limit = scheduler.max_sessions
-    scheduler.max_sessions = 1
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2}
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        scheduler.max_sessions = 0
+        try:
+            busy = http.post("/v1/completions", json=body)
+            streamed = http.post("/v1/completions", json={**body, "stream": True})
+        finally:
+            scheduler.max_sessions = limit
+        for response in (busy, streamed):
+            error = _error(response, 429, None)
+            assert int(response.headers["retry-after"]) >= 1 and "session" in error["message"]
+        again = http.post("/v1/completions", json=body)
+        assert again.status_code == 200, again.text
+
+
+class Gate:
+    """A sink that holds the scheduler's worker at a job's first token until released (the test decides what
+    is queued meanwhile), and records every job's events in the order the worker sent them."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.events: list[tuple[int, str, Any]] = []
+        self.ended = threading.Semaphore(0)
+
+    def sink(self, k: int, hold: bool = False) -> Any:
+        def put(event: tuple[str, Any]) -> None:
+            self.events.append((k, *event))
+            if hold:
+                assert self.release.wait(30)
+            if event[0] != "token":
+                self.ended.release()
+        return put
+
+
+def test_scheduler_interleaves_sessions(server: Server) -> None:
+    """4 jobs queued while the worker is held: their tokens come in turns (no job waits for another to finish) and
+    each job's greedy tokens are the ones it gets alone."""
+    from gpuengine.llm import SamplerConfig
+
+    engine, scheduler = server.engine, server.scheduler
+    ids = [[*engine.bundle.start_ids, *engine.tokenizer.encode(p)] for p in PROMPTS]
+    alone = []
+    for prompt in ids:
+        with engine.create_session(apply_prompt_template=False) as session:
+            alone.append(list(session.generate_tokens(prompt, 12, SamplerConfig())))
+    gate = Gate()
+    scheduler.submit(ids[0], 12, SamplerConfig(), gate.sink(0, hold=True))
+    for k in range(1, 4):
+        scheduler.submit(ids[k], 12, SamplerConfig(), gate.sink(k))
+    gate.release.set()
+    for _ in ids:
+        assert gate.ended.acquire(timeout=60)
+    got = [[v for j, kind, v in gate.events if j == k and kind == "token"] for k in range(4)]
+    assert got == alone
+    order = [j for j, kind, _ in gate.events if kind == "token"]
+    first_end = min(max(i for i, j in enumerate(order) if j == k) for k in range(4))
+    assert set(order[:first_end]) == {0, 1, 2, 3}  # all four generated before any finished
+    assert [kind for _, kind, _ in gate.events if kind != "token"] == ["end"] * 4
+
+
+def test_memory_limit_counts_sessions(server: Server) -> None:
+    """--memory-limit: as many sessions as their reported bytes fit; the next one is Busy (429), not an
+    out-of-memory; a limit below one session is refused."""
+    from gpuengine.llm import SamplerConfig
+    from gpuengine.serve.scheduler import Busy, Scheduler
+
+    engine = server.engine
+    cost = engine.session_memory_bytes()
+    assert cost > 0 and server.scheduler.session_bytes == cost
+    with pytest.raises(ValueError, match="less than one session"):
+        Scheduler(engine, memory_limit=cost - 1)
+    limited = Scheduler(engine, max_sessions=8, memory_limit=int(2.5 * cost))
     try:
-        with httpx.Client(base_url=base_url, timeout=60) as http:
-            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 60, "temperature": 0, "stream": True}
-            with http.stream("POST", "/v1/completions", json=body) as first:
-                assert first.status_code == 200
-                next(first.iter_lines())
-                busy = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2})
-                error = _error(busy, 429, None)
-                assert int(busy.headers["retry-after"]) >= 1 and "session" in error["message"]
-            _wait_idle(server)
-            again = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2})
-            assert again.status_code == 200, again.text
+        assert limited.max_sessions == 2
+        ids = [*engine.bundle.start_ids, *engine.tokenizer.encode(PROMPT)]
+        gate = Gate()
+        limited.submit(ids, 4, SamplerConfig(), gate.sink(0, hold=True))
+        limited.submit(ids, 4, SamplerConfig(), gate.sink(1))
+        with pytest.raises(Busy, match="2 sessions"):
+            limited.submit(ids, 4, SamplerConfig(), gate.sink(2))
+        gate.release.set()
+        for _ in range(2):
+            assert gate.ended.acquire(timeout=60)
+        assert limited.stats()["active_sessions"] == 0
     finally:
-        scheduler.max_sessions = limit
+        limited.close()
 
 
 def _wait_idle(server: Server, timeout: float = 30) -> None:
