@@ -253,25 +253,36 @@ def bnth_cache(data: bytes) -> bytes:
 
 
 def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
-                 templates: bool = False, hf: bool = False) -> Path:
-    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer and LlmMetadata, with litert-lm-builder."""
+                 templates: bool | dict[str, tuple[str, str]] = False, hf: bool = False, jinja: str = "",
+                 name: str = "toy", sentencepiece: bytes | None = None) -> Path:
+    """A .litertlm of `model`, a 150-piece SentencePiece tokenizer (or the serialized `sentencepiece` model) and
+    LlmMetadata, with litert-lm-builder; templates: True for user/model prefix-suffix affixes, or {role: (prefix,
+    suffix)}; jinja: a Jinja chat template (LlmMetadata.jinja_prompt_template)."""
     import sentencepiece as spm
     from litert_lm_builder import litertlm_builder as builder
     from litert_lm_builder.runtime.proto import llm_metadata_pb2
 
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(TOKENIZER_TEXT.splitlines() * 4), model_writer=proto,
-                                   vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+    if sentencepiece is None:
+        proto = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(TOKENIZER_TEXT.splitlines() * 4), model_writer=proto,
+                                       vocab_size=150, model_type="bpe", character_coverage=1.0, minloglevel=2)
+        sentencepiece = proto.getvalue()
     tok = directory / "tokenizer.model"
-    tok.write_bytes(proto.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    tok.write_bytes(sentencepiece)
+    sp = spm.SentencePieceProcessor(model_proto=sentencepiece)
     md = llm_metadata_pb2.LlmMetadata()
     md.start_token.token_ids.ids.append(sp.bos_id())
     md.stop_tokens.add().token_ids.ids.append(sp.eos_id() if stop is None else stop)
     md.max_num_tokens = max_tokens
-    if templates:
+    if templates is True:
         md.prompt_templates.user.prefix, md.prompt_templates.user.suffix = "user: ", "\n"
         md.prompt_templates.model.prefix = "model: "
+    elif templates:
+        for role, (prefix, suffix) in templates.items():
+            affixes = getattr(md.prompt_templates, role)
+            affixes.prefix, affixes.suffix = prefix, suffix
+    if jinja:
+        md.jinja_prompt_template = jinja
     meta = directory / "metadata.pb"
     meta.write_bytes(md.SerializeToString())
     b = builder.LitertLmFileBuilder()
@@ -288,7 +299,7 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     else:
         b.add_sentencepiece_tokenizer(str(tok))
     b.add_tflite_model(str(model), builder.TfLiteModelType.PREFILL_DECODE)
-    out = directory / "toy.litertlm"
+    out = directory / f"{name}.litertlm"
     with open(out, "wb") as f:
         b.build(f)
     return out

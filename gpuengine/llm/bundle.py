@@ -50,6 +50,9 @@ class Bundle:
     max_num_tokens: int = 0
     templates: dict[str, PromptTemplate] = field(default_factory=dict)
     sampler: dict[str, Any] = field(default_factory=dict)  # top_k, top_p, temperature, seed from the metadata
+    # a Jinja chat template: LlmMetadata.jinja_prompt_template, or `chat_template` of the Hugging Face
+    # tokenizer_config.json beside a tokenizer.json given as the tokenizer file (chat.py renders it)
+    chat_template: str = ""
     sections: list[str] = field(default_factory=list)
 
     @property
@@ -116,7 +119,7 @@ def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = N
                              "model's vocabulary size: python -m gpuengine.llm.make_tokenizer --vocab N OUT.model)")
         tok = read_tokenizer(tokenizer)
         return Bundle(model=path.read_bytes(), tokenizer=tok, source=str(path),
-                      sections=["TFLiteModel", "tokenizer file"],
+                      chat_template=hf_chat_template(tokenizer), sections=["TFLiteModel", "tokenizer file"],
                       start_ids=[tok.bos_id] if tok.bos_id is not None else [],
                       stop_ids=[[tok.eos_id]] if tok.eos_id is not None else [])
     elif head.startswith(b"LITERT") or head.startswith(b"LITE"):
@@ -125,7 +128,28 @@ def open_bundle(path: str | os.PathLike, tokenizer: str | os.PathLike | None = N
         raise ModelError(f"{path}: not a .litertlm bundle, a .task zip or a .tflite model (starts with {head!r})")
     if tokenizer is not None:
         bundle.tokenizer = read_tokenizer(tokenizer)
+        bundle.chat_template = hf_chat_template(tokenizer) or bundle.chat_template
     return bundle
+
+
+def hf_chat_template(tokenizer: str | os.PathLike) -> str:
+    """`chat_template` of the Hugging Face tokenizer_config.json in the tokenizer file's folder ("" without one):
+    a string, or the entry named "default" of a list of {name, template}. A malformed file is a ModelError."""
+    import json
+
+    config = Path(tokenizer).parent / "tokenizer_config.json"
+    if not config.is_file():
+        return ""
+    try:
+        value = json.loads(config.read_text("utf-8")).get("chat_template") or ""
+    except (OSError, ValueError, AttributeError) as e:
+        raise ModelError(f"{config}: not a tokenizer_config.json object ({e})") from e
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default") or ""
+    if not isinstance(value, str):
+        raise ModelError(f"{config}: chat_template is a {type(value).__name__}, not a Jinja template string")
+    return value
 
 
 def _schema() -> tuple[Any, Any]:
@@ -236,6 +260,7 @@ def _apply_metadata(bundle: Bundle, md: Any) -> None:
     bundle.start_ids = _token_ids(md.start_token, tok) if md.HasField("start_token") else []
     bundle.stop_ids = [ids for ids in (_token_ids(s, tok) for s in md.stop_tokens) if ids]
     bundle.max_num_tokens = int(md.max_num_tokens)
+    bundle.chat_template = md.jinja_prompt_template
     if md.HasField("prompt_templates"):
         for role in ("user", "model", "system"):
             if md.prompt_templates.HasField(role):

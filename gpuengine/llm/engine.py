@@ -33,7 +33,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from ..runtime.device import WorkDone
 from .bundle import Bundle, open_bundle, prompt_tokens
 from .sampling import SamplerConfig, sample
 from .tokenizer import StreamDecoder
+
+if TYPE_CHECKING:
+    from .conversation import Conversation
 
 PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
 LOOPS = ("auto", "gpu", "host")
@@ -460,6 +463,22 @@ class Engine:
         self.sessions.add(session)
         return session
 
+    def create_conversation(self, system_message: str | None = None, *, system: str | None = None,
+                            messages: list[Any] | None = None, tools: list[Any] | None = None,
+                            chat_template: str | None = None, sampler_config: SamplerConfig | None = None,
+                            max_tokens: int = 256, loop: str | None = None) -> Conversation:
+        """A Conversation on a session of its own, rendering messages with the bundle's chat template (or
+        `chat_template`; see chat.py for the prefix/suffix and plain fallbacks); `system` is `system_message`."""
+        from .chat import ChatTemplate
+        from .conversation import Conversation
+
+        if system is not None and system_message is not None:
+            raise ValueError("give the system prompt once: system_message or system")
+        template = ChatTemplate.for_bundle(self.bundle, chat_template)
+        return Conversation(self, template, system_message=system_message if system is None else system,
+                            messages=messages, tools=tools, sampler_config=sampler_config, max_tokens=max_tokens,
+                            loop=loop)
+
     def gpu_memory_bytes(self) -> int:
         """GPU memory the signatures' programs hold: planned tensors, boundary buffers, weights (shared ones once)."""
         seen: set[int] = set()
@@ -581,6 +600,20 @@ class Session:
             WorkDone(engine.gpu).wait(10.0)  # work queued on them (steps in flight, copies) finishes first
             for buffer in buffers:
                 buffer.destroy()
+
+    def rewind(self, length: int) -> None:
+        """Keep the first `length` tokens of the history (fed or generated) and forget the rest: the next prompt is
+        fed from there (the cache's later entries are written over). Between replies only."""
+        self._check_usable()
+        if self.generating:
+            raise RuntimeError("this session is generating a reply: rewind it before or after, not during")
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= len(self.history):
+            raise ValueError(f"rewind to a length in [0, {len(self.history)}], got {length!r}")
+        if length == len(self.history):
+            return
+        self.history = self.history[:length]
+        self.position = min(self.position, length)
+        self.pending = []
 
     def __enter__(self) -> Session:
         return self

@@ -194,7 +194,7 @@ def test_memory_accounting_and_close(engine: Engine) -> None:
 
 
 def test_zoo_decoder_interleaved_equals_alone() -> None:
-    """The zoo decoder (hybrid int8, a 256-position cache): two greedy GPU-loop sessions stepped in turn."""
+    """The zoo decoder (hybrid int8, a 32-position cache): two greedy GPU-loop sessions stepped in turn."""
     engine = Engine("decoder_tiny")
     config = SamplerConfig()
     prompts = ["The river runs", "A small boat"]
