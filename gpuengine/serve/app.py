@@ -2,10 +2,11 @@
 
 GET /health, GET /v1/models, POST /v1/completions (the prompt as raw text: the start token, then its tokens, no
 template, as `gpuengine generate --no-template`), POST /v1/chat/completions (the messages rendered with the bundle's
-template, or the plain fallback, chat.py). `stream: true` answers server-sent events in OpenAI's chunk format ending
-with `data: [DONE]`. Every refusal is OpenAI's error body {"error": {"message", "type", "param", "code"}}: 400 for
-a bad field (named in `param`), 404 for an unknown model or path, 429 with Retry-After when no session is free.
-A client that goes away mid-request cancels its job: the worker frees its session before its next step.
+chat template, gpuengine.llm.chat: its Jinja template, its prefix/suffix affixes, or LiteRT-LM's plain fallback).
+`stream: true` answers server-sent events in OpenAI's chunk format ending with `data: [DONE]`. Every refusal is
+OpenAI's error body {"error": {"message", "type", "param", "code"}}: 400 for a bad field (named in `param`), 404 for
+an unknown model or path, 429 with Retry-After when no session is free. A client that goes away mid-request cancels
+its job: the worker frees its session before its next step.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
 
+from ..llm.chat import ChatTemplate, TemplateError
 from ..llm.tokenizer import StreamDecoder
 from . import protocol
-from .chat import chat_prompt
 from .protocol import ApiError, StopText
 from .scheduler import Busy, Job, Scheduler
 
@@ -40,6 +41,7 @@ class Server:
                  quantum: int = 1) -> None:
         self.engine, self.model_name = engine, model_name
         self.scheduler = Scheduler(engine, max_sessions, memory_limit, quantum)
+        self.chat_template = ChatTemplate.for_bundle(engine.bundle)  # Jinja, affixes, or the plain fallback
         self.created = int(time.time())
 
     def close(self) -> None:
@@ -51,11 +53,15 @@ class Server:
         engine, bundle = self.engine, self.engine.bundle
         field = "prompt" if request.kind == "completion" else "messages"
         if request.kind == "chat":
+            # OpenAI's "developer" role is the system prompt of older models
+            messages = [{**m, "role": "system"} if m["role"] == "developer" else m for m in request.messages]
             try:
-                text = chat_prompt(bundle, request.messages)
-            except ValueError as e:
+                text = self.chat_template.render(messages, add_generation_prompt=True)
+            except TemplateError as e:
                 raise ApiError(f"the chat template failed on these messages: {e}", "messages",
                                code="template_error") from None
+            except ValueError as e:
+                raise ApiError(f"`messages`: {e}", "messages") from None
             ids = list(bundle.start_ids) + bundle.tokenizer.encode(text)
         elif request.prompt_ids is not None:
             ids = request.prompt_ids

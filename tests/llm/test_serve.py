@@ -148,6 +148,35 @@ def test_chat_without_template(client: Any) -> None:
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == message.content
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+STRICT = ("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system messages here') }}"
+          "{% endif %}{{ m.content }}{% endfor %}")
+
+
+def test_chat_with_a_jinja_template(client: Any, server: Server, base_url: str) -> None:
+    """The server's chat answer is the library's Conversation reply for the same messages and Jinja template
+    (rendered by gpuengine.llm.chat); a template that raises is a 400 naming `messages`."""
+    from gpuengine.llm.chat import ChatTemplate
+
+    engine, plain = server.engine, server.chat_template
+    server.chat_template = ChatTemplate(CHATML)
+    try:
+        with engine.create_conversation("Be brief.", chat_template=CHATML, max_tokens=12) as conversation:
+            expected = conversation.send_message({"role": "user", "content": "The quick brown fox"})["content"]
+        done = client.chat.completions.create(model=MODEL, max_tokens=12, temperature=0, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "The quick brown fox"}])
+        assert done.choices[0].message.content == expected and expected
+        server.chat_template = ChatTemplate(STRICT)
+        with httpx.Client(base_url=base_url, timeout=60) as http:
+            response = http.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+                {"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})
+        error = _error(response, 400, "messages")
+        assert error["code"] == "template_error" and "no system messages here" in error["message"]
+    finally:
+        server.chat_template = plain
+
+
 def test_concurrent_clients_get_their_own_text(client: Any, generate_text: dict[str, str],
                                                server: Server) -> None:
     """4 clients at once, streaming: each gets its prompt's single-run text (the scheduler interleaves their

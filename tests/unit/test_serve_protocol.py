@@ -1,14 +1,12 @@
 """gpuengine.serve.protocol: OpenAI requests checked field by field (the error names the field), the sampler a
-request asks for over the bundle's, stop strings cut across pieces, and the plain chat fallback. No GPU."""
+request asks for over the bundle's, stop strings cut across pieces. No GPU."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuengine.llm.bundle import PromptTemplate
 from gpuengine.llm.sampling import SamplerConfig
 from gpuengine.serve import protocol
-from gpuengine.serve.chat import chat_prompt
 from gpuengine.serve.protocol import ApiError, StopText
 
 BASE = SamplerConfig()  # a bundle without sampler parameters: greedy
@@ -91,16 +89,3 @@ def test_stop_text_holds_back_what_may_start_a_stop() -> None:
     loose = StopText(["STOP"])
     assert loose.push("ab S") == "ab " and loose.flush() == "S"
     assert StopText([]).push("all of it") == "all of it"
-
-
-class _Bundle:
-    def __init__(self, templates: dict) -> None:
-        self.templates = templates
-
-
-def test_chat_prompt_plain_fallback_and_affixes() -> None:
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]
-    assert chat_prompt(_Bundle({}), messages) == "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Bye\nassistant: "
-    templates = {"user": PromptTemplate("<u>", "</u>"), "model": PromptTemplate("<m>", "</m>")}
-    assert chat_prompt(_Bundle(templates), messages) == "Be brief.<u>Hi</u><m>Hello</m><u>Bye</u><m>"
