@@ -254,7 +254,7 @@ def bnth_cache(data: bytes) -> bytes:
 
 def build_bundle(directory: Path, model: Path, stop: int | None = None, max_tokens: int = 100,
                  templates: bool | dict[str, tuple[str, str]] = False, hf: bool = False, jinja: str = "",
-                 name: str = "toy", sentencepiece: bytes | None = None) -> Path:
+                 name: str = "toy", sentencepiece: bytes | None = None, hf_tokenizer: Path | None = None) -> Path:
     """A .litertlm of `model`, a 150-piece SentencePiece tokenizer (or the serialized `sentencepiece` model) and
     LlmMetadata, with litert-lm-builder; templates: True for user/model prefix-suffix affixes, or {role: (prefix,
     suffix)}; jinja: a Jinja chat template (LlmMetadata.jinja_prompt_template)."""
@@ -287,7 +287,9 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     meta.write_bytes(md.SerializeToString())
     b = builder.LitertLmFileBuilder()
     b.add_llm_metadata(str(meta))
-    if hf:
+    if hf_tokenizer is not None:
+        b.add_hf_tokenizer(str(hf_tokenizer))
+    elif hf:
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
         hf_tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -303,3 +305,33 @@ def build_bundle(directory: Path, model: Path, stop: int | None = None, max_toke
     with open(out, "wb") as f:
         b.build(f)
     return out
+
+
+JSON_TEXT = """{"name": "Ada", "age": 36, "ok": true}
+{"city": "Paris", "items": [1, 2, 3], "price": 12.5, "open": false, "note": null}
+{"id": 7, "tags": ["red", "green", "blue"], "nested": {"a": 0, "b": -4}}
+The quick brown fox jumps over the lazy dog. 0123456789
+"""
+
+CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def json_bundle(directory: Path, seed: int = 1) -> Path:
+    """A .litertlm whose tokenizer can spell any JSON (a byte-level BPE: every byte a token, a few merges; <s> 1,
+    </s> 2), a zoo decoder of that vocabulary (random int8 weights, 256 positions) and a ChatML Jinja template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from gpuengine.zoo.decoder import DecoderConfig, decoder
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(JSON_TEXT.splitlines() * 4, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    path = directory / "json_tokenizer.json"
+    tokenizer.save(str(path))
+    model = directory / "json_decoder.tflite"
+    model.write_bytes(decoder(DecoderConfig(vocab=tokenizer.get_vocab_size(), cache=256, prefill=16), seed=seed))
+    return build_bundle(directory, model, max_tokens=256, jinja=CHATML_TEMPLATE, name="json", hf_tokenizer=path)

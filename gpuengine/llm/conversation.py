@@ -45,20 +45,25 @@ class Conversation:
         full = self.template.render([*self.messages, normalize_message(message)], True, self.tools)
         return full[len(self.rendered):] if full.startswith(self.rendered) else full
 
-    def send_message(self, message: Any, *, max_tokens: int | None = None,
-                     sampler_config: SamplerConfig | None = None) -> dict[str, Any]:
+    def send_message(self, message: Any, *, max_tokens: int | None = None, sampler_config: SamplerConfig | None = None,
+                     response_format: dict[str, Any] | None = None, logprobs: int | None = None) -> dict[str, Any]:
         """The assistant's reply to `message` (a dict with role and content, or a user message's text)."""
-        text = "".join(self.send_message_stream(message, max_tokens=max_tokens, sampler_config=sampler_config))
+        text = "".join(self.send_message_stream(message, max_tokens=max_tokens, sampler_config=sampler_config,
+                                                response_format=response_format, logprobs=logprobs))
         return {"role": "assistant", "content": text}
 
     def send_message_stream(self, message: Any, *, max_tokens: int | None = None,
-                            sampler_config: SamplerConfig | None = None) -> Iterator[str]:
+                            sampler_config: SamplerConfig | None = None, response_format: dict[str, Any] | None = None,
+                            logprobs: int | None = None) -> Iterator[str]:
         """The reply's text pieces as tokens arrive; the history takes the reply when the stream ends (or is
-        closed: the text so far)."""
+        closed: the text so far). response_format: OpenAI's (json_object, json_schema; regex, grammar), held
+        token by token (structured.py); logprobs: session.logprobs gets the reply's (Session.generate_tokens)."""
         message = normalize_message(message)
+        constraint = self.engine.constraint(response_format)
         full = self.template.render([*self.messages, message], True, self.tools)
         ids = self._feed_plan(full)
-        tokens = self.session.generate_tokens(ids, max_tokens or self.max_tokens, sampler_config)
+        tokens = self.session.generate_tokens(ids, max_tokens or self.max_tokens, sampler_config, logprobs=logprobs,
+                                              constraint=constraint)
         return self._stream(message, full, len(ids), tokens)
 
     def _feed_plan(self, full: str) -> list[int]:

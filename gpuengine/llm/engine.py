@@ -31,7 +31,7 @@ import re
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
 LOOPS = ("auto", "gpu", "host")
+MAX_TOP_LOGPROBS = 20  # alternatives per token, at most (OpenAI's top_logprobs bound)
 STAGING_BYTES = 16  # one readback buffer of a session's GPU-loop ring (4 bytes read: its token)
 
 
@@ -75,6 +76,30 @@ class Timing:
     @property
     def ttft_s(self) -> float:
         return self.prefill_s
+
+
+@dataclass
+class TokenLogprob:
+    """A generated token's log-probability under the model (log-softmax of its logits, before any sampling
+    setting or constraint) and the `top` most likely tokens with theirs (OpenAI's logprobs / top_logprobs)."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities of a row of logits, in float64."""
+    x = np.asarray(logits, np.float64).reshape(-1)
+    finite = x[np.isfinite(x)]
+    peak = finite.max() if finite.size else 0.0
+    return x - (peak + np.log(np.exp(x[np.isfinite(x)] - peak).sum()))
+
+
+def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
+    lp = np.nan_to_num(log_softmax(logits), nan=-np.inf)
+    best = np.lexsort((np.arange(lp.size), -lp))[:top] if top else []
+    return TokenLogprob(int(token), float(lp[token]), [(int(t), float(lp[t])) for t in best])
 
 
 def _cache_length(k_shape: tuple[int, ...], v_shape: tuple[int, ...], longest_prefill: int) -> int:
@@ -154,6 +179,7 @@ class Engine:
         self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
         self.switches = 0  # session swaps on the GPU (activate)
+        self._guidance: Any = None  # llguidance's tokenizer, built on first use (structured output)
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def _metadata_sampler(self) -> SamplerConfig:
@@ -405,7 +431,11 @@ class Engine:
 
     # -- the two decode loops -----------------------------------------------------------------------------------
     def host_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
-                  step0: int, stop: set[int]) -> Iterator[int]:
+                  step0: int, stop: set[int], logprobs: int | None = None, constraint: Any = None
+                  ) -> Iterator[int]:
+        """Each step's logits read back and sampled in numpy; `constraint` (structured.Constraint) masks the
+        tokens its grammar forbids before sampling and takes each token; `logprobs`: session.logprobs gets each
+        token's log-probability and that many alternatives."""
         stats = self.stats = LoopStats(loop="host")
         for k in range(count):
             if session.closed:
@@ -417,10 +447,20 @@ class Engine:
             stats.bytes_read += logits.nbytes
             stats.uploads += 1 if k else 0
             stats.max_in_flight = 1
-            token = sample(logits, config, step0 + k)
+            scores = logits if constraint is None else np.where(constraint.allowed(), logits, -np.inf)
+            token = sample(scores, config, step0 + k)
+            if logprobs is not None:
+                session.logprobs.append(token_logprob(logits, token, logprobs))
+            if constraint is not None:
+                constraint.consume(token)
             yield token
-            if token in stop:
+            if token in stop or (constraint is not None and constraint.stopped):
                 return
+
+    def step_logits(self, session: Session, token: int, position: int) -> np.ndarray:
+        """Feed `session` one token at `position` and read the logits that follow it (scoring)."""
+        self.activate(session)
+        return self._feed(token, position, read=True)
 
     def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
                  step0: int, stop: set[int]) -> Iterator[int]:
@@ -462,6 +502,20 @@ class Engine:
         session = Session(self, sampler_config or self.default_sampler, apply_prompt_template, loop or self.loop)
         self.sessions.add(session)
         return session
+
+    def guidance_tokenizer(self) -> Any:
+        """llguidance's view of the tokenizer, the bundle's stop tokens as its end (built once: about a second)."""
+        if self._guidance is None:
+            from .structured import guidance_tokenizer
+
+            self._guidance = guidance_tokenizer(self.tokenizer, sorted(self.bundle.stop_tokens))
+        return self._guidance
+
+    def constraint(self, response_format: dict[str, Any] | None) -> Any:
+        """A structured.Constraint for OpenAI's response_format (None for none or {"type": "text"})."""
+        from .structured import Constraint
+
+        return Constraint.from_response_format(self, response_format)
 
     def create_conversation(self, system_message: str | None = None, *, system: str | None = None,
                             messages: list[Any] | None = None, tools: list[Any] | None = None,
@@ -542,6 +596,7 @@ class Session:
         # why the last reply ended: "stop" (a stop token or sequence), "length" (max_tokens), "cache_full" (the KV
         # cache's last position came before max_tokens), None while a reply is being generated or before any
         self.finish_reason: str | None = None
+        self.logprobs: list[TokenLogprob] = []  # the last reply's, when asked for (generate_tokens(logprobs=k))
         self.closed = False
         self.generating = False  # a reply's generator has started and not finished or been closed
         # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
@@ -638,15 +693,23 @@ class Session:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
         return ids
 
-    def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None
-                        ) -> Iterator[int]:
+    def generate_tokens(self, ids: list[int], max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                        logprobs: int | None = None, constraint: Any = None) -> Iterator[int]:
         """Feed these token ids (after the last turn's pending token) and yield the generated ids as they arrive
         (checked here, before anything is fed: ValueError for an id outside the vocabulary or a prompt over the
-        cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full"."""
+        cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full".
+
+        logprobs: None, or how many alternatives (0..MAX_TOP_LOGPROBS) session.logprobs records per token with
+        its log-probability; constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply
+        follows token by token, ending when its grammar is complete. Either runs the reply in the host loop
+        (the logits come back each step; the same tokens as the GPU loop otherwise)."""
         engine = self.engine
         self._check_usable()
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an integer in [0, {MAX_TOP_LOGPROBS}], got {logprobs!r}")
         new = [int(t) if isinstance(t, (int, np.integer)) else t for t in ids]
         ids = [*self.pending, *new]
         bad = [t for t in ids if not isinstance(t, (int, np.integer)) or not 0 <= int(t) < engine.vocab]
@@ -659,20 +722,22 @@ class Session:
             raise ValueError(f"the prompt ({len(ids)} tokens after {self.position} in the session) does not fit the "
                              f"KV cache of {engine.cache_length} positions with room for a generated token; start a "
                              "new session or shorten it")
-        return self._generate(ids, new, max_tokens, sampler or self.sampler)
+        return self._generate(ids, new, max_tokens, sampler or self.sampler, logprobs, constraint)
 
-    def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
+    def _generate(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig,
+                  logprobs: int | None = None, constraint: Any = None) -> Iterator[int]:
         self._check_usable()
         if self.generating:
             raise RuntimeError("this session is already generating a reply: read its stream to the end or close() "
                                "it first (one reply at a time per session; other sessions may generate meanwhile)")
         self.generating = True
         try:
-            yield from self._reply(ids, new, max_tokens, config)
+            yield from self._reply(ids, new, max_tokens, config, logprobs, constraint)
         finally:
             self.generating = False
 
-    def _reply(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig) -> Iterator[int]:
+    def _reply(self, ids: list[int], new: list[int], max_tokens: int, config: SamplerConfig,
+               logprobs: int | None, constraint: Any) -> Iterator[int]:
         engine = self.engine
         stop = engine.bundle.stop_tokens
         sequences = [list(seq) for seq in engine.bundle.stop_ids if len(seq) > 1]
@@ -680,7 +745,11 @@ class Session:
         engine.prefill(self, [int(t) for t in ids[:-1]], self.position)
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
-        loop = engine.gpu_loop if self.loop == "gpu" else engine.host_loop
+        self.logprobs = []
+        host = self.loop == "host" or logprobs is not None or constraint is not None
+        steps = (engine.host_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, logprobs,
+                                  constraint) if host else
+                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop))
         self.history.extend(new)
         self.position += len(ids) - 1
         self.pending = [int(ids[-1])]
@@ -688,7 +757,7 @@ class Session:
         timing = engine.timing = Timing(prefill_tokens=len(ids))
         first_at = None
         self.finish_reason = None
-        for token in loop(self, int(ids[-1]), first_position, count, config, self.steps, stop):
+        for token in steps:
             now = time.perf_counter()
             if first_at is None:
                 first_at = now
@@ -702,7 +771,7 @@ class Session:
             self.history.append(token)
             self.steps += 1
             ends = token in stop or any(len(seq) <= generated and self.history[-len(seq):] == seq
-                                        for seq in sequences)
+                                        for seq in sequences) or (constraint is not None and constraint.stopped)
             if ends:
                 self.finish_reason = "stop"
             elif generated == count:
@@ -711,13 +780,14 @@ class Session:
             if ends:
                 return  # a stop token, or a stop sequence of several tokens, ends the reply
 
-    def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None
-                        ) -> Iterator[str]:
-        """Text pieces as tokens arrive (stop tokens end the reply and are not shown)."""
+    def generate_stream(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                        logprobs: int | None = None, constraint: Any = None) -> Iterator[str]:
+        """Text pieces as tokens arrive (stop tokens end the reply and are not shown); logprobs and constraint
+        as in generate_tokens."""
         ids = self.prompt_ids(prompt)
         stop = self.engine.bundle.stop_tokens
         text = StreamDecoder(self.engine.tokenizer)
-        for token in self.generate_tokens(ids, max_tokens, sampler):
+        for token in self.generate_tokens(ids, max_tokens, sampler, logprobs=logprobs, constraint=constraint):
             if token in stop:
                 break
             piece = text.push(token)
@@ -727,5 +797,52 @@ class Session:
         if rest:
             yield rest
 
-    def generate(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None) -> str:
-        return "".join(self.generate_stream(prompt, max_tokens, sampler))
+    def generate(self, prompt: str, max_tokens: int = 64, sampler: SamplerConfig | None = None, *,
+                 logprobs: int | None = None, constraint: Any = None) -> str:
+        return "".join(self.generate_stream(prompt, max_tokens, sampler, logprobs=logprobs, constraint=constraint))
+
+    # -- scoring ----------------------------------------------------------------------------------------------
+    def score(self, prompt: str, continuations: Sequence[str]) -> list[float]:
+        """The log-probability of each continuation's tokens after `prompt` (LiteRT-LM's text scoring: the sum over
+        the continuation's tokens, each encoded alone), this session's history before them; the session itself
+        is left as it was (the prompt is prefilled once, on a GPU clone)."""
+        if isinstance(continuations, str):
+            raise ValueError("continuations is a list of strings (one score each), got a string")
+        ids = self.prompt_ids(prompt)
+        pieces = [self.engine.tokenizer.encode(c) if isinstance(c, str) else c for c in continuations]
+        return [float(lp.sum()) for lp in self.score_tokens(ids, pieces)]
+
+    def score_tokens(self, ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
+        """Per-token log-probabilities of each continuation (token ids) after the prompt `ids`, on clones of this
+        session (which stays as it was)."""
+        self._check_usable()
+        engine = self.engine
+        if not continuations:
+            raise ValueError("give at least one continuation to score")
+        for c in continuations:
+            if not isinstance(c, (list, tuple)) or not c:
+                raise ValueError(f"a continuation must be a non-empty string or list of token ids, got {c!r}")
+            if any(not isinstance(t, (int, np.integer)) or not 0 <= int(t) < engine.vocab for t in c):
+                raise ValueError(f"a continuation's token id is outside the vocabulary [0, {engine.vocab - 1}]")
+        feed = [*self.pending, *ids]
+        longest = max(len(c) for c in continuations)
+        if self.position + len(feed) + longest - 1 > engine.cache_length:
+            raise ValueError(f"the prompt ({len(feed)} tokens after {self.position}) and a continuation of "
+                             f"{longest} do not fit the KV cache of {engine.cache_length} positions")
+        base = self.clone()
+        try:
+            engine.prefill(base, [int(t) for t in feed[:-1]], base.position)
+            base.position += len(feed) - 1
+            scores = []
+            for c in continuations:
+                work = base.clone() if len(continuations) > 1 else base
+                try:
+                    tokens = [int(feed[-1]), *(int(t) for t in c[:-1])]
+                    rows = [engine.step_logits(work, t, base.position + k) for k, t in enumerate(tokens)]
+                    scores.append(np.array([log_softmax(row)[int(t)] for row, t in zip(rows, c, strict=True)]))
+                finally:
+                    if work is not base:
+                        work.close()
+            return scores
+        finally:
+            base.close()

@@ -52,6 +52,8 @@ class SentencePieceTokenizer(Tokenizer):
         except ImportError as e:
             raise ImportError("a SentencePiece tokenizer needs `sentencepiece` (pip install 'gpuengine[llm]')") from e
         self._sp = sentencepiece.SentencePieceProcessor()
+        self._model = bytes(model)
+        self._plain: Any = None  # the same model without the dummy word-boundary prefix (encode_plain)
         try:
             self._sp.LoadFromSerializedProto(bytes(model))
         except Exception as e:  # noqa: BLE001 - sentencepiece raises RuntimeError / OSError by version
@@ -66,6 +68,37 @@ class SentencePieceTokenizer(Tokenizer):
 
     def decode(self, ids: list[int]) -> str:
         return self._sp.decode([int(t) for t in ids])
+
+    def encode_plain(self, text: str) -> list[int]:
+        """The ids of `text` as a continuation of other text: without the word-boundary mark SentencePiece puts
+        before a text's first piece (what a constrained decoder tokenizes forced text with)."""
+        if self._plain is None:
+            import sentencepiece
+            from sentencepiece import sentencepiece_model_pb2
+
+            proto = sentencepiece_model_pb2.ModelProto()
+            proto.ParseFromString(self._model)
+            proto.normalizer_spec.add_dummy_prefix = False
+            self._plain = sentencepiece.SentencePieceProcessor()
+            self._plain.LoadFromSerializedProto(proto.SerializeToString())
+        check_text(text)
+        return [int(t) for t in self._plain.encode(text)]
+
+    def token_bytes(self) -> tuple[list[bytes], list[int]]:
+        """Each id's bytes as it spells text (the word-boundary mark as a space, byte pieces as their byte) and the
+        ids of control and unknown pieces, which spell nothing: what a constrained decoder matches against."""
+        sp = self._sp
+        tokens, special = [], []
+        for i in range(self.vocab_size):
+            piece = sp.id_to_piece(i)
+            if sp.is_control(i) or sp.is_unknown(i):
+                tokens.append(b"")
+                special.append(i)
+            elif sp.is_byte(i):
+                tokens.append(bytes([int(piece[3:5], 16)]))
+            else:
+                tokens.append(piece.replace("\u2581", " ").encode("utf-8"))
+        return tokens, special
 
 
 class HuggingFaceTokenizer(Tokenizer):
@@ -89,6 +122,10 @@ class HuggingFaceTokenizer(Tokenizer):
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode([int(t) for t in ids], skip_special_tokens=False)
+
+    def to_json(self) -> str:
+        """The tokenizer.json text (what llguidance builds its tokenizer from)."""
+        return self._tok.to_str()
 
 
 def load_tokenizer(data: bytes, name: str = "tokenizer") -> Tokenizer:
