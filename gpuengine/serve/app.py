@@ -83,11 +83,41 @@ class Server:
         if request.model != self.model_name:
             raise ApiError(f"the model {request.model!r} does not exist; this server serves {self.model_name!r}",
                            "model", status=404, code="model_not_found")
-        if request.logprobs is not None:
-            raise ApiError("`logprobs` is not supported yet by this server", "logprobs", code="unsupported")
-        if request.response_format is not None:
-            raise ApiError(f"`response_format` of type {request.response_format.get('type')!r} is not supported "
-                           "yet by this server (only \"text\")", "response_format", code="unsupported")
+
+    def constraint(self, request: protocol.Request) -> Any:
+        """The structured-output constraint of `response_format` (gpuengine.llm.structured; None for none): a
+        400 naming the field when the schema or grammar is refused."""
+        if request.response_format is None:
+            return None
+        try:
+            return self.engine.constraint(request.response_format)
+        except ImportError as e:
+            raise ApiError(f"`response_format` needs structured output, which needs llguidance: {e}",
+                           "response_format", code="unsupported") from None
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ApiError(f"`response_format`: {e}", "response_format") from None
+
+    def token_text(self, token: int) -> str:
+        return self.engine.tokenizer.decode([token])
+
+    def logprobs(self, kind: str, entries: list[Any], offset: int) -> dict[str, Any]:
+        """OpenAI's logprobs object for these tokens' TokenLogprobs: chat's {"content": [...]}, or the completion's
+        tokens / token_logprobs / top_logprobs / text_offset (offsets from `offset` in the reply's text)."""
+        if kind == "chat":
+            def item(token: int, logprob: float) -> dict[str, Any]:
+                text = self.token_text(token)
+                return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+            return {"content": [{**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+                                for e in entries]}
+        tokens = [self.token_text(e.token) for e in entries]
+        offsets = []
+        for text in tokens:
+            offsets.append(offset)
+            offset += len(text)
+        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{self.token_text(t): lp for t, lp in e.top} for e in entries],
+                "text_offset": offsets}
 
 
 class Reply:
@@ -101,9 +131,12 @@ class Reply:
         self.stop = StopText(stops)
         self.completion_tokens = 0
         self.finish_reason: str | None = None
+        self.logprobs: list[Any] = []  # the TokenLogprobs of the shown tokens so far (when the request asked)
+        self._logprob: Any = None
 
-    async def pieces(self, request: HttpRequest | None = None) -> AsyncIterator[str]:
-        """Text pieces until the reply ends (finish_reason set); ApiError(500) on a failure in the engine."""
+    async def pieces(self, request: HttpRequest | None = None) -> AsyncIterator[tuple[str, list[Any]]]:
+        """(text, the TokenLogprobs of the tokens that came with it) until the reply ends (finish_reason set);
+        ApiError(500) on a failure in the engine."""
         ended = False
         while not ended:
             try:
@@ -115,8 +148,11 @@ class Reply:
                 continue
             while not self.queue.empty():  # the tokens that came meanwhile go out as one piece (a busy server)
                 events.append(self.queue.get_nowait())
-            out = ""
+            out, logprobs = "", []
             for kind, value in events:
+                if kind == "logprob":
+                    self._logprob = value
+                    continue
                 if kind == "error":
                     raise ApiError(f"generation failed: {value}", None, status=500, type="server_error")
                 if kind == "end":
@@ -127,14 +163,18 @@ class Reply:
                     self.completion_tokens += 1
                     if value not in self.stop_tokens:  # a stop token ends the reply (the end event follows)
                         out += self.stop.push(self.text.push(value))
+                        if self._logprob is not None:
+                            logprobs.append(self._logprob)
+                    self._logprob = None
                 if self.stop.stopped:
                     self.job.cancel()
                     self.finish_reason = "stop"
                     ended = True
                 if ended:
                     break
-            if out:
-                yield out
+            self.logprobs.extend(logprobs)
+            if out or logprobs:
+                yield out, logprobs
 
 
 def _error(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -183,6 +223,8 @@ def build_app(server: Server) -> FastAPI:
     async def answer(http: HttpRequest, request: protocol.Request) -> Any:
         server.check(request)
         ids = server.prompt_ids(request)
+        # llguidance builds its tokenizer view (once) and the grammar: off the event loop
+        constraint = await asyncio.to_thread(server.constraint, request)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -191,7 +233,8 @@ def build_app(server: Server) -> FastAPI:
 
         max_tokens = request.max_tokens or server.engine.cache_length
         try:
-            job = server.scheduler.submit(ids, max_tokens, request.sampler, sink)
+            job = server.scheduler.submit(ids, max_tokens, request.sampler, sink, logprobs=request.logprobs,
+                                          constraint=constraint)
         except Busy as e:
             return _error(ApiError(str(e), None, status=429, type="rate_limit_error", code="server_busy"),
                           headers={"Retry-After": str(e.retry_after)})
@@ -208,10 +251,11 @@ def build_app(server: Server) -> FastAPI:
 
         if not request.stream:
             try:
-                text = "".join([p async for p in reply.pieces(http)])
+                text = "".join([p async for p, _ in reply.pieces(http)])
             finally:
                 job.cancel()  # nothing once the job has ended; frees the session when the client went away
-            choice: dict[str, Any] = {"index": 0, "finish_reason": reply.finish_reason, "logprobs": None}
+            logprobs = None if request.logprobs is None else server.logprobs(request.kind, reply.logprobs, 0)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": reply.finish_reason, "logprobs": logprobs}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
@@ -220,14 +264,20 @@ def build_app(server: Server) -> FastAPI:
 
         head["object"] = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(piece: str | None, finish: str | None, first: bool = False) -> str:
+        sent = 0  # characters of the reply sent (the completion's text_offset)
+
+        def chunk(piece: str | None, finish: str | None, first: bool = False, logprobs: list[Any] | None = None
+                  ) -> str:
+            nonlocal sent
+            lp = server.logprobs(request.kind, logprobs, sent) if logprobs else None
+            sent += len(piece or "")
             if chat:
                 delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
                 if piece:
                     delta["content"] = piece
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
             else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+                choice = {"index": 0, "text": piece or "", "logprobs": lp, "finish_reason": finish}
             return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
 
         async def events() -> AsyncIterator[str]:
@@ -235,8 +285,8 @@ def build_app(server: Server) -> FastAPI:
                 if chat:
                     yield chunk(None, None, first=True)
                 try:
-                    async for piece in reply.pieces():
-                        yield chunk(piece, None)
+                    async for piece, logprobs in reply.pieces():
+                        yield chunk(piece, None, logprobs=logprobs)
                 except ApiError as e:
                     yield f"data: {json.dumps(e.body())}\n\n"
                 else:

@@ -166,9 +166,11 @@ def _common(kind: str, body: dict[str, Any], base: SamplerConfig) -> Request:
         raise ApiError(f"`stream_options` must be an object, got {options!r}", "stream_options")
     fmt = body.get("response_format")
     if fmt is not None:
-        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise ApiError("`response_format` must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
-                           f"{{\"type\": \"json_schema\", \"json_schema\": {{...}}}}, got {fmt!r}", "response_format")
+        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema", "regex",
+                                                                "grammar"):
+            raise ApiError("`response_format` must be an object whose type is text, json_object, json_schema (with "
+                           "json_schema.schema), regex (with regex) or grammar (with a Lark grammar), got "
+                           f"{_short(fmt)}", "response_format")
         if fmt["type"] == "text":
             fmt = None
     return Request(kind=kind, model=model, max_tokens=max_tokens, sampler=sampler(body, base), stop=_stop(body),

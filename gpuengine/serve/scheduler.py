@@ -8,8 +8,9 @@ Admission is decided when a request arrives, never by running out of memory: eac
 `submit` raises Busy (the server's 429 with Retry-After). A request whose client went away is cancelled: the worker
 closes its generator and its session before its next step.
 
-Events go to each job's sink from the worker thread: ("token", id), then one ("end", finish_reason) or
-("error", message). The sink must not block (the server's hands them to its event loop).
+Events go to each job's sink from the worker thread: ("token", id) (after its ("logprob", TokenLogprob) when the
+job asked for log-probabilities), then one ("end", finish_reason) or ("error", message). The sink must not block
+(the server's hands them to its event loop).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Job:
     max_tokens: int
     sampler: SamplerConfig
     sink: Callable[[Event], None]
+    logprobs: int | None = None  # alternatives per token to report (None: no log-probabilities)
+    constraint: Any = None  # a gpuengine.llm.structured.Constraint the reply follows
     cancelled: threading.Event = field(default_factory=threading.Event)
     generated: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
@@ -100,9 +103,10 @@ class Scheduler:
         """Sessions admitted and not finished."""
         return self._admitted
 
-    def submit(self, ids: list[int], max_tokens: int, sampler: SamplerConfig, sink: Callable[[Event], None]) -> Job:
+    def submit(self, ids: list[int], max_tokens: int, sampler: SamplerConfig, sink: Callable[[Event], None], *,
+               logprobs: int | None = None, constraint: Any = None) -> Job:
         """Queue a request (Busy when max_sessions sessions are live, or their memory would pass the limit)."""
-        job = Job(list(ids), max_tokens, sampler, sink)
+        job = Job(list(ids), max_tokens, sampler, sink, logprobs, constraint)
         with self._lock:
             if self._closing:
                 raise Busy("the server is shutting down", retry_after=5)
@@ -173,7 +177,8 @@ class Scheduler:
         try:
             if job.tokens is None:
                 job.session = self.engine.create_session(apply_prompt_template=False, sampler_config=job.sampler)
-                job.tokens = job.session.generate_tokens(job.ids, job.max_tokens)
+                job.tokens = job.session.generate_tokens(job.ids, job.max_tokens, logprobs=job.logprobs,
+                                                         constraint=job.constraint)
             token = next(job.tokens)
         except StopIteration:
             reason = job.session.finish_reason
@@ -184,6 +189,9 @@ class Scheduler:
             self._finish(job, ("error", f"{type(e).__name__}: {e}"))
             return False
         job.generated += 1
+        if job.logprobs is not None and not self._emit(job, ("logprob", job.session.logprobs[-1])):
+            self._finish(job, None)
+            return False
         if not self._emit(job, ("token", token)):
             self._finish(job, None)
             return False

@@ -6,6 +6,7 @@ frees its session; many requests leave host and GPU memory where they were."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -46,8 +47,9 @@ def server(bundle: Path) -> Server:
     return Server(Engine(bundle), MODEL, max_sessions=4)
 
 
-@pytest.fixture(scope="module")
-def base_url(server: Server) -> Iterator[str]:
+@contextlib.contextmanager
+def _serving(server: Server) -> Iterator[str]:
+    """uvicorn serving `server`'s app on 127.0.0.1 (a free port) in a thread; shut down on leaving."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -69,6 +71,12 @@ def base_url(server: Server) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def base_url(server: Server) -> Iterator[str]:
+    with _serving(server) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def client(base_url: str) -> Any:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=120)
 
@@ -86,7 +94,6 @@ def generate_text(bundle: Path) -> dict[str, str]:
 
 
 def _capture(argv: list[str]) -> str:
-    import contextlib
     import io
 
     stdout = io.StringIO()
@@ -175,6 +182,33 @@ def test_chat_with_a_jinja_template(client: Any, server: Server, base_url: str) 
         assert error["code"] == "template_error" and "no system messages here" in error["message"]
     finally:
         server.chat_template = plain
+
+
+def test_logprobs_are_the_sessions(client: Any, server: Server) -> None:
+    """logprobs: each generated token's log-probability and its alternatives, the library's (Session.generate_tokens
+    with logprobs); chat's form too, streamed and not."""
+    from gpuengine.llm import SamplerConfig
+
+    engine = server.engine
+    ids = [*engine.bundle.start_ids, *engine.tokenizer.encode(PROMPT)]
+    with engine.create_session(apply_prompt_template=False) as session:
+        tokens = list(session.generate_tokens(ids, 8, SamplerConfig(), logprobs=2))
+        expected = session.logprobs
+    done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2)
+    lp = done.choices[0].logprobs
+    assert lp.token_logprobs == pytest.approx([e.logprob for e in expected])
+    assert lp.tokens == [engine.tokenizer.decode([t]) for t in tokens]
+    assert [len(top) for top in lp.top_logprobs] == [2] * 8 and all(v <= 0 for v in lp.token_logprobs)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    streamed = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2,
+                                         stream=True)
+    values = [v for c in streamed if c.choices and c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
+    assert values == pytest.approx(lp.token_logprobs)
+    chat = client.chat.completions.create(model=MODEL, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+                                          messages=[{"role": "user", "content": PROMPT}])
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 6 and all(len(c.top_logprobs) == 3 and c.logprob <= 0 for c in content)
+    assert max(t.logprob for t in content[0].top_logprobs) == pytest.approx(content[0].logprob)  # greedy: the best
 
 
 def test_concurrent_clients_get_their_own_text(client: Any, generate_text: dict[str, str],
@@ -400,3 +434,40 @@ def test_many_requests_leave_memory_where_it_was(base_url: str, server: Server) 
         after, rss_after = gpu(), _rss_bytes()
     assert after == before, (before, after)
     assert rss_after - rss_before < 16 * 2**20, (rss_before, rss_after)
+
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "ok"],
+          "properties": {"name": {"type": "string", "maxLength": 8},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}, "ok": {"type": "boolean"}}}
+
+
+@pytest.fixture(scope="module")
+def json_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A second live server on builders.json_bundle: a byte-level tokenizer that spells JSON, a ChatML Jinja
+    template in its metadata."""
+    pytest.importorskip("llguidance")
+    from builders import json_bundle
+
+    server = Server(Engine(json_bundle(tmp_path_factory.mktemp("json"))), "json", max_sessions=4)
+    with _serving(server) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def test_json_schema_chat_validates(json_client: Any) -> None:
+    """response_format json_schema through the openai client: the answer parses and validates, greedy, sampled and
+    streamed; a schema llguidance refuses is a 400 naming response_format."""
+    jsonschema = pytest.importorskip("jsonschema")
+    messages = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Describe a person."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    for options in ({"temperature": 0}, {"temperature": 1.2, "seed": 1}, {"temperature": 1.2, "seed": 2}):
+        done = json_client.chat.completions.create(model="json", messages=messages, max_tokens=100,
+                                                   response_format=fmt, **options)
+        jsonschema.validate(json.loads(done.choices[0].message.content), SCHEMA)
+        assert done.choices[0].finish_reason == "stop"
+    stream = json_client.chat.completions.create(model="json", messages=messages, max_tokens=100,
+                                                 response_format=fmt, temperature=0, stream=True)
+    jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in stream if c.choices)), SCHEMA)
+    with pytest.raises(openai.BadRequestError) as info:
+        json_client.chat.completions.create(model="json", messages=messages, response_format={
+            "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "nonsense"}}})
+    assert info.value.body["param"] == "response_format"
