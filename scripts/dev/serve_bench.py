@@ -145,11 +145,13 @@ def soak(url: str, model: str, pid: int, count: int) -> dict[str, Any]:
             one(k)
         before = settled()
         t0 = time.perf_counter()
-        for k in range(count):
-            one(k)
-        after = settled()
+        rounds = []  # after each quarter: a leak grows every quarter, a warm-up only at first
+        for quarter in range(4):
+            for k in range(quarter * count // 4, (quarter + 1) * count // 4):
+                one(k)
+            rounds.append(settled())
         seconds = time.perf_counter() - t0
-    return {"requests": count, "seconds": seconds, "before": before, "after": after}
+    return {"requests": count, "seconds": seconds, "before": before, "after": rounds[-1], "quarters": rounds}
 
 
 def scheduler_level(model: str, tokens: int, clients: int, quantum: int) -> dict[str, float]:
@@ -241,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({loaded / alone:.2f}x)")
     if "soak" in report:
         s = report["soak"]
-        print(f"  soak: {s['requests']} requests in {s['seconds']:.0f} s; before {s['before']}; after {s['after']}")
+        print(f"  soak: {s['requests']} requests in {s['seconds']:.0f} s; before {s['before']}")
+        for k, q in enumerate(s["quarters"]):
+            print(f"    after {(k + 1) * s['requests'] // 4}: {q}")
     if "scheduler_level" in report:
         r = report["scheduler_level"]
         print(f"  scheduler alone (no HTTP): one {r['single_tokens_per_s']:.1f} tokens/s, {args.clients} at once "
