@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
 
@@ -297,7 +298,8 @@ def build_app(server: Server) -> FastAPI:
             finally:
                 job.cancel()  # the client went away (the response task is cancelled) or the reply ended
 
-        return StreamingResponse(events(), media_type="text/event-stream",
+        # the background task runs when the response ends, also when the client left before the stream started
+        return StreamingResponse(events(), media_type="text/event-stream", background=BackgroundTask(job.cancel),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return app

@@ -5,13 +5,15 @@ web framework (the unit tests drive it directly).
 Sampling: `temperature` 0 is greedy; `top_p` in (0, 1]; `seed` an integer in [0, 2^32); `top_k` (not OpenAI's, as
 vLLM and llama.cpp take it) in [1, 64]. Where the request samples (temperature > 0) and neither it nor the bundle
 gives top_k, the sampler keeps the 64 likeliest tokens (the GPU sampler's most) rather than the greedy top_k 1 a
-bundle without sampler parameters has. Unset fields take the bundle's values (Engine.default_sampler).
+bundle without sampler parameters has; and without a `seed` it draws one (OpenAI's behaviour: the same request
+twice gives two samples; a seed repeats one). Unset fields take the bundle's values (Engine.default_sampler).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,6 +116,8 @@ def sampler(body: dict[str, Any], base: SamplerConfig) -> SamplerConfig:
         config = replace(config, top_k=top_k)
     if seed is not None:
         config = replace(config, seed=seed)
+    elif not config.greedy:
+        config = replace(config, seed=random.getrandbits(32))
     return config
 
 

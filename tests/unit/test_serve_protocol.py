@@ -3,6 +3,8 @@ request asks for over the bundle's, stop strings cut across pieces. No GPU."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuengine.llm.sampling import SamplerConfig
@@ -60,9 +62,12 @@ def test_sampler_over_the_bundle() -> None:
     assert not sampled.greedy and sampled.top_k == 64 and sampled.seed == 9 and sampled.temperature == 0.7
     bundle = SamplerConfig(top_k=40, top_p=0.9, temperature=0.8, seed=3)
     own = protocol.completion({"model": "m", "prompt": "hi"}, bundle).sampler
-    assert own == bundle  # nothing asked: the bundle's
-    assert protocol.completion({"model": "m", "prompt": "hi", "top_k": 5, "top_p": 0.5}, bundle).sampler == \
-        SamplerConfig(top_k=5, top_p=0.5, temperature=0.8, seed=3)
+    assert replace(own, seed=3) == bundle  # nothing asked: the bundle's, but a seed drawn per request
+    seeds = {protocol.completion({"model": "m", "prompt": "hi"}, bundle).sampler.seed for _ in range(4)}
+    assert len(seeds) > 1
+    assert protocol.completion({"model": "m", "prompt": "hi", "seed": 5}, bundle).sampler.seed == 5
+    assert protocol.completion({"model": "m", "prompt": "hi", "top_k": 5, "top_p": 0.5, "seed": 3}, bundle).sampler \
+        == SamplerConfig(top_k=5, top_p=0.5, temperature=0.8, seed=3)
 
 
 def test_completion_and_chat_requests() -> None:
