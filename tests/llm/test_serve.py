@@ -471,3 +471,42 @@ def test_json_schema_chat_validates(json_client: Any) -> None:
         json_client.chat.completions.create(model="json", messages=messages, response_format={
             "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "nonsense"}}})
     assert info.value.body["param"] == "response_format"
+
+
+def test_serve_command(bundle: Path, capsys: pytest.CaptureFixture) -> None:
+    """`gpuengine serve`: usage mistakes are one line and exit 2 before anything compiles; the command serves the
+    bundle (its name the file's stem) until SIGTERM, then shuts down without a traceback."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    assert main(["serve", str(bundle.parent / "missing.litertlm")]) == 2
+    assert main(["serve", str(bundle), "--max-sessions", "0"]) == 2
+    assert "--max-sessions" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["serve", str(bundle), "--memory-limit", "lots"])
+    assert info.value.code == 2 and "not a size" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "gpuengine.tools.cli", "serve", str(bundle), "--port",
+                                str(port), "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stderr.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
+                    models = json.loads(response.read())
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gpuengine serve did not answer"
+                time.sleep(0.2)
+        assert [m["id"] for m in models["data"]] == [bundle.stem]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(60)
+    assert code in (0, -signal.SIGTERM)  # uvicorn shuts down, then re-raises the signal it caught (>= 0.29)
+    err = process.stderr.read()
+    assert "a session" in err and "Traceback" not in err
