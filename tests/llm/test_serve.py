@@ -433,7 +433,8 @@ def test_many_requests_leave_memory_where_it_was(base_url: str, server: Server) 
         gc.collect()
         after, rss_after = gpu(), _rss_bytes()
     assert after == before, (before, after)
-    assert rss_after - rss_before < 16 * 2**20, (rss_before, rss_after)
+    # 0.6 MB measured (allocator noise); a WorkDone leaked per submit grew it by about 10 MB (runtime/device.py)
+    assert rss_after - rss_before < 4 * 2**20, (rss_before, rss_after)
 
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "ok"],
