@@ -431,11 +431,13 @@ def test_many_requests_leave_memory_where_it_was(base_url: str, server: Server) 
         for k in range(100):
             one(k)
         _wait_idle(server)
-        before, rss_before, types_before = gpu(), _rss_bytes(), objects()
+        types_before = objects()  # garbage collected first: earlier tests' engines free their buffers then
+        before, rss_before = gpu(), _rss_bytes()
         for k in range(200):
             one(k)
         _wait_idle(server)
-        after, rss_after, types_after = gpu(), _rss_bytes(), objects()
+        types_after = objects()
+        after, rss_after = gpu(), _rss_bytes()
     assert after == before, (before, after)
     # one object or more per request is a leak (a WorkDone kept per GPU submission, runtime/device.py, grew tuples
     # by 3,200 here); about 100 weakrefs and methods of wgpu's callbacks are bounded (the same after 600 requests)
