@@ -5,12 +5,15 @@
 // one, the token appended to the history the host reads back, the step counter advanced.
 // state (u32): [0] step, [1] seed, [2] top_k, [3] top_p (f32 bits), [4] temperature (f32 bits),
 //              [5] the token and [6] the position written for the next step (f32 bits: copied back into
-//              `tokens` / `position` when this loop resumes after another session's), [HISTORY + s] the token of step s.
+//              `tokens` / `position` when this loop resumes after another session's), [7] 1: only the tokens whose
+//              bit is set in `allowed` (a constrained decoder's bitmask, bit j % 32 of word j / 32) are candidates,
+//              [HISTORY + s] the token of step s.
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> tokens: array<f32>;
 @group(0) @binding(2) var<storage, read_write> position: array<f32>;
 @group(0) @binding(3) var<storage, read_write> state: array<u32>;
+@group(0) @binding(4) var<storage, read> allowed: array<u32>;
 
 const VOCAB: u32 = ${VOCAB}u;
 const MAX_K: u32 = ${MAX_K}u;
@@ -37,6 +40,7 @@ fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
 @compute @workgroup_size(${LANES})
 fn main(@builtin(local_invocation_index) lane: u32) {
     let k = clamp(state[2], 1u, MAX_K);
+    let masked = state[7] != 0u;
     var prev_value = 0.0;
     var prev_index = NONE;
     for (var r = 0u; r < k; r = r + 1u) {
@@ -44,6 +48,9 @@ fn main(@builtin(local_invocation_index) lane: u32) {
         var best_index = NONE;
         for (var j = lane; j < VOCAB; j = j + LANES) {
             let x = logits[j];
+            if (masked && ((allowed[j >> 5u] >> (j & 31u)) & 1u) == 0u) {
+                continue;
+            }
             let after_prev = prev_index == NONE || before(prev_value, prev_index, x, j);
             if (x == x && after_prev && before(x, j, best_value, best_index)) {
                 best_value = x;

@@ -63,6 +63,7 @@ class LoopStats:
     reads: int = 0  # host waits for a GPU result (token ids, or logits in the host loop)
     bytes_read: int = 0  # bytes the host read back during the decode loop
     uploads: int = 0  # host writes during the decode loop (after the first token)
+    bytes_uploaded: int = 0  # bytes of those writes that the GPU loop makes (a constraint's masks)
     max_in_flight: int = 0  # decode steps submitted and not yet read back, at most
 
 
@@ -129,6 +130,22 @@ def chunk_plan(count: int, start: int, lengths: list[int], cache_length: int) ->
     return plan
 
 
+def position_ranges(shape: tuple[int, ...], positions: int, start: int, end: int) -> list[tuple[int, int]] | None:
+    """The byte ranges (offset, size) of cache positions [start, end) in a row-major f32 buffer of `shape` whose
+    one axis of `positions` entries is the position axis: one range for [1, T, N, H], N for [1, N, T, H], N x H for
+    a transposed [1, N, H, T] (None past 64 ranges, or when no single axis is the positions': copy it whole)."""
+    axes = [ax for ax in range(1, len(shape)) if shape[ax] == positions]
+    if len(shape) != 4 or len(axes) != 1 or start >= end:
+        return None if start < end else []
+    axis = axes[0]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    outer = int(np.prod(shape[1:axis], dtype=np.int64))
+    if outer > 64:
+        return None
+    span = positions * inner
+    return [((o * span + start * inner) * 4, (end - start) * inner * 4) for o in range(outer)]
+
+
 def default_hybrid_arithmetic() -> str:
     """The LLM layer's hybrid arithmetic when none is given: GPUENGINE_HYBRID, else "float" (LiteRT-LM's)."""
     from .. import settings
@@ -179,6 +196,7 @@ class Engine:
         self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
         self.switches = 0  # session swaps on the GPU (activate)
+        self.swap_bytes = 0  # bytes those swaps (and clones) copied
         self._guidance: Any = None  # llguidance's tokenizer, built on first use (structured output)
 
     # -- set-up ---------------------------------------------------------------------------------------------
@@ -225,6 +243,8 @@ class Engine:
                 if "tokens" in details and "input_pos" in details:
                     self.prefills[int(details["tokens"]["shape"][-1])] = runner
         self.cache_length = _cache_length(k_shape, v_shape, max(self.prefills, default=1))
+        self.cache_positions = self.cache_length  # the position axis's size (before max_num_tokens)
+        self.cache_shapes = {name: tuple(inputs[name]["shape"]) for name in self.cache_names}
         if self.bundle.max_num_tokens:
             self.cache_length = min(self.cache_length, self.bundle.max_num_tokens)
         tok = self.tokenizer.vocab_size
@@ -326,6 +346,7 @@ class Engine:
         """Write `session`'s KV cache of `ids` at positions start..: prefill chunks that fit, the rest through
         decode."""
         self.activate(session)
+        self.wrote(session, start, start + len(ids))
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
             if n == 0:  # no prefill signature fits here: one token through decode
@@ -366,7 +387,8 @@ class Engine:
             return 0
         total = sum(int(b.size) for b in self.cache_buffers().values())
         if (loop or self.loop) == "gpu":
-            total += (sampler_kernel.HISTORY + self.cache_length + 1) * 4 + STAGING_BYTES * (self.steps_ahead + 1)
+            total += ((sampler_kernel.HISTORY + self.cache_length + 1) * 4 + -(-self.vocab // 32) * 4
+                      + STAGING_BYTES * (self.steps_ahead + 1))
         return total
 
     def sessions_memory_bytes(self) -> int:
@@ -393,19 +415,33 @@ class Engine:
         working = self.cache_buffers()
         encoder = self.device.create_command_encoder()
         copies = 0
-        if owner is not None and not owner.closed:
-            for name, buffer in working.items():
-                encoder.copy_buffer_to_buffer(buffer, 0, owner.kv[name], 0, buffer.size)
+        if owner is not None and not owner.closed:  # what it wrote since it was swapped in
+            copies += self._copy_positions(encoder, working, owner.kv, owner.dirty_from, owner.written)
             owner.saved = True
-            copies += 1
-        if session.saved:
-            for name, buffer in working.items():
-                encoder.copy_buffer_to_buffer(session.kv[name], 0, buffer, 0, buffer.size)
+        if session.saved:  # its positions written so far
+            copies += self._copy_positions(encoder, session.kv, working, 0, session.written)
             session.saved = False
-            copies += 1
+        session.dirty_from = session.written
         if copies:
             self.device.queue.submit([encoder.finish()])
         return True
+
+    def _copy_positions(self, encoder: Any, source: dict[str, Any], target: dict[str, Any], start: int, end: int
+                        ) -> int:
+        """Record the copies of cache positions [start, end) of every cache tensor; the bytes copied."""
+        total = 0
+        for name, buffer in source.items():
+            ranges = position_ranges(self.cache_shapes[name], self.cache_positions, start, end)
+            for offset, size in [(0, int(buffer.size))] if ranges is None else ranges:
+                encoder.copy_buffer_to_buffer(buffer, offset, target[name], offset, size)
+                total += size
+        self.swap_bytes += total
+        return total
+
+    def wrote(self, session: Session, start: int, end: int) -> None:
+        """Note that `session` writes cache positions [start, end) (what a swap copies out and in)."""
+        session.dirty_from = min(session.dirty_from, start)
+        session.written = max(session.written, min(end, self.cache_positions))
 
     def clone_state(self, source: Session, target: Session) -> None:
         """Copy `source`'s KV cache into `target`'s buffers on the GPU: from decode's buffers when `source` is
@@ -414,14 +450,13 @@ class Engine:
             cache = self._host_cache if self.owner is source else source.host_cache
             target.host_cache = {n: v.copy() for n, v in cache.items()} if cache else None
             return
-        if self.owner is source:
-            pairs = [(buffer, target.kv[name]) for name, buffer in self.cache_buffers().items()]
-        elif source.saved:
-            pairs = [(buffer, target.kv[name]) for name, buffer in source.kv.items()]
-        else:
-            return
-        self.gpu.copy(pairs)
-        target.saved = True
+        if self.owner is not source and not source.saved:
+            return  # nothing written yet
+        encoder = self.device.create_command_encoder()
+        self._copy_positions(encoder, self.cache_buffers() if self.owner is source else source.kv, target.kv, 0,
+                             source.written)
+        self.device.queue.submit([encoder.finish()])
+        target.saved, target.written, target.dirty_from = True, source.written, source.written
 
     def release(self, session: Session) -> None:
         """Forget `session` (closed): it stops being the owner; its buffers go once the GPU is done with them."""
@@ -441,6 +476,7 @@ class Engine:
             if session.closed:
                 return
             self.activate(session)
+            self.wrote(session, position + k, position + k + 1)
             logits = self._feed(token, position + k, read=True)
             stats.steps += 1
             stats.reads += 1
@@ -460,27 +496,37 @@ class Engine:
     def step_logits(self, session: Session, token: int, position: int) -> np.ndarray:
         """Feed `session` one token at `position` and read the logits that follow it (scoring)."""
         self.activate(session)
+        self.wrote(session, position, position + 1)
         return self._feed(token, position, read=True)
 
     def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
-                 step0: int, stop: set[int]) -> Iterator[int]:
+                 step0: int, stop: set[int], constraint: Any = None) -> Iterator[int]:
         """Steps of `session` on the GPU, `steps_ahead` in flight; other sessions' generators may run between
         two of its tokens (each submission is preceded by activate, queued in order). Steps past a stop token or
-        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it."""
+        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it.
+        constraint: its bitmask of allowed tokens is uploaded before each step and the sampler draws within it;
+        one step in flight (the next mask needs this token)."""
         sampler, staging_ring = session.gpu_sampler()
         stats = self.stats = LoopStats(loop="gpu")
         self.activate(session)
         self._write_step(token, position)
         temperature = 0.0 if config.greedy else config.temperature
-        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0)
+        sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0, masked=constraint is not None)
         pending: deque[tuple[int, Any]] = deque()
         submitted = 0
         ring = len(staging_ring)
+        ahead = 1 if constraint is not None else self.steps_ahead
         while not session.closed:  # close() ends an open stream
-            while submitted < count and len(pending) < self.steps_ahead:
+            while submitted < count and len(pending) < ahead:
                 staging = staging_ring[submitted % ring]
                 if self.activate(session) and submitted:  # another session's steps wrote token and position
                     sampler.restore_step(self.token_buffer, self.position_buffer)
+                self.wrote(session, position + submitted, position + submitted + 1)
+                if constraint is not None:
+                    words = constraint.bitmask()
+                    sampler.set_mask(words)
+                    stats.uploads += 1
+                    stats.bytes_uploaded += words.nbytes
                 self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
                 pending.append((submitted, staging))
                 submitted += 1
@@ -492,8 +538,10 @@ class Engine:
             token = int(read_words(staging)[0])
             stats.reads += 1
             stats.bytes_read += 4
+            if constraint is not None:
+                constraint.consume(token)
             yield token
-            if token in stop:
+            if token in stop or (constraint is not None and constraint.stopped):
                 return
 
     def create_session(self, *, apply_prompt_template: bool = True, sampler_config: SamplerConfig | None = None,
@@ -556,12 +604,20 @@ class DecodeSampler:
     def __init__(self, compiled: Any, vocab: int, logits: Any, tokens: Any, position: Any, steps: int) -> None:
         self.gpu = compiled.gpu
         self.state = state_buffer(self.gpu, (sampler_kernel.HISTORY + steps) * 4)
-        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab), [logits, tokens, position, self.state])
+        self.allowed = state_buffer(self.gpu, -(-vocab // 32) * 4)  # a constraint's bitmask of the next token
+        self.dispatch = compiled.add_dispatch(sampler_kernel.source(vocab),
+                                              [logits, tokens, position, self.state, self.allowed])
 
-    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int) -> None:
-        """Step `step` with these settings (written through the queue, ordered before the next submission)."""
-        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature))
+    def reset(self, seed: int, top_k: int, top_p: float, temperature: float, step: int, masked: bool = False
+              ) -> None:
+        """Step `step` with these settings (written through the queue, ordered before the next submission);
+        masked: draw only tokens set in `allowed` (set_mask before each step)."""
+        self.gpu.write(self.state, 0, sampler_kernel.header(seed, top_k, top_p, temperature, masked=masked))
         self.gpu.write(self.state, 0, np.array([step], np.uint32))
+
+    def set_mask(self, words: np.ndarray) -> None:
+        """The next step's allowed tokens: bit j % 32 of word j // 32 (llguidance's bitmask), queued in order."""
+        self.gpu.write(self.allowed, 0, words)
 
     def restore_step(self, tokens: Any, position: Any) -> None:
         """Copy the token and position this sampler last wrote for the next step (its state's NEXT_* words) back
@@ -601,6 +657,8 @@ class Session:
         self.generating = False  # a reply's generator has started and not finished or been closed
         # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
         self.saved = False
+        self.written = 0  # cache positions [0, written) hold this session's entries (where it is now)
+        self.dirty_from = 0  # while active: positions from here were written since it was swapped in
         self.host_cache: dict[str, np.ndarray] | None = None  # the same where the cache goes through the host
         self.kv: dict[str, Any] = {}
         if engine.kv_on_gpu:
@@ -623,7 +681,7 @@ class Session:
     def buffers(self) -> list[Any]:
         """The GPU buffers this session owns."""
         own = [*self.kv.values(), *self._staging]
-        return own + ([self._sampler.state] if self._sampler is not None else [])
+        return own + ([self._sampler.state, self._sampler.allowed] if self._sampler is not None else [])
 
     def memory_bytes(self) -> int:
         """GPU bytes this session holds (0 once closed)."""
@@ -700,9 +758,9 @@ class Session:
         cache). A reply that reaches the cache's last position ends there: finish_reason says "cache_full".
 
         logprobs: None, or how many alternatives (0..MAX_TOP_LOGPROBS) session.logprobs records per token with
-        its log-probability; constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply
-        follows token by token, ending when its grammar is complete. Either runs the reply in the host loop
-        (the logits come back each step; the same tokens as the GPU loop otherwise)."""
+        its log-probability (the reply then runs in the host loop: the logits come back each step; the same
+        tokens); constraint: a structured.Constraint (JSON schema, regex, Lark grammar) the reply follows token
+        by token, ending when its grammar is complete (in the GPU loop the sampler reads its bitmask)."""
         engine = self.engine
         self._check_usable()
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -746,10 +804,10 @@ class Session:
         first_position = self.position + len(ids) - 1
         count = min(max_tokens, engine.cache_length - first_position)
         self.logprobs = []
-        host = self.loop == "host" or logprobs is not None or constraint is not None
+        host = self.loop == "host" or logprobs is not None
         steps = (engine.host_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, logprobs,
                                   constraint) if host else
-                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop))
+                 engine.gpu_loop(self, int(ids[-1]), first_position, count, config, self.steps, stop, constraint))
         self.history.extend(new)
         self.position += len(ids) - 1
         self.pending = [int(ids[-1])]

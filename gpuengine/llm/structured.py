@@ -1,11 +1,12 @@
 """Structured output: a reply held to a JSON schema, a regular expression or a Lark grammar token by token with
 llguidance (LiteRT-LM's constrained decoding library): before each token is sampled, the tokens the grammar
-forbids get -inf logits (llguidance's bitmask, applied in numpy where the host loop samples); the grammar takes
-the sampled token; the reply ends when the grammar is complete (its stop token, or nothing more it accepts).
+forbids are left out (llguidance's bitmask: uploaded for the GPU loop's sampler kernel, which draws only tokens
+set in it; applied as -inf logits in numpy where the host loop samples: the same tokens); the grammar takes the
+sampled token; the reply ends when the grammar is complete (its stop token, or nothing more it accepts). The GPU
+loop keeps one step in flight then: the next mask needs this token.
 
-A constrained reply runs in the host loop (the logits come back each step); the GPU loop's sampler does not read a
-mask (yet). llguidance matches the tokenizer's bytes: a Hugging Face tokenizer through its tokenizer.json, a
-SentencePiece one through the bytes each piece spells (Tokenizer.token_bytes).
+llguidance matches the tokenizer's bytes: a Hugging Face tokenizer through its tokenizer.json, a SentencePiece one
+through the bytes each piece spells (Tokenizer.token_bytes).
 """
 
 from __future__ import annotations
@@ -123,10 +124,15 @@ class Constraint:
         raise ValueError(f"response_format type {kind!r} is not one of text, json_object, json_schema, regex "
                          "(with 'regex'), grammar (with 'grammar': a Lark grammar)")
 
-    def allowed(self) -> np.ndarray:
-        """The tokens the grammar accepts next (llguidance's bitmask unpacked)."""
+    def bitmask(self) -> np.ndarray:
+        """The tokens the grammar accepts next as llguidance's bitmask: bit j % 32 of int32 word j // 32 (what
+        the GPU sampler reads)."""
         self.matcher.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
-        bits = (self._mask[:, None] >> self._bits) & 1
+        return self._mask
+
+    def allowed(self) -> np.ndarray:
+        """The tokens the grammar accepts next, as booleans (the host loop's mask)."""
+        bits = (self.bitmask()[:, None] >> self._bits) & 1
         return bits.reshape(-1)[:self.vocab].astype(bool)
 
     def consume(self, token: int) -> None:

@@ -71,7 +71,8 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_plain(self, text: str) -> list[int]:
         """The ids of `text` as a continuation of other text: without the word-boundary mark SentencePiece puts
-        before a text's first piece (what a constrained decoder tokenizes forced text with)."""
+        before a text's first piece, spaces kept as they are (what a constrained decoder tokenizes forced text
+        with: the ids must spell the text's bytes exactly)."""
         if self._plain is None:
             import sentencepiece
             from sentencepiece import sentencepiece_model_pb2
@@ -79,6 +80,7 @@ class SentencePieceTokenizer(Tokenizer):
             proto = sentencepiece_model_pb2.ModelProto()
             proto.ParseFromString(self._model)
             proto.normalizer_spec.add_dummy_prefix = False
+            proto.normalizer_spec.remove_extra_whitespaces = False  # a trailing or doubled space is text too
             self._plain = sentencepiece.SentencePieceProcessor()
             self._plain.LoadFromSerializedProto(proto.SerializeToString())
         check_text(text)
@@ -86,13 +88,14 @@ class SentencePieceTokenizer(Tokenizer):
 
     def token_bytes(self) -> tuple[list[bytes], list[int]]:
         """Each id's bytes as it spells text (the word-boundary mark as a space, byte pieces as their byte) and the
-        ids of control and unknown pieces, which spell nothing: what a constrained decoder matches against."""
+        ids of control, unknown and unused pieces, which spell no text: their bytes are 0xFF and the piece's name,
+        llguidance's mark of a special token (unique: a table with equal entries misleads its token trie)."""
         sp = self._sp
         tokens, special = [], []
         for i in range(self.vocab_size):
             piece = sp.id_to_piece(i)
-            if sp.is_control(i) or sp.is_unknown(i):
-                tokens.append(b"")
+            if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+                tokens.append(b"\xff" + piece.encode("utf-8"))
                 special.append(i)
             elif sp.is_byte(i):
                 tokens.append(bytes([int(piece[3:5], 16)]))

@@ -177,7 +177,8 @@ def test_cli_generate(bundle: Path, engine: Engine, capsys: pytest.CaptureFixtur
 
 def test_gpu_sampler_kernel_large_vocabulary() -> None:
     """The sampler kernel alone on 49,152 logits (SmolLM's vocabulary) with ties and a NaN: the token, position
-    and history it writes equal the numpy sampler's, greedy and sampled, step after step."""
+    and history it writes equal the numpy sampler's, greedy and sampled, step after step; with a bitmask of allowed
+    tokens (a constraint's), the numpy sampler's on logits whose other tokens are -inf."""
     import wgpu
 
     from gpuengine.llm.sampling import sample
@@ -193,11 +194,18 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
     logits_buffer = device.create_buffer(size=vocab * 4, usage=storage)
     tokens, position = (device.create_buffer(size=16, usage=storage) for _ in range(2))
     state = state_buffer(gpu, (HISTORY + steps) * 4)
-    sampler = AddedDispatch(gpu, source(vocab), [logits_buffer, tokens, position, state])
-    for config in (SamplerConfig(), SamplerConfig(top_k=40, top_p=0.95, temperature=0.7, seed=11),
-                   SamplerConfig(top_k=64, top_p=1.0, temperature=1.5, seed=5)):
+    allowed = state_buffer(gpu, vocab // 8)
+    allowed_tokens = rng.random(vocab) < 0.001  # about 49 tokens, fewer than top_k 64
+    allowed_tokens[[7, 40000]] = True
+    device.queue.write_buffer(allowed, 0, np.packbits(allowed_tokens, bitorder="little"))
+    sampler = AddedDispatch(gpu, source(vocab), [logits_buffer, tokens, position, state, allowed])
+    sampled = SamplerConfig(top_k=64, top_p=0.9, temperature=1.5, seed=5)
+    for config, masked in ((SamplerConfig(), False), (SamplerConfig(top_k=40, top_p=0.95, temperature=0.7, seed=11),
+                                                      False),
+                           (SamplerConfig(top_k=64, top_p=1.0, temperature=1.5, seed=5), False),
+                           (SamplerConfig(), True), (sampled, True)):
         device.queue.write_buffer(state, 0, header(config.seed, config.top_k, config.top_p,
-                                                   0.0 if config.greedy else config.temperature))
+                                                   0.0 if config.greedy else config.temperature, masked=masked))
         device.queue.write_buffer(position, 0, np.array([10], np.float32))
         expected = []
         for step in range(steps):
@@ -208,9 +216,10 @@ def test_gpu_sampler_kernel_large_vocabulary() -> None:
             encoder = device.create_command_encoder()
             sampler.record(encoder)
             device.queue.submit([encoder.finish()])
-            expected.append(sample(logits, config, step))
+            expected.append(sample(np.where(allowed_tokens, logits, -np.inf) if masked else logits, config, step))
         written = np.frombuffer(device.queue.read_buffer(state), np.uint32)
-        assert written[0] == steps and list(written[HISTORY:HISTORY + steps]) == expected, config
+        assert written[0] == steps and list(written[HISTORY:HISTORY + steps]) == expected, (config, masked)
+        assert not masked or allowed_tokens[expected].all()
         assert np.frombuffer(device.queue.read_buffer(tokens), np.float32)[0] == expected[-1]
         assert np.frombuffer(device.queue.read_buffer(position), np.float32)[0] == 10 + steps
 

@@ -83,10 +83,13 @@ def interleaved(engine: Engine, loop: str, config: SamplerConfig, pattern: list[
 def test_interleaved_streams_equal_each_alone(engine: Engine, loop: str, config: SamplerConfig) -> None:
     expected = alone(engine, loop, config)
     assert expected["a"] != expected["b"]  # distinct replies: a mix-up could not pass unseen
+    cache = sum(int(b.size) for b in engine.cache_buffers().values())
     for pattern in (["a", "b", "c"], ["a", "a", "b", "c", "c", "c", "b"]):
-        switches = engine.switches
+        switches, copied = engine.switches, engine.swap_bytes
         assert interleaved(engine, loop, config, pattern) == expected, pattern
         assert engine.switches - switches > 10  # the sessions did take turns on the GPU
+        # a swap copies the positions written (out) and held (in), not the whole cache (100 positions)
+        assert 0 < (engine.swap_bytes - copied) / (engine.switches - switches) < cache / 2
 
 
 def test_issue_example_stream_texts(engine: Engine) -> None:

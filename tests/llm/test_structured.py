@@ -41,10 +41,32 @@ def test_json_schema_replies_validate(engine: Engine, config: SamplerConfig) -> 
                                               sampler_config=config)
     reply = conversation.send_message("Describe a person.", response_format=FORMAT)["content"]
     jsonschema.validate(json.loads(reply), SCHEMA)
-    assert conversation.finish_reason == "stop" and engine.stats.loop == "host"
+    assert conversation.finish_reason == "stop" and engine.stats.loop == "gpu"
     free = conversation.send_message("And without a format?")["content"]  # the next turn is unconstrained
     with pytest.raises(ValueError):
         json.loads(free)
+
+
+@pytest.mark.parametrize("config", CONFIGS[:2], ids=["greedy", "seed1"])
+def test_gpu_mask_equals_host_mask(engine: Engine, config: SamplerConfig) -> None:
+    """The GPU loop's sampler drawing within the uploaded bitmask gives the tokens the host loop draws from the
+    masked logits; a step reads 4 bytes back and uploads the mask (vocabulary / 8 bytes)."""
+    runs = {}
+    for loop in ("gpu", "host"):
+        session = engine.create_session(apply_prompt_template=False, sampler_config=config, loop=loop)
+        ids = session.prompt_ids("person:")
+        runs[loop] = list(session.generate_tokens(ids, 120, constraint=engine.constraint(FORMAT)))
+        stats = engine.stats
+        assert stats.loop == loop
+    text = engine.tokenizer.decode([t for t in runs["gpu"] if t not in engine.bundle.stop_tokens])
+    jsonschema.validate(json.loads(text), SCHEMA)
+    assert runs["gpu"] == runs["host"]
+    assert stats.loop == "host"  # the last run's; the GPU run's figures:
+    session = engine.create_session(apply_prompt_template=False, sampler_config=config)
+    tokens = list(session.generate_tokens(session.prompt_ids("person:"), 120, constraint=engine.constraint(FORMAT)))
+    stats = engine.stats
+    assert stats.bytes_read == 4 * len(tokens) and stats.max_in_flight == 1
+    assert stats.bytes_uploaded == stats.uploads * (-(-engine.vocab // 32) * 4) and stats.uploads == len(tokens)
 
 
 def test_regex_grammar_and_json_object(engine: Engine) -> None:
@@ -75,8 +97,8 @@ def test_sentencepiece_tokenizer_adapter(bundle: Path) -> None:
     if not toy.is_file():
         pytest.skip(f"shared model {toy.name} not found")
     engine = Engine(bundle)
-    pattern = r"(sea|river|rain)( (sea|river|rain)){0,2}"
-    for config in CONFIGS[:2]:
+    pattern = r"(sea|river|rain)( (sea|river|rain)){1,3}"  # forced text ("in ") tokenized with its space
+    for config in CONFIGS[:3]:
         text = engine.create_session(apply_prompt_template=False, sampler_config=config).generate(
             "the", 20, constraint=engine.constraint({"type": "regex", "regex": pattern}))
         assert re.fullmatch(pattern, text.strip()), text

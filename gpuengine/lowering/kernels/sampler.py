@@ -16,7 +16,7 @@ from .. import codegen
 MAX_TOP_K = 64  # candidates the GPU sampler keeps (rounds of a workgroup argmax); top-p works within them
 LANES = 256
 HISTORY = 8  # the state buffer's header (u32 words) before the token history
-STEP, SEED, TOP_K, TOP_P, TEMPERATURE, NEXT_TOKEN, NEXT_POSITION = range(7)  # header words (NEXT_*: f32 bits)
+STEP, SEED, TOP_K, TOP_P, TEMPERATURE, NEXT_TOKEN, NEXT_POSITION, MASKED = range(8)  # header words (NEXT_*: f32 bits)
 
 
 def source(vocab: int) -> str:
@@ -29,9 +29,12 @@ def source(vocab: int) -> str:
                                                          HISTORY=codegen.literal(HISTORY))
 
 
-def header(seed: int, top_k: int, top_p: float, temperature: float, step: int = 0) -> np.ndarray:
-    """The state buffer's header words for these settings (what the host writes before a generation)."""
+def header(seed: int, top_k: int, top_p: float, temperature: float, step: int = 0, masked: bool = False
+           ) -> np.ndarray:
+    """The state buffer's header words for these settings (what the host writes before a generation); masked: only
+    the tokens set in the `allowed` bitmask (binding 4) are drawn."""
     words = np.zeros(HISTORY, np.uint32)
+    words[MASKED] = int(masked)
     words[STEP] = step
     words[SEED] = int(seed) & 0xFFFFFFFF
     words[TOP_K] = max(1, min(int(top_k), MAX_TOP_K))
