@@ -37,12 +37,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"gpuengine: serve needs the serve extra (pip install 'gpuengine[serve]'): {e}") from None
     if args.max_sessions < 1:
         raise BadInput(f"--max-sessions must be >= 1, got {args.max_sessions}")
+    if args.prefix_cache < 0:
+        raise BadInput(f"--prefix-cache must be >= 0, got {args.prefix_cache}")
     if not 0 <= args.port < 65536:
         raise BadInput(f"--port must be in [0, 65535], got {args.port}")
     engine = open_engine(args, bundle=open_bundle(args))
     try:
         server = Server(engine, args.model_name or model_name(args.model), args.max_sessions, args.memory_limit,
-                        args.quantum)
+                        args.quantum, args.prefix_cache)
     except ValueError as e:
         raise BadInput(str(e)) from None
     s = server.scheduler
@@ -72,6 +74,9 @@ def add_parser(sub: Any) -> None:
                         "sessions than --max-sessions where it says so")
     p.add_argument("--quantum", type=int, default=1, help="tokens a session generates per turn of the scheduler "
                                                           "(default 1; more: fewer KV-cache swaps, later turns)")
+    p.add_argument("--prefix-cache", type=int, default=0, metavar="N",
+                   help="keep the last N finished sessions; a prompt that starts with one's tokens (16 or more) "
+                        "continues a GPU copy of it instead of prefilling them (default 0: off)")
     p.add_argument("--steps-ahead", type=int, default=4, help="decode steps in flight in the GPU loop")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level")

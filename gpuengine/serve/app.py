@@ -39,9 +39,9 @@ class Server:
     """What the app serves: the engine under its scheduler, and the name clients give as `model`."""
 
     def __init__(self, engine: Any, model_name: str, max_sessions: int = 8, memory_limit: int | None = None,
-                 quantum: int = 1) -> None:
+                 quantum: int = 1, prefix_cache: int = 0) -> None:
         self.engine, self.model_name = engine, model_name
-        self.scheduler = Scheduler(engine, max_sessions, memory_limit, quantum)
+        self.scheduler = Scheduler(engine, max_sessions, memory_limit, quantum, prefix_cache)
         self.chat_template = ChatTemplate.for_bundle(engine.bundle)  # Jinja, affixes, or the plain fallback
         self.created = int(time.time())
 

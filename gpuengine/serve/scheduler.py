@@ -74,19 +74,28 @@ class Job:
 class Scheduler:
     """The worker thread and its admission control (see the module docstring)."""
 
-    def __init__(self, engine: Any, max_sessions: int = 8, memory_limit: int | None = None, quantum: int = 1) -> None:
-        for name, value in (("max_sessions", max_sessions), ("quantum", quantum)):
+    def __init__(self, engine: Any, max_sessions: int = 8, memory_limit: int | None = None, quantum: int = 1,
+                 prefix_cache: int = 0, min_prefix: int = 16) -> None:
+        for name, value in (("max_sessions", max_sessions), ("quantum", quantum), ("min_prefix", min_prefix)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(prefix_cache, bool) or not isinstance(prefix_cache, int) or prefix_cache < 0:
+            raise ValueError(f"prefix_cache must be an integer >= 0, got {prefix_cache!r}")
         self.quantum = quantum  # tokens a session generates per turn (more: fewer swaps of the KV cache)
         self.engine = engine
         self.session_bytes = session_bytes(engine)
         self.memory_limit = memory_limit
+        # finished sessions kept for the prompts that start like theirs (most recently used last); their memory is
+        # set aside from the limit up front
+        self.prefix_cache, self.min_prefix = prefix_cache, min_prefix
+        self._cached: list[Any] = []
+        self.prefix_hits = self.prefix_tokens = 0  # requests that reused a cached prefix; the tokens not prefilled
         if memory_limit is not None:
-            if memory_limit < self.session_bytes:
+            if memory_limit < self.session_bytes * (1 + prefix_cache):
                 raise ValueError(f"the memory limit of {memory_limit} bytes is less than one session's "
-                                 f"{self.session_bytes} bytes (its KV cache)")
-            max_sessions = min(max_sessions, memory_limit // self.session_bytes)
+                                 f"{self.session_bytes} bytes (its KV cache)" +
+                                 (f" and {prefix_cache} cached ones" if prefix_cache else ""))
+            max_sessions = min(max_sessions, memory_limit // self.session_bytes - prefix_cache)
         self.max_sessions = max_sessions
         self._lock = threading.Condition()
         self._inbox: list[Job] = []
@@ -134,7 +143,8 @@ class Scheduler:
         counts = wgpu.diagnostics.object_counts.get_dict()
         return {"active_sessions": self._admitted, "max_sessions": self.max_sessions,
                 "session_bytes": self.session_bytes, "memory_limit": self.memory_limit, "quantum": self.quantum,
-                "served": self.served, "gpu_buffers": counts["Buffer"]["count"],
+                "served": self.served, "prefix_cache": self.prefix_cache, "prefix_hits": self.prefix_hits,
+                "prefix_tokens_reused": self.prefix_tokens, "gpu_buffers": counts["Buffer"]["count"],
                 "gpu_bytes": counts["total"].get("resource_mem", 0)}
 
     # -- the worker -------------------------------------------------------------------------------------------
@@ -155,6 +165,9 @@ class Scheduler:
             self._admit()
         for job in jobs:
             self._finish(job, ("error", "the server is shutting down"))
+        for session in self._cached:
+            session.close()
+        self._cached = []
 
     def _admit(self) -> None:
         """New requests' prefill and first token now, between two sessions' turns (not after a whole round)."""
@@ -176,13 +189,13 @@ class Scheduler:
             return False
         try:
             if job.tokens is None:
-                job.session = self.engine.create_session(apply_prompt_template=False, sampler_config=job.sampler)
-                job.tokens = job.session.generate_tokens(job.ids, job.max_tokens, logprobs=job.logprobs,
-                                                         constraint=job.constraint)
+                job.session, reused = self._session_for(job.ids)
+                job.tokens = job.session.generate_tokens(job.ids[reused:], job.max_tokens, job.sampler,
+                                                         logprobs=job.logprobs, constraint=job.constraint)
             token = next(job.tokens)
         except StopIteration:
             reason = job.session.finish_reason
-            self._finish(job, ("end", "length" if reason in ("length", "cache_full") else "stop"))
+            self._finish(job, ("end", "length" if reason in ("length", "cache_full") else "stop"), keep=True)
             return False
         except Exception as e:  # a request's failure must not stop the server
             log.exception("request failed")
@@ -197,6 +210,40 @@ class Scheduler:
             return False
         return True
 
+    def _session_for(self, ids: list[int]) -> tuple[Any, int]:
+        """A session for a prompt, and how many of its first tokens it holds already: a clone of the cached session
+        sharing the longest prefix with it (at least min_prefix tokens, at most all but the last), rewound to that
+        prefix, on the GPU; else a new one."""
+        best, length = None, 0
+        for cached in self._cached:
+            held = cached.history[:cached.position]  # the tokens whose keys and values are in its cache
+            n = 0
+            for a, b in zip(held, ids[:-1]):
+                if a != b:
+                    break
+                n += 1
+            if n > length:
+                best, length = cached, n
+        if best is None or length < self.min_prefix:
+            return self.engine.create_session(apply_prompt_template=False), 0
+        self._cached.remove(best)
+        self._cached.append(best)
+        session = best.clone()
+        session.rewind(length)
+        session.steps = 0  # the sampler's draws count from 0, as in a new session (same seed, same text)
+        self.prefix_hits += 1
+        self.prefix_tokens += length
+        return session, length
+
+    def _keep(self, session: Any) -> bool:
+        """Keep a finished session for its prefix (the least recently used one out when the cache is full)."""
+        if not self.prefix_cache or session is None or session.closed or session.position < self.min_prefix:
+            return False
+        self._cached.append(session)
+        while len(self._cached) > self.prefix_cache:
+            self._cached.pop(0).close()
+        return True
+
     def _emit(self, job: Job, event: Event) -> bool:
         try:
             job.sink(event)
@@ -205,16 +252,16 @@ class Scheduler:
             job.cancel()
             return False
 
-    def _finish(self, job: Job, event: Event | None) -> None:
-        """Free the job's session at once (its generator closed, the session closed where sessions can be)."""
+    def _finish(self, job: Job, event: Event | None, keep: bool = False) -> None:
+        """Free the job's session at once (its generator closed, the session closed), or keep it for its prefix
+        (a reply that ended, with prefix_cache on)."""
         if job in self._live:
             self._live.remove(job)
         try:
             if job.tokens is not None:
                 job.tokens.close()  # type: ignore[attr-defined]
-            close = getattr(job.session, "close", None)
-            if callable(close):
-                close()
+            if not (keep and self._keep(job.session)) and job.session is not None:
+                job.session.close()
         except Exception:
             log.exception("freeing a session failed")
         job.tokens = job.session = None

@@ -521,3 +521,33 @@ def test_serve_command(bundle: Path, capsys: pytest.CaptureFixture) -> None:
     assert code in (0, -signal.SIGTERM)  # uvicorn shuts down, then re-raises the signal it caught (>= 0.29)
     err = process.stderr.read()
     assert "a session" in err and "Traceback" not in err
+
+
+@pytest.mark.fp32_only("greedy tokens over a cache written by decode steps vs one written by prefill")
+def test_prefix_cache_reuses_a_finished_session(server: Server) -> None:
+    """prefix_cache: a prompt that starts with a finished request's tokens (a chat's next turn) continues a GPU clone
+    of that session, rewound to the shared prefix, and gets the tokens a new session gets; the cached sessions are
+    freed when the scheduler closes."""
+    from gpuengine.llm import SamplerConfig
+    from gpuengine.serve.scheduler import Scheduler
+
+    engine = server.engine
+    first = [*engine.bundle.start_ids, *engine.tokenizer.encode("Once upon a time there was a little engine")]
+    live = len(engine.sessions)
+    cached = Scheduler(engine, prefix_cache=2, min_prefix=4)
+    try:
+        gate = Gate()
+        cached.submit(first, 6, SamplerConfig(), gate.sink(0))
+        assert gate.ended.acquire(timeout=60)
+        reply = [v for _, kind, v in gate.events if kind == "token"]
+        second = [*first, *reply, *engine.tokenizer.encode(" that could")]  # the next turn
+        cached.submit(second, 8, SamplerConfig(), gate.sink(1))
+        assert gate.ended.acquire(timeout=60)
+        got = [v for j, kind, v in gate.events if j == 1 and kind == "token"]
+        assert cached.prefix_hits == 1 and cached.prefix_tokens >= len(first)
+        with engine.create_session(apply_prompt_template=False) as alone:
+            assert got == list(alone.generate_tokens(second, 8, SamplerConfig()))
+        assert len(engine.sessions) == live + 2  # the two finished sessions, kept
+    finally:
+        cached.close()
+    assert len(engine.sessions) == live
