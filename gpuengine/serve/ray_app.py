@@ -22,23 +22,27 @@ class GpuEngineDeployment:
     """One replica: an Engine opened from `model`, served by build_app (built after the constructor, Ray Serve's
     late-bound ingress)."""
 
-    def __init__(self, model: str, model_name: str, max_sessions: int, memory_limit: int | None,
-                 engine_options: dict[str, Any]) -> None:
+    def __init__(self, model: str, model_name: str, scheduling: dict[str, Any], engine_options: dict[str, Any]
+                 ) -> None:
         from ..llm import Engine
 
-        self.server = Server(Engine(model, **engine_options), model_name, max_sessions, memory_limit)
+        self.server = Server(Engine(model, **engine_options), model_name, **scheduling)
 
     def __serve_build_asgi_app__(self) -> Any:
         return build_app(self.server)
 
 
 def app(model: str, *, model_name: str | None = None, max_sessions: int = 8, memory_limit: int | None = None,
-        num_replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0, **engine_options: Any) -> Application:
+        quantum: int = 1, prefix_cache: int = 0, num_replicas: int = 1, num_cpus: float = 1, num_gpus: float = 0,
+        **engine_options: Any) -> Application:
     """A Ray Serve application serving `model` (a bundle path or zoo decoder) with OpenAI's API from
-    `num_replicas` replicas, each asking Ray for num_cpus CPUs and num_gpus GPUs; engine_options go to Engine."""
+    `num_replicas` replicas, each asking Ray for num_cpus CPUs and num_gpus GPUs; the scheduling options are
+    `gpuengine serve`'s (each replica's own); engine_options go to Engine."""
     from pathlib import Path
 
     name = model_name or Path(model).stem or model
     deployment = serve.deployment(GpuEngineDeployment, name="gpuengine", num_replicas=num_replicas,
                                   ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus})
-    return deployment.bind(str(model), name, max_sessions, memory_limit, engine_options)
+    scheduling = {"max_sessions": max_sessions, "memory_limit": memory_limit, "quantum": quantum,
+                  "prefix_cache": prefix_cache}
+    return deployment.bind(str(model), name, scheduling, engine_options)
