@@ -20,10 +20,12 @@ from . import (
     predict,
     profile,
     run,
+    serve,
     tune,
 )
 
-COMMANDS = (run, inspect, memplan, fetch, ops, bench, profile, tune, fuzz, precision, predict, calibrate, generate)
+COMMANDS = (run, inspect, memplan, fetch, ops, bench, profile, tune, fuzz, precision, predict, calibrate, generate,
+            serve)
 
 
 class Parser(argparse.ArgumentParser):

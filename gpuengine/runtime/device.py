@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +148,10 @@ class WorkDone:
         def callback(status: Any, message: Any, user1: Any, user2: Any) -> None:
             token.set_done()
             self._event.set()
+            # the cycle self -> _keep -> callback -> self is never collected (a cffi callback does not take part in
+            # garbage collection): break it, the callback kept among the last ones run (not freed while it runs)
+            _work_done_run.append(self._keep)
+            self._keep = None
 
         info = new_struct("WGPUQueueWorkDoneCallbackInfo", mode=lib.WGPUCallbackMode_AllowProcessEvents,
                           callback=callback)
@@ -161,6 +166,7 @@ class WorkDone:
         return self._event.wait(timeout)
 
 
+_work_done_run: deque[Any] = deque(maxlen=64)  # the last WorkDone callbacks that ran (older ones are freed)
 _lock = threading.Lock()
 _devices: dict[str, GpuDevice] = {}
 

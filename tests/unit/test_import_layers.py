@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # measuring (workgroup search, calibration, the mixed-precision search): above the runtime it measures
     ("tuning", ("gpuengine.tuning", "gpuengine.mixed_precision")),
     ("llm", ("gpuengine.llm",)),
+    ("serve", ("gpuengine.serve",)),  # the OpenAI-compatible server, its scheduler, Ray Serve: above llm
     ("tools", ("gpuengine.tools",)),  # the CLI
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
