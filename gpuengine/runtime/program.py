@@ -215,10 +215,10 @@ class GpuProgram:
         self._mark_shared(specs)
         self.parametric_dispatches = 0  # dispatches running a parametric pipeline (no compile for their size)
         self.use_parametric = parametric
+        self._rendered: dict[int, tuple[KernelSpec, str]] = {}  # WGSL _validate rendered, by spec
         if not allocate:
             self.sources = [(spec, self.render(spec)) for spec in specs]
             return
-        self._rendered: dict[int, tuple[KernelSpec, str]] = {}  # WGSL _validate rendered, by spec
         self._validate(specs)
         self._lock = threading.RLock()
         self._queue = gpu.device.queue
