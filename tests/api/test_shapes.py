@@ -173,9 +173,19 @@ def test_inspect_resize_reports_the_plan_at_that_shape(tmp_path: Path, capsys: p
 
 
 
+def forget_compiled_pipelines() -> None:
+    """An earlier test on this worker's shared device may have compiled one of these kernels baked at the first
+    size (then that pipeline runs, rightly, instead of the parametric one): start from an empty pipeline cache."""
+    from gpuengine.runtime.device import get_device
+
+    get_device().pipelines.clear()
+
+
 def test_inspect_shows_the_symbolic_shapes_and_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """RDP's section of `inspect`: the input's symbols, each op's class, the split points (model/symbolic.py)."""
     from gpuengine.tools.cli import main
+
+    forget_compiled_pipelines()
 
     path = tmp_path / "fcn.tflite"
     path.write_bytes(fcn_model())
