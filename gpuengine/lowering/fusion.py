@@ -32,11 +32,12 @@ def first_candidate(variants: Variants) -> Decomposition:
 
 def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
           ready_before: set[int] | None = None, decide: Decide = first_candidate, max_bindings: int | None = None,
-          ) -> tuple[list[KernelSpec], dict[int, int]]:
+          split_writes: bool = True) -> tuple[list[KernelSpec], dict[int, int]]:
     """Specs in execution order and output->source aliases. `ready_before`: tensors available from the
     start (partition inputs, written by the boundary converters, which run first). `decide` picks the
     decomposition of every dispatch a kernel offers in several (the runtime: tuning cache, else policy).
-    max_bindings: the device's storage buffers per shader stage; an epilogue that would bind more is not fused."""
+    max_bindings: the device's storage buffers per shader stage; an epilogue that would bind more is not fused, and
+    (split_writes) KV cache writes sharing a dispatch that would bind more get one dispatch each."""
     specs: list[KernelSpec] = []
     aliases: dict[int, int] = {}
     writer: dict[int, int] = {t: -1 for t in (ready_before or set())}  # tensor -> index of the spec writing it
@@ -48,7 +49,7 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
         if fuse and hasattr(kernel, "as_epilogue") and _try_fuse(op_i, op, kernel, graph, specs, writer,
                                                                  consumers, keep, aliases, max_bindings):
             continue
-        for item in _build_to_fit(op, kernel, graph, max_bindings):
+        for item in _build_to_fit(op, kernel, graph, max_bindings if split_writes else None):
             if isinstance(item, Variants):
                 item = item.resolve(decide(item))
             if isinstance(item, KernelSpec):
