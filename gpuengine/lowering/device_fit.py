@@ -14,6 +14,7 @@ import numpy as np
 from ..latency.limits import DeviceLimits
 from ..model.ir import Graph
 from . import codegen
+from .fusion import SPLIT_TO_FIT
 from .kernels.base import Binding, KernelSpec
 from .kernels.tiling import WORKGROUP_ARRAY, workgroup_memory_bytes
 from .layout import phwc4_elements
@@ -99,12 +100,18 @@ def source_violations(text: str, limits: DeviceLimits, what: str) -> list[str]:
 
 def variant_notes(specs: list[KernelSpec], limits: DeviceLimits) -> list[str]:
     """What the device's features changed in the kernel choice, for reports: how split reductions combine (subgroup
-    shuffles, or workgroup memory where the device lacks the subgroup feature)."""
+    shuffles, or workgroup memory where the device lacks the subgroup feature), and the KV cache writes lowered as
+    separate dispatches because one would bind more storage buffers than the device allows (lowering/fusion.py)."""
+    notes = []
+    separate = sum(SPLIT_TO_FIT in s.label for s in specs)
+    if separate:
+        notes.append(f"{separate} KV cache writes / query rotations as their own dispatches (one shared dispatch "
+                     f"would bind more than the device's {limits.storage_buffers} storage buffers)")
     splits = [s for s in specs if s.decomposition is not None and s.decomposition.split > 1]
     if not splits:
-        return []
+        return notes
     if limits.subgroups:
         shuffled = sum(s.decomposition.subgroup for s in splits)
-        return [f"{len(splits)} split reductions: {shuffled} through subgroup shuffles, "
+        return [*notes, f"{len(splits)} split reductions: {shuffled} through subgroup shuffles, "
                 f"{len(splits) - shuffled} through workgroup memory"]
-    return [f"{len(splits)} split reductions through workgroup memory (no subgroup feature)"]
+    return [*notes, f"{len(splits)} split reductions through workgroup memory (no subgroup feature)"]

@@ -39,10 +39,14 @@ def signature(spec: KernelSpec) -> str:
 class Choices:
     """How every dispatch of a device divides its work: the tuning cache's choice where it has one that this
     device can run, else the target's default (latency/policy.py) or the default workgroup size. limits: the
-    device's (WebGPU's defaults when planning without one)."""
+    device's (WebGPU's defaults when planning without one). split_writes: whether KV cache writes sharing a
+    dispatch that would bind more than limits.storage_buffers become one dispatch each (lowering/fusion.py); a
+    device's program always does, a report planned without a device for a full one (False) keeps them shared."""
 
-    def __init__(self, target: Target, tuned: Tuned | None = None, limits: DeviceLimits = BASELINE) -> None:
+    def __init__(self, target: Target, tuned: Tuned | None = None, limits: DeviceLimits = BASELINE,
+                 split_writes: bool = True) -> None:
         self.target, self.tuned, self.limits = target, tuned or Tuned(), limits
+        self.split_writes = split_writes
         self.max_invocations = limits.invocations
         self.from_cache = 0  # dispatches whose choice came from the tuning cache
 
@@ -78,7 +82,7 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
     `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
     fp16 program (f32_names: mixed precision, kept_f32)."""
     specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide,
-                           max_bindings=choices.limits.storage_buffers)
+                           max_bindings=choices.limits.storage_buffers, split_writes=choices.split_writes)
 
     def root(t: int) -> int:
         while t in aliases:

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model.ir import Graph, Op
+from ..model.ops import GROUPS, KV_CACHE_WRITE
 from ..model.quantization import is_quantized
 from .codegen import bound, has_epilogue, is_baked
 from .kernels import registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
 from .kernels.common import fake_quant, holds_integers
+from .kernels.kv_cache import writes
 from .kernels.prologue import model_ops
 from .layout import to_bhwc
 
@@ -30,11 +32,12 @@ def first_candidate(variants: Variants) -> Decomposition:
 
 def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
           ready_before: set[int] | None = None, decide: Decide = first_candidate, max_bindings: int | None = None,
-          ) -> tuple[list[KernelSpec], dict[int, int]]:
+          split_writes: bool = True) -> tuple[list[KernelSpec], dict[int, int]]:
     """Specs in execution order and output->source aliases. `ready_before`: tensors available from the
     start (partition inputs, written by the boundary converters, which run first). `decide` picks the
     decomposition of every dispatch a kernel offers in several (the runtime: tuning cache, else policy).
-    max_bindings: the device's storage buffers per shader stage; an epilogue that would bind more is not fused."""
+    max_bindings: the device's storage buffers per shader stage; an epilogue that would bind more is not fused, and
+    (split_writes) KV cache writes sharing a dispatch that would bind more get one dispatch each."""
     specs: list[KernelSpec] = []
     aliases: dict[int, int] = {}
     writer: dict[int, int] = {t: -1 for t in (ready_before or set())}  # tensor -> index of the spec writing it
@@ -46,7 +49,7 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
         if fuse and hasattr(kernel, "as_epilogue") and _try_fuse(op_i, op, kernel, graph, specs, writer,
                                                                  consumers, keep, aliases, max_bindings):
             continue
-        for item in kernel.build(op, graph):
+        for item in _build_to_fit(op, kernel, graph, max_bindings if split_writes else None):
             if isinstance(item, Variants):
                 item = item.resolve(decide(item))
             if isinstance(item, KernelSpec):
@@ -62,6 +65,26 @@ def lower(graph: Graph, ops: list[int], outputs: list[int], fuse: bool = True,
                     if b.writable and b.tensor is not None:
                         writer[b.tensor] = len(specs) - 1
     return specs, aliases
+
+
+SPLIT_TO_FIT = "split to fit the device's storage buffers"
+
+
+def _build_to_fit(op: Op, kernel: object, graph: Graph, max_bindings: int | None) -> list:
+    """The op's lowering; where a KV_CACHE_WRITE sharing one dispatch among several writes (a layer's K and V, the
+    rotated query) would bind more storage buffers than the device allows, each write as its own dispatch instead:
+    the same arithmetic, since the writes store disjoint outputs and read only the op's inputs."""
+    items = kernel.build(op, graph)  # type: ignore[attr-defined]
+    if max_bindings is None or op.code != KV_CACHE_WRITE or not op.opt(GROUPS) or not any(
+            isinstance(item, KernelSpec) and len(bound(item)) > max_bindings for item in items):
+        return items
+    split: list = []
+    for single in writes(op):
+        for item in registry.kernel_for(single).build(single, graph):
+            if isinstance(item, KernelSpec):
+                item.label = f"{item.label or single.code} [{SPLIT_TO_FIT}: {max_bindings}]"
+            split.append(item)
+    return split
 
 
 def _move_to_end(specs: list[KernelSpec], writer: dict[int, int], index: int) -> None:

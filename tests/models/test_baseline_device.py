@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from decoder_parity import compare
 from helpers import (
+    FIXTURES,
     REFERENCE_MODELS,
     SHARED_MODELS,
     assert_matches_litert,
@@ -29,6 +31,9 @@ from gpuengine.zoo import bert
 
 BASELINE = {"device_profile": "baseline"}
 TOY_DECODER = SHARED_MODELS / "toy_decoder_kv.tflite"
+LITERT_TORCH = sorted(p.stem for p in (FIXTURES / "litert_torch").glob("*.tflite"))
+# as tests/models/test_litert_torch_decoders.py: max |ours - LiteRT| / range(LiteRT's logits)
+DECODER_TOLERANCE = {"f32": 1e-5, "int8": 5e-2}
 
 
 def assert_baseline(it: Interpreter) -> None:
@@ -106,6 +111,35 @@ def test_decoder_signatures_match_litert_on_a_baseline_device(key: str, position
     plan = runner.compiled.plan
     assert [p.device for p in plan.partitions] == ["gpu"] and plan.ops_gpu == len(plan.graph.ops)
     assert_baseline(runner)
+
+
+@pytest.mark.parametrize("name", LITERT_TORCH)
+def test_litert_torch_decoders_match_litert_on_a_baseline_device(name: str) -> None:
+    """Each litert-torch decoder fixture (Gemma 3, Qwen 2.5 / 3, Llama 3.2, TinyLlama; f32, int8, int4; both cache
+    layouts): its prefill and one decode step after it match LiteRT's builtin kernels as on the full device
+    (test_litert_torch_decoders.py's tolerances). Where a layer's KV cache writes and query rotation would share a
+    dispatch binding 9 to 11 storage buffers (Gemma's and Qwen 3's q/k norms, the transposed caches' prefill), each
+    is its own dispatch, and the device's variant notes say so."""
+    from gpuengine.oracle import litert_interpreter
+
+    data = (FIXTURES / "litert_torch" / f"{name}.tflite").read_bytes()
+    ours = Interpreter(model_content=data, **BASELINE)
+    result = compare(ours, litert_interpreter(data, builtin=True), steps=1)
+    tolerance = DECODER_TOLERANCE["f32" if "_f32" in name else "int8"]
+    assert result.prefill_cache_error <= tolerance and result.max_error <= tolerance, result.summary()
+    for key in ours.get_signature_list():
+        runner = ours.get_signature_runner(key)
+        assert_baseline(runner)
+        assert [p.device for p in runner.compiled.plan.partitions] == ["gpu"], key
+        notes = runner.compiled.variant_notes()
+        separate = [d.spec.label for program in runner.compiled.all_gpu_programs for d in program.dispatches
+                    if "split to fit the device's storage buffers" in d.spec.label]
+        if separate:
+            assert any("as their own dispatches" in note for note in notes), (key, notes)
+        bound = [len(d.spec.bindings) for program in runner.compiled.all_gpu_programs for d in program.dispatches]
+        assert max(bound) <= 8, (key, max(bound))
+    if name.startswith(("gemma3", "qwen3")):  # q/k norms ride in the cache write: it no longer fits in one dispatch
+        assert any("as their own dispatches" in n for n in ours.get_signature_runner("decode").compiled.variant_notes())
 
 
 def test_fp16_on_a_baseline_device_runs_in_fp32_with_a_warning() -> None:

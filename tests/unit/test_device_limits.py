@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import REFERENCE_MODELS, SHARED_MODELS, cached_reference_model
+from helpers import FIXTURES, REFERENCE_MODELS, SHARED_MODELS, cached_reference_model
 
 from gpuengine import zoo
 from gpuengine.latency.limits import BASELINE, DEFAULT_LIMITS, DeviceLimits, check_profile
@@ -161,3 +161,22 @@ def test_what_each_profile_asks_the_adapter_for() -> None:
     assert limits["max-storage-buffers-per-shader-stage"] == 16
     assert limits["max-compute-workgroup-storage-size"] == 32768
     assert DeviceLimits.of(limits, features).subgroups and not BASELINE.subgroups and not BASELINE.f16
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (FIXTURES / "litert_torch").glob("*.tflite")))
+def test_litert_torch_decoders_split_their_cache_writes_to_fit(name: str) -> None:
+    """The litert-torch fixtures' KV cache writes shared by one dispatch (Gemma 3's and Qwen 3's q/k norms folded in:
+    10 storage buffers; the transposed-cache prefills: 9 or 11) are planned as one dispatch per write for a baseline
+    device, so every signature fits 8; a report for a full device keeps the shared dispatch (today's plan)."""
+    model = read_model((FIXTURES / "litert_torch" / f"{name}.tflite").read_bytes())
+    target = named("integrated", subgroups=False)
+    for entry in model.signatures:
+        graph = model.subgraphs[entry.subgraph]
+        plan, parts = planned_dispatches(graph, EngineOptions(device_profile="baseline"), target, model)
+        specs = [spec for specs in parts for spec in specs]
+        assert not [p for spec in specs for p in violations(spec, BASELINE, plan.graph, "fp32")], entry.key
+        _, full = planned_dispatches(graph, EngineOptions(), target, model)
+        shared = [len(codegen.bound(spec)) for specs in full for spec in specs if spec.shader == "kv_cache"]
+        split = sum("split to fit the device's storage buffers" in spec.label for spec in specs)
+        assert split == 3 * sum(n > 8 for n in shared), (entry.key, shared, split)
+        assert len(specs) == sum(map(len, full)) + 2 * sum(n > 8 for n in shared), entry.key
