@@ -53,16 +53,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                                 v[t] = x[u32(iy * W + ix) * C4 + i];
                             }
                         }
-                        {
-                            let k = o4 * 36u * C4 + tap + i;
-                            let w0 = weights[k];
-                            let w1 = weights[k + 9u * C4];
-                            let w2 = weights[k + 18u * C4];
-                            let w3 = weights[k + 27u * C4];
-                            for (var t = 0u; t < TX; t++) {
-                                acc[t] += vec4<f32>(dot(w0, v[t]), dot(w1, v[t]), dot(w2, v[t]), dot(w3, v[t]));
-                            }
-                        }
+                        #include "lasnet/accumulate_tap.wgsl"
                     }
                 }
             }
