@@ -16,38 +16,18 @@ from ..model.ir import Graph
 from . import codegen
 from .fusion import SPLIT_TO_FIT
 from .kernels.base import Binding, KernelSpec
+from .kernels.dispatch_cost import binding_bytes, stored_as_f16
 from .kernels.tiling import WORKGROUP_ARRAY, workgroup_memory_bytes
-from .layout import phwc4_elements
 
 WORKGROUP_DECLARATION = re.compile(r"var<workgroup>")
 SUBGROUP_USE = re.compile(r"\bsubgroup\w*\s*\(|@builtin\(subgroup_")
 F16_USE = re.compile(r"\bf16\b")
 
 
-def stored_as_f16(b: Binding, precision: str) -> bool:
-    """Whether a constant binding's f32 data is uploaded as f16: storage-typed float data in fp16 mode."""
-    return (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
-            and np.asarray(b.data).dtype == np.float32)
-
-
 def stored_data(b: Binding, precision: str) -> np.ndarray:
     """A constant binding's bytes as the shader reads them (stored_as_f16)."""
     data = np.ascontiguousarray(b.data)
     return data.astype(np.float16) if stored_as_f16(b, precision) else data
-
-
-def binding_bytes(b: Binding, graph: Graph, precision: str) -> int:
-    """Bytes a binding's buffer range holds: a constant's data, scratch space, a BHWC boundary buffer or a PHWC4
-    tensor in its storage type."""
-    if b.data is not None:
-        nbytes = np.asarray(b.data).nbytes
-        return max(4, nbytes // 2 if stored_as_f16(b, precision) else nbytes)
-    if b.scratch_bytes:
-        return b.scratch_bytes
-    shape = graph.tensors[b.tensor].shape
-    if b.raw:
-        return max(4, int(np.prod(shape, dtype=np.int64)) * 4)
-    return max(16, phwc4_elements(shape) * (4 if b.exact else codegen.element_bytes("S1", precision)))
 
 
 def violations(spec: KernelSpec, limits: DeviceLimits, graph: Graph, precision: str,

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import GpuEngineError, UnsupportedOpError
 from ..latency.target import Target
 from ..lowering import codegen
-from ..lowering.device_fit import binding_bytes, stored_data, violations
+from ..lowering.device_fit import stored_data, violations
 from ..lowering.dispatches import (
     Choices,
     dispatch_macs,
@@ -35,6 +35,7 @@ from ..lowering.dispatches import (
 from ..lowering.fusion import redecompose
 from ..lowering.kernels.base import Binding, Decomposition, KernelSpec
 from ..lowering.kernels.common import EXACT_LIMIT, holds_integers
+from ..lowering.kernels.dispatch_cost import binding_bytes
 from ..lowering.kernels.tuned import Tuned
 from ..lowering.layout import phwc4_elements
 from ..lowering.parametric import unbaked

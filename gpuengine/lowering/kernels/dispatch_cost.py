@@ -30,12 +30,18 @@ from . import tiling
 from .base import Binding, KernelSpec, Variants
 
 
+def stored_as_f16(b: Binding, precision: str) -> bool:
+    """Whether a constant binding's f32 data is uploaded as f16: storage-typed float data in fp16 mode."""
+    return (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
+            and np.asarray(b.data).dtype == np.float32)
+
+
 def binding_bytes(b: Binding, graph: Graph, precision: str = "fp32") -> int:
-    """Bytes a binding holds (as the runtime allocates it, GpuProgram._binding_bytes), without a device."""
+    """Bytes a binding's buffer range holds, as the runtime allocates it and without a device: a constant's data
+    (stored_as_f16), scratch space, a BHWC boundary buffer or a PHWC4 tensor in its storage type."""
     if b.data is not None:
-        scalar = 2 if (precision == "fp16" and not b.exact and b.element in codegen.STORAGE_TYPES
-                       and b.data.dtype == np.float32) else b.data.dtype.itemsize
-        return max(4, int(b.data.size) * scalar)
+        nbytes = np.asarray(b.data).nbytes
+        return max(4, nbytes // 2 if stored_as_f16(b, precision) else nbytes)
     if b.scratch_bytes:
         return int(b.scratch_bytes)
     if b.tensor is None:
