@@ -25,6 +25,7 @@ var<workgroup> lane_value: array<f32, ${LANES}>;
 var<workgroup> lane_index: array<u32, ${LANES}>;
 var<workgroup> top_value: array<f32, ${MAX_K}>;
 var<workgroup> top_index: array<u32, ${MAX_K}>;
+var<workgroup> top_k_count: u32;  // k read once, loaded as a uniform value: the rounds' barriers need uniform control flow
 
 fn pcg(v: u32) -> u32 {
     let s = v * 747796405u + 2891336453u;
@@ -39,7 +40,10 @@ fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
 
 @compute @workgroup_size(${LANES})
 fn main(@builtin(local_invocation_index) lane: u32) {
-    let k = clamp(state[2], 1u, MAX_K);
+    if (lane == 0u) {
+        top_k_count = clamp(state[2], 1u, MAX_K);
+    }
+    let k = workgroupUniformLoad(&top_k_count);
     let masked = state[7] != 0u;
     var prev_value = 0.0;
     var prev_index = NONE;

@@ -17,7 +17,7 @@ from . import codegen
 from .fusion import SPLIT_TO_FIT
 from .kernels.base import Binding, KernelSpec
 from .kernels.dispatch_cost import binding_bytes, stored_as_f16
-from .kernels.tiling import WORKGROUP_ARRAY, workgroup_memory_bytes
+from .kernels.tiling import WORKGROUP_VARIABLE, workgroup_memory_bytes
 
 WORKGROUP_DECLARATION = re.compile(r"var<workgroup>")
 SUBGROUP_USE = re.compile(r"\bsubgroup\w*\s*\(|@builtin\(subgroup_")
@@ -66,7 +66,7 @@ def source_violations(text: str, limits: DeviceLimits, what: str) -> list[str]:
     declared = len(WORKGROUP_DECLARATION.findall(text))
     if declared:
         memory = workgroup_memory_bytes(text)
-        if len(WORKGROUP_ARRAY.findall(text)) != declared:
+        if len(WORKGROUP_VARIABLE.findall(text)) != declared:
             out.append(f"{what}: declares workgroup memory of a size the engine cannot check (gpuengine bug)")
         elif memory > limits.workgroup_storage_bytes:
             out.append(f"{what}: declares {memory} bytes of workgroup memory, more than the device's "

@@ -32,19 +32,20 @@ SHARED_LEVEL = 30.0  # per level of a workgroup-memory tree: barrier and bookkee
 OVERHEAD = 40.0
 
 
-WORKGROUP_ARRAY = re.compile(r"var<workgroup>\s+\w+\s*:\s*array<\s*(vec([234])<f32>|vec([234])<f16>|f32|f16|u32|i32)"
-                            r"\s*,\s*(\d+)u?\s*>")
+# a workgroup variable: an array of scalars or vectors (its element type and length), or one scalar or vector
+WORKGROUP_VARIABLE = re.compile(r"var<workgroup>\s+\w+\s*:\s*(?:array<\s*)?"
+                               r"(vec([234])<f32>|vec([234])<f16>|f32|f16|u32|i32)\s*(?:,\s*(\d+)u?\s*>|;)")
 
 
 def workgroup_memory_bytes(source: str) -> int:
-    """Bytes of workgroup memory a WGSL module declares (arrays of scalars and vectors, the only kinds kernels use);
-    checked against LANE_MEMORY_VEC4 * 16 by tests over every kernel's candidates."""
+    """Bytes of workgroup memory a WGSL module declares (scalars, vectors and arrays of them, the only kinds kernels
+    use); checked against LANE_MEMORY_VEC4 * 16 by tests over every kernel's candidates."""
     total = 0
-    for m in WORKGROUP_ARRAY.finditer(source):
+    for m in WORKGROUP_VARIABLE.finditer(source):
         lanes = int(m.group(2) or m.group(3) or 1)
         lanes = 4 if lanes == 3 else lanes  # vec3 is aligned like vec4
         scalar = 2 if m.group(1).endswith("f16>") or m.group(1) == "f16" else 4
-        total += lanes * scalar * int(m.group(4))
+        total += lanes * scalar * int(m.group(4) or 1)
     return total
 
 
