@@ -61,7 +61,31 @@ def distinct(quick: bool = False) -> tuple[dict[str, dict[str, tuple[str, str]]]
             n_dispatches += 1
             for webgpu, found in texts.items():
                 found.setdefault(codegen.render(spec, precision, webgpu), (spec.shader, case))
+    for kernel, case, source in outside_plans():
+        for found in texts.values():  # one text for both implementations (no subgroups, no f16)
+            found.setdefault(source, (kernel, case))
     return texts, n_cases, n_dispatches
+
+
+def outside_plans() -> list[tuple[str, str, str]]:
+    """(kernel, case, WGSL) of the kernels no model plan holds: the GPU decode loop's sampler (at a small, SmolLM's
+    and Gemma 3's vocabulary) and the LASNet sparse block's three kernels (tests/fixtures/lasnet, every patch size and
+    mode)."""
+    from pathlib import Path
+
+    from gpuengine.lowering.kernels import lasnet, sampler
+    from gpuengine.model.reader import read_model
+    from gpuengine.passes.lasnet_blocks import find_masked_blocks
+
+    out = [("sampler", f"vocab {vocab}", sampler.source(vocab)) for vocab in (300, 49152, 262144)]
+    fixture = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "lasnet" / "lasnet_block.tflite"
+    for block in find_masked_blocks(read_model(str(fixture)).subgraphs[0]):
+        for patch in (2, 4, 8):
+            if lasnet.supports(block, patch) is None:
+                for mode in lasnet.MODES:
+                    out += [(f"lasnet_{name}", f"{fixture.name} S={patch} {mode}", source)
+                            for name, source in lasnet.sources(block, patch, mode).items()]
+    return out
 
 
 def dawn_device():
