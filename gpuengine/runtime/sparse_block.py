@@ -1,12 +1,13 @@
-"""Run a LASNet-style masked residual block spatially sparse on the GPU (lowering/kernels/lasnet.py): copy x to
-out, compute the mask and the active-patch list on the GPU, then dispatch the two convs *indirectly*
-(`dispatch_workgroups_indirect`), one workgroup per active patch, the count read by the GPU from the buffer the
-mask kernel filled: the host never learns the activation rate before the block runs. Buffers, pipelines and bind
-groups are made once, at construction; a run writes x and the counter's reset, submits one command buffer and
-maps out (and the count) back.
+"""Run a LASNet-style masked residual block spatially sparse on the GPU (lowering/kernels/lasnet.py): the mask, the
+active-patch list and out = x over the inactive patches in one dispatch, then the block's two convs dispatched
+*indirectly* (`dispatch_workgroups_indirect`), one workgroup per active patch, the count read by the GPU from the
+buffer the mask kernel filled: the host never learns the activation rate before the block runs. Buffers, pipelines
+and bind groups are made once, at construction; a run writes x, submits one command buffer and maps out (and the
+count) back.
 
-mode "all" runs the same kernels over every patch, "none" over no patch (lowering/kernels/lasnet.MODES). Not wired
-into the engine's compile path yet: the block runs here as a unit (docs/design/lasnet.md).
+mode "all" runs the same kernels over every patch, "none" over no patch (lowering/kernels/lasnet.MODES). The
+engine's own programs record the same two dispatches inside their one command buffer (runtime/program.py); this
+runner times and checks the block as a unit (tests, tuning/sparse.py, `gpuengine profile`).
 """
 
 from __future__ import annotations
@@ -48,22 +49,16 @@ class SparseBlockRunner:
         self.x = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         self.out = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         self.cells = buffer(geo["cells"] * 4, storage)
-        self.args = buffer(12, storage | wgpu.BufferUsage.INDIRECT | wgpu.BufferUsage.COPY_DST
-                           | wgpu.BufferUsage.COPY_SRC)
+        self.args = buffer(12, storage | wgpu.BufferUsage.INDIRECT | wgpu.BufferUsage.COPY_SRC)
         self.list = buffer(geo["np"] * 4, storage)
-        self.tmp = buffer(lasnet.tmp_bytes(block, patch), storage)
         self.out_staging = buffer(self.bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         self.args_staging = buffer(12, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         src = lasnet.sources(block, patch, mode)
         self.mask_pipe, self.mask_bind = self._bind(src["mask"], [self.x, consts["masker"], self.cells, self.args,
-                                                                  self.list])
-        self.gather_pipe, self.gather_bind = self._bind(src["gather"], [self.x, consts["w1"], consts["b1"], self.list,
-                                                                        self.tmp])
-        self.scatter_pipe, self.scatter_bind = self._bind(
-            src["scatter"], [self.x, consts["w2"], consts["b2"], self.list, self.tmp, self.cells, self.out])
-        self.mask_groups = -(-geo["np"] // lasnet.WORKGROUP)
-        # the indirect dispatch's (x, y, z): x counts active patches (cleared by each run), y = z = 1
-        dev.queue.write_buffer(self.args, 0, np.array([0, 1, 1], np.uint32))
+                                                                  self.list, self.out])
+        self.block_pipe, self.block_bind = self._bind(
+            src["block"], [self.x, consts["w1"], consts["b1"], consts["w2"], consts["b2"], self.list, self.cells,
+                           self.out])
 
     def _bind(self, source: str, buffers: list[Any]) -> tuple[Any, Any]:
         dev = self.gpu.device
@@ -78,18 +73,13 @@ class SparseBlockRunner:
 
     def _command(self, read_out: bool) -> Any:
         encoder = self.gpu.device.create_command_encoder()
-        encoder.clear_buffer(self.args, 0, 4)  # no patch listed yet; the indirect y and z counts stay 1
-        encoder.copy_buffer_to_buffer(self.x, 0, self.out, 0, self.bytes)  # inactive patches: out = x
         compute = encoder.begin_compute_pass()
         compute.set_pipeline(self.mask_pipe)
         compute.set_bind_group(0, self.mask_bind)
-        compute.dispatch_workgroups(self.mask_groups, 1, 1)
-        compute.set_pipeline(self.gather_pipe)
-        compute.set_bind_group(0, self.gather_bind)
-        compute.dispatch_workgroups_indirect(self.args, 0)
-        compute.set_pipeline(self.scatter_pipe)
-        compute.set_bind_group(0, self.scatter_bind)
-        compute.dispatch_workgroups_indirect(self.args, 0)
+        compute.dispatch_workgroups(1, 1, 1)  # one workgroup: the mask, the list, its count, out = x elsewhere
+        compute.set_pipeline(self.block_pipe)
+        compute.set_bind_group(0, self.block_bind)
+        compute.dispatch_workgroups_indirect(self.args, 0)  # one workgroup per active patch
         compute.end()
         encoder.copy_buffer_to_buffer(self.args, 0, self.args_staging, 0, 12)
         if read_out:

@@ -29,7 +29,7 @@ from gpuengine.runtime.timing import DispatchTimer
 from gpuengine.tuning.sparse import measure_block
 
 MODEL = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "lasnet" / "lasnet_block.tflite"
-PATCHES = (2, 4, 8, 16)
+PATCHES = (2, 4, 8)  # S=16 needs more workgroup memory than WebGPU guarantees at 16 channels
 
 
 def lasnet_input(rate: float, seed: int) -> np.ndarray:

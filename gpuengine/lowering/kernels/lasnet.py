@@ -1,15 +1,21 @@
-"""LASNet spatially sparse execution of a masked residual block (passes/lasnet_blocks.MaskedBlock): three WGSL
-kernels (shaders/lasnet_*.wgsl) and the prepared constants they bind. runtime/sparse_block.py runs them:
+"""LASNet spatially sparse execution of a masked residual block (passes/lasnet_blocks.MaskedBlock): two WGSL kernels
+(shaders/lasnet_mask.wgsl, shaders/lasnet_block.wgsl) and the prepared constants they bind. runtime/sparse_block.py
+runs them:
 
-1. lasnet_mask: the masker per cell and the compacted list of active P x P patches (an atomic counter that is
-   also the x count of the indirect dispatches after it);
-2. lasnet_conv_gather: the first 3x3 conv over each active patch plus a one-pixel halo (gather fused);
-3. lasnet_conv_scatter: the second 3x3 conv over each active patch, times the mask, plus x, into out (scatter
-   fused).
+1. lasnet_mask, one workgroup: the masker per cell (average over the cell, 1x1 conv, threshold), then per P x P
+   execution patch either its id appended to the active list (a workgroup counter) or, when no cell it overlaps is
+   active, its pixels of out set to x (the dense block's value there: x + branch * 0); last, the count written as
+   the x count of the indirect dispatch that follows (no counter to clear between runs, no host round trip).
+2. lasnet_block, dispatched indirectly, one workgroup per active patch: x around the patch (two pixels of halo,
+   zero outside the image) into workgroup memory (the gather), the first 3x3 conv over the patch plus one pixel of
+   halo into workgroup memory, the second 3x3 conv over the patch, times the mask, plus x, stored to the patch's
+   pixels of out (the scatter). Weights are mat4x4 blocks; each invocation computes a row segment of T pixels of
+   one output slice, the T + 2 inputs of a tap row loaded once for the row's three taps.
 
 P (the execution patch) need not be the model's cell: a patch runs when any cell it overlaps is active, and the
 mask multiplies per pixel, so any P gives the dense block's values. With mode "all", every patch runs (the same
-kernels, no skipping): the baseline sparse execution is compared with. Only numbers are baked into the WGSL.
+kernels, no skipping); with "none", none does (what the block costs besides its convs): lowering's two ends of
+tuning/sparse.py's measurement. Only numbers, and code this module writes, are baked into the WGSL.
 """
 
 from __future__ import annotations
@@ -19,9 +25,19 @@ import numpy as np
 from ...passes.lasnet_blocks import MaskedBlock
 from .. import codegen
 
-PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side)
-WORKGROUP = 64  # the mask kernel's workgroup (one invocation per patch)
-TX = 4  # pixels of a row one conv invocation computes (each weight load serves TX pixels)
+PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side), where supports() allows
+MASK_WORKGROUP = 64  # the mask kernel's one workgroup
+MOST_PIXELS = 8  # pixels of a row one conv invocation computes, at most (accumulators held in registers)
+MOST_WORKGROUP = 64
+WORKGROUP_BYTES = 16384  # WebGPU's guaranteed workgroup memory (maxComputeWorkgroupStorageSize)
+MODES = ("mask", "all", "none")  # which patches run: the mask's, every one (dense), none (the cost of the rest)
+KERNELS = ("mask", "block")
+
+
+def workgroup_bytes(channels: int, patch: int) -> int:
+    """Workgroup memory of the block kernel: x around the patch ((P + 4)^2 pixels) and the first conv's output
+    ((P + 2)^2 pixels), C channels of f32 each."""
+    return ((patch + 4) ** 2 + (patch + 2) ** 2) * channels * 4
 
 
 def supports(block: MaskedBlock, patch: int) -> str | None:
@@ -31,6 +47,9 @@ def supports(block: MaskedBlock, patch: int) -> str | None:
         return f"{c} channels: the sparse kernels read whole vec4 channel slices"
     if patch < 1 or patch > max(h, w):
         return f"patch {patch} does not fit a {h}x{w} map"
+    if workgroup_bytes(c, patch) > WORKGROUP_BYTES:
+        return (f"patch {patch} at {c} channels needs {workgroup_bytes(c, patch)} bytes of workgroup memory, more "
+                f"than WebGPU's guaranteed {WORKGROUP_BYTES}")
     return None
 
 
@@ -42,11 +61,46 @@ def geometry(block: MaskedBlock, patch: int) -> dict[str, int]:
             "cells": (h // block.cell) * (w // block.cell)}
 
 
-MODES = ("mask", "all", "none")  # which patches run: the mask's, every one (dense), none (the cost of the rest)
+def row_tile(width: int) -> int:
+    """Pixels of a row one conv invocation computes: the largest divisor of the row's width up to MOST_PIXELS
+    (no invocation computes pixels past the row) when it is >= 2, else MOST_PIXELS (a prime width)."""
+    for tx in range(min(MOST_PIXELS, width), 1, -1):
+        if width % tx == 0:
+            return tx
+    return min(MOST_PIXELS, width)
+
+
+def jobs(channels: int, patch: int) -> tuple[int, int]:
+    """Invocation jobs of the block kernel's two convs: (row, segment, output slice) triples."""
+    c4 = channels // 4
+    halo = patch + 2
+    return (halo * -(-halo // row_tile(halo)) * c4, patch * -(-patch // row_tile(patch)) * c4)
+
+
+def block_workgroup(channels: int, patch: int) -> int:
+    """The block kernel's workgroup: its largest conv's jobs in as few rounds of at most MOST_WORKGROUP invocations
+    as they need, a multiple of 8 (a SIMD width of software adapters) so no invocation idles for long."""
+    most = max(jobs(channels, patch))
+    rounds = -(-most // MOST_WORKGROUP)
+    per_round = -(-most // rounds)
+    return min(MOST_WORKGROUP, -(-per_round // 8) * 8)
+
+
+def _conv_rows(t: int, weights: str, src: str, row: str, side: str) -> codegen.Code:
+    """The unrolled inner loop of one conv job: for tap row ky and input slice i, the T + 2 inputs of row `row` + ky
+    from `src` (a workgroup array, `side` pixels wide) loaded once, each of the three taps' mat4x4 loaded once for
+    the T pixels (accumulators a0.. a{T-1})."""
+    lines = [f"let base = (({row} + ky) * {side} + c0) * C4 + i;"]
+    lines += [f"let v{k} = {src}[base + {k}u * C4];" for k in range(t + 2)]
+    lines.append("let wk = (o4 * 9u + ky * 3u) * C4 + i;")
+    for kx in range(3):
+        lines.append(f"let m{kx} = {weights}[wk + {kx}u * C4];")
+        lines += [f"a{p} += m{kx} * v{p + kx};" for p in range(t)]
+    return codegen.Code("\n                ".join(lines))
 
 
 def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
-    """The three kernels' WGSL for `block` at execution patch `patch`; `mode`: MODES."""
+    """The two kernels' WGSL for `block` at execution patch `patch`; `mode`: MODES."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     reason = supports(block, patch)
@@ -54,43 +108,41 @@ def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str
         raise ValueError(reason)
     h, w, c = block.shape
     g = geometry(block, patch)
-    lit = codegen.literal
-    common = {"H": lit(h), "W": lit(w), "C4": lit(c // 4), "P": lit(patch), "NPX": lit(g["npx"])}
+    lit, code = codegen.literal, codegen.Code
+    common = {"H": lit(h), "W": lit(w), "C4": lit(c // 4), "P": lit(patch), "NPX": lit(g["npx"]),
+              "CELL": lit(block.cell), "NCX": lit(g["ncx"])}
+    t1, t2 = row_tile(patch + 2), row_tile(patch)
+    acc = {t: (code(" ".join(f"var a{p} = b;" for p in range(t))), code(", ".join(f"a{p}" for p in range(t))))
+           for t in (t1, t2)}
     return {
         "mask": codegen.load_template("lasnet_mask").substitute(
-            common, CELL=lit(block.cell), NP=lit(g["np"]), NCX=lit(g["ncx"]), BIAS=lit(float(block.masker_bias)),
-            THRESHOLD=lit(float(block.threshold)), KEEP=lit(MODES.index(mode))),
-        "gather": codegen.load_template("lasnet_conv_gather").substitute(
-            common, RELU=lit(bool(block.conv1_relu)), TX=lit(row_tile(patch + 2))),
-        "scatter": codegen.load_template("lasnet_conv_scatter").substitute(
-            common, CELL=lit(block.cell), NCX=lit(g["ncx"]), TX=lit(row_tile(patch))),
+            common, NP=lit(g["np"]), NCY=lit(h // block.cell), BIAS=lit(float(block.masker_bias)),
+            THRESHOLD=lit(float(block.threshold)), KEEP=lit(MODES.index(mode)), WG=lit(MASK_WORKGROUP)),
+        "block": codegen.load_template("lasnet_block").substitute(
+            common, RELU=lit(bool(block.conv1_relu)), WG=lit(block_workgroup(c, patch)), T1=lit(t1), T2=lit(t2),
+            ACC1=acc[t1][0], ACCS1=acc[t1][1], ACC2=acc[t2][0], ACCS2=acc[t2][1],
+            CONV1=_conv_rows(t1, "w1", "xin", "ry", "XS"), CONV2=_conv_rows(t2, "w2", "mid", "qy", "R")),
     }
 
 
-def row_tile(width: int) -> int:
-    """Pixels of a row one conv invocation computes: up to TX, a divisor of the row's width when one is >= 2 (no
-    invocation computes pixels past the row)."""
-    for tx in range(min(TX, width), 1, -1):
-        if width % tx == 0:
-            return tx
-    return min(TX, width)
+def mat4_weights(weights: np.ndarray) -> np.ndarray:
+    """OHWI 3x3 weights [C, 3, 3, C] as mat4x4 blocks [out slice][tap][in slice] whose column j holds input channel
+    4 * slice + j's weights for the block's 4 output channels (`m * v` is the tap's contribution)."""
+    c = weights.shape[0]
+    c4 = c // 4
+    blocks = np.asarray(weights, np.float32).reshape(c4, 4, 9, c4, 4)  # [o4, o, tap, i4, j]
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 4, 1)).reshape(-1)  # [o4, tap, i4, j, o]
 
 
 def constants(block: MaskedBlock) -> dict[str, np.ndarray]:
-    """The arrays the kernels bind, float32: masker weights [C]; each conv's OHWI weights flattened (their input
-    channels are the innermost, whole vec4s) and bias [C]."""
+    """The arrays the kernels bind, float32: masker weights [C]; each conv's weights as mat4x4 blocks and bias [C]."""
     return {
         "masker": np.ascontiguousarray(block.masker_weights, np.float32),
-        "w1": np.ascontiguousarray(block.conv1[0], np.float32).reshape(-1),
+        "w1": mat4_weights(block.conv1[0]),
         "b1": np.ascontiguousarray(block.conv1[1], np.float32),
-        "w2": np.ascontiguousarray(block.conv2[0], np.float32).reshape(-1),
+        "w2": mat4_weights(block.conv2[0]),
         "b2": np.ascontiguousarray(block.conv2[1], np.float32),
     }
-
-
-def tmp_bytes(block: MaskedBlock, patch: int) -> int:
-    """Scratch of the first conv's output: every patch's slot of (P + 2)^2 pixels x C channels, float32."""
-    return geometry(block, patch)["np"] * (patch + 2) ** 2 * block.shape[2] * 4
 
 
 def macs(block: MaskedBlock, patch: int, active: int) -> int:
@@ -99,4 +151,5 @@ def macs(block: MaskedBlock, patch: int, active: int) -> int:
     return active * ((patch + 2) ** 2 + patch * patch) * 9 * c * c
 
 
-__all__ = ["MODES", "PATCHES", "constants", "geometry", "macs", "row_tile", "sources", "supports", "tmp_bytes"]
+__all__ = ["KERNELS", "MODES", "PATCHES", "block_workgroup", "constants", "geometry", "jobs", "macs", "mat4_weights",
+           "row_tile", "sources", "supports", "workgroup_bytes"]

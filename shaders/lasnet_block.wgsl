@@ -1,0 +1,103 @@
+// LASNet sparse execution, step 2 (lowering/kernels/lasnet.py): the block's two 3x3 convs on one active patch per
+// workgroup, dispatched indirectly (x count = the patches step 1 listed). The gather fused in: x around the patch
+// (two pixels of halo, zero outside the image: SAME padding) into workgroup memory xin; the first conv over the
+// patch plus one pixel of halo (what the second conv reads; zero outside the image) into mid; the second conv over
+// the patch, then the block's tail: times the mask (the cell's flag from step 1) plus x, scattered to the patch's
+// pixels of out. Each conv job is a row segment of T pixels of one output slice (accumulators a0..); weights are
+// mat4x4 blocks [out slice][tap][in slice] (`m * v` adds a tap's input slice to the 4 output channels).
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> w1: array<mat4x4<f32>>;
+@group(0) @binding(2) var<storage, read> b1: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> w2: array<mat4x4<f32>>;
+@group(0) @binding(4) var<storage, read> b2: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> patches: array<u32>;
+@group(0) @binding(6) var<storage, read> cells: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out: array<vec4<f32>>;
+
+const H: i32 = ${H};
+const W: i32 = ${W};
+const C4: u32 = ${C4}u;
+const CELL: u32 = ${CELL}u;
+const NCX: u32 = ${NCX}u;
+const P: u32 = ${P}u;
+const NPX: u32 = ${NPX}u;
+const RELU: bool = ${RELU};
+const WG: u32 = ${WG}u;
+const XS: u32 = P + 4u;  // side of the gathered input
+const R: u32 = P + 2u;  // side of the first conv's output
+const T1: u32 = ${T1}u;
+const SEG1: u32 = (R + T1 - 1u) / T1;
+const T2: u32 = ${T2}u;
+const SEG2: u32 = (P + T2 - 1u) / T2;
+
+var<workgroup> xin: array<vec4<f32>, XS * XS * C4>;  // [XS, XS, C4]: x from (py - 2, px - 2)
+var<workgroup> mid: array<vec4<f32>, R * R * C4>;  // [R, R, C4]: the first conv from (py - 1, px - 1)
+
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let pid = patches[wg.x];
+    let py = i32((pid / NPX) * P);
+    let px = i32((pid % NPX) * P);
+    for (var k = lid; k < XS * XS * C4; k += WG) {
+        let pixel = k / C4;
+        let y = py - 2 + i32(pixel / XS);
+        let xx = px - 2 + i32(pixel % XS);
+        var v = vec4<f32>(0.0);
+        if (y >= 0 && y < H && xx >= 0 && xx < W) {
+            v = x[u32(y * W + xx) * C4 + k % C4];
+        }
+        xin[k] = v;
+    }
+    workgroupBarrier();
+    for (var job = lid; job < R * SEG1 * C4; job += WG) {
+        let o4 = job % C4;
+        let item = job / C4;
+        let ry = item / SEG1;
+        let c0 = (item % SEG1) * T1;
+        let b = b1[o4];
+        ${ACC1}
+        for (var ky = 0u; ky < 3u; ky++) {
+            for (var i = 0u; i < C4; i++) {
+                ${CONV1}
+            }
+        }
+        let acc = array<vec4<f32>, T1>(${ACCS1});
+        let y = py - 1 + i32(ry);
+        for (var t = 0u; t < T1; t++) {
+            let rx = c0 + t;
+            let xx = px - 1 + i32(rx);
+            if (rx < R) {
+                var value = select(vec4<f32>(0.0), acc[t], y >= 0 && y < H && xx >= 0 && xx < W);
+                if (RELU) {
+                    value = max(value, vec4<f32>(0.0));
+                }
+                mid[(ry * R + rx) * C4 + o4] = value;
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var job = lid; job < P * SEG2 * C4; job += WG) {
+        let o4 = job % C4;
+        let item = job / C4;
+        let qy = item / SEG2;
+        let c0 = (item % SEG2) * T2;
+        let b = b2[o4];
+        ${ACC2}
+        for (var ky = 0u; ky < 3u; ky++) {
+            for (var i = 0u; i < C4; i++) {
+                ${CONV2}
+            }
+        }
+        let acc = array<vec4<f32>, T2>(${ACCS2});
+        let y = py + i32(qy);
+        for (var t = 0u; t < T2; t++) {
+            let qx = c0 + t;
+            let xx = px + i32(qx);
+            if (qx < P && y < H && xx < W) {
+                let mask = f32(cells[(u32(y) / CELL) * NCX + u32(xx) / CELL]);
+                let residual = xin[((qy + 2u) * XS + qx + 2u) * C4 + o4];
+                out[u32(y * W + xx) * C4 + o4] = residual + acc[t] * mask;
+            }
+        }
+    }
+}
