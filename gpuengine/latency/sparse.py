@@ -2,32 +2,41 @@
 runtime/sparse_block.py), and the choice it makes per block: the execution patch size S, or dense execution (every
 patch) when the expected activation rate leaves too little to skip.
 
-Each of the block's dispatches (the masker + compaction, the gather conv over active patches and their halo, the
-scatter conv) becomes a DispatchCost priced by predict_ns, the same model and device description (built-in or fitted
-by `gpuengine calibrate`) every other kernel is priced with; nothing here is fitted to the sparse kernels. The
-active patches are an expectation: with cells active independently at rate r, a patch overlapping k cells runs
-with probability 1 - (1 - r)^k, so a large S wastes work on inactive pixels and a small S recomputes more halo.
+The block's two dispatches (the mask kernel: masker, compaction and out = x over inactive patches, in one
+workgroup; the block kernel: both convs over one active patch per workgroup) become DispatchCosts priced by
+predict_ns, the same model and device description every other kernel is priced with. Their templates' efficiencies
+are fitted from lavapipe timings of these kernels (tuning/sparse.py calibration_samples and fit, as `gpuengine
+calibrate` fits the others; latency/devices.py lavapipe). The active patches are an expectation: with cells active
+independently at rate r, a patch overlapping k cells runs with probability 1 - (1 - r)^k, so a large S wastes work
+on inactive pixels and a small S recomputes more halo.
 """
 
 from __future__ import annotations
 
 import math
 
-from .latency import Device, DispatchCost, memory_ns, predict_ns
+from .latency import Device, DispatchCost, predict_ns
 
-__all__ = ["PATCHES", "choose_execution", "expected_active", "predict_block_ns"]
+__all__ = ["PATCHES", "block_costs", "choose_execution", "expected_active", "predict_block_ns"]
 
 PATCHES = (2, 4, 8, 16)
 _LOAD = 8.0  # cost units of one vec4 load (lowering/kernels/tiling.py LOAD)
-_WORKGROUP = 64
+_MASK_WORKGROUP = 64
 
 
-def _row_tile(width: int, most: int = 4) -> int:
+def _row_tile(width: int, most: int = 8) -> int:
     """The kernels' row tile (lowering/kernels/lasnet.row_tile, which this layer cannot import)."""
     for tx in range(min(most, width), 1, -1):
         if width % tx == 0:
             return tx
     return min(most, width)
+
+
+def _block_workgroup(jobs: int, most: int = 64) -> int:
+    """The block kernel's workgroup (lowering/kernels/lasnet.block_workgroup)."""
+    rounds = -(-jobs // most)
+    per_round = -(-jobs // rounds)
+    return min(most, -(-per_round // 8) * 8)
 
 
 def _cells_per_patch(patch: int, cell: int) -> int:
@@ -42,40 +51,48 @@ def expected_active(h: int, w: int, cell: int, patch: int, rate: float) -> float
     return patches * (1.0 - (1.0 - min(max(rate, 0.0), 1.0)) ** _cells_per_patch(patch, cell))
 
 
-def _costs(h: int, w: int, c: int, cell: int, patch: int, active: float) -> list[DispatchCost]:
+def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) -> list[DispatchCost]:
+    """The mask kernel's and (with any patch active) the block kernel's costs at `active` patches."""
     c4 = c // 4
     patches = math.ceil(h / patch) * math.ceil(w / patch)
-    k = _cells_per_patch(patch, cell)
-    mask = DispatchCost(invocations=math.ceil(patches / _WORKGROUP) * _WORKGROUP, active=patches,
-                        workgroups=math.ceil(patches / _WORKGROUP), work=k * (cell * cell * c4 * _LOAD + c),
-                        bytes_read=h * w * c * 4, bytes_written=patches * 8, macs=h * w * c, label="lasnet mask",
-                        kernel="lasnet_mask")
-    n = max(1, round(active))
-    halo = patch + 2
-    weights = 9 * c * c * 4
+    cells = (h // cell) * (w // cell)
+    n = max(0, round(active))
+    inactive_pixels = (patches - n) * patch * patch
+    # one workgroup: each cell's average (CELL^2 loads per slice) and dot, each patch's cells checked, the inactive
+    # patches' pixels copied (a load and a store per vec4)
+    mask_work = (cells * (cell * cell * c4 * _LOAD + 4 * c4) + patches * _cells_per_patch(patch, cell)
+                 + inactive_pixels * c4 * (_LOAD + 1)) / _MASK_WORKGROUP
+    mask = DispatchCost(invocations=_MASK_WORKGROUP, active=_MASK_WORKGROUP, workgroups=1, work=mask_work,
+                        bytes_read=h * w * c * 4, bytes_written=inactive_pixels * c * 4 + patches * 4,
+                        macs=h * w * c, barriers=2, label="lasnet mask", kernel="lasnet_mask")
+    if n == 0:
+        return [mask]
+    halo, side = patch + 2, patch + 4
 
-    def conv(width: int, out_pixels: int, label: str, kernel: str) -> DispatchCost:
-        # one invocation per (row tile of tx pixels, output slice): per tap and input slice, tx input loads and
-        # 4 weight loads feed 4 * tx dot products of 4 multiply-adds (lowering/kernels/lasnet.py, the WGSL)
-        tx = _row_tile(width)
-        jobs = width * math.ceil(width / tx) * c4
-        return DispatchCost(invocations=n * _WORKGROUP * math.ceil(jobs / _WORKGROUP), active=n * jobs,
-                            workgroups=n, work=9 * c4 * ((tx + 4) * _LOAD + 16 * tx),
-                            bytes_read=n * (width + 2) ** 2 * c * 4 + weights, bytes_written=n * out_pixels * c * 4,
-                            macs=n * out_pixels * 9 * c * c, label=label, kernel=kernel)
+    def conv(width: int) -> tuple[int, float]:
+        # jobs of (row, segment of t pixels, output slice): per tap row and input slice, t + 2 input loads and
+        # three mat4x4 loads feeding 3 * t mat-vec products of 16 multiply-adds
+        t = _row_tile(width)
+        return width * math.ceil(width / t) * c4, 3 * c4 * ((t + 2) * _LOAD + 3 * (4 * _LOAD + 16 * t))
 
-    gather = conv(halo, halo * halo, "lasnet gather conv", "lasnet_conv_gather")
-    scatter = conv(patch, patch * patch, "lasnet scatter conv", "lasnet_conv_scatter")
-    return [mask, gather, scatter] if active > 0 else [mask]
+    jobs1, work1 = conv(halo)
+    jobs2, work2 = conv(patch)
+    wg = _block_workgroup(max(jobs1, jobs2))
+    work = (side * side * c4 * _LOAD + jobs1 * work1 + jobs2 * work2) / wg  # the gather shared by the workgroup
+    block = DispatchCost(invocations=n * wg, active=n * wg, workgroups=n, work=work,
+                         bytes_read=n * side * side * c * 4 + 2 * 9 * c * c * 4,
+                         bytes_written=n * patch * patch * c * 4,
+                         macs=n * (halo * halo + patch * patch) * 9 * c * c, barriers=2,
+                         workgroup_memory=(side * side + halo * halo) * c * 4, label="lasnet block",
+                         kernel="lasnet_block")
+    return [mask, block]
 
 
 def predict_block_ns(device: Device, h: int, w: int, c: int, cell: int, patch: int, rate: float,
                      dense: bool = False) -> float:
-    """Predicted GPU time of the block at execution patch `patch` (every patch when `dense`), copy of x included."""
+    """Predicted GPU time of the block at execution patch `patch` (every patch when `dense`)."""
     active = math.ceil(h / patch) * math.ceil(w / patch) if dense else expected_active(h, w, cell, patch, rate)
-    copy = DispatchCost(invocations=1, active=1, workgroups=0, work=0.0, bytes_read=h * w * c * 4,
-                        bytes_written=h * w * c * 4, macs=0)
-    return memory_ns(copy, device) + sum(predict_ns(cost, device) for cost in _costs(h, w, c, cell, patch, active))
+    return sum(predict_ns(cost, device) for cost in block_costs(h, w, c, cell, patch, active))
 
 
 def choose_execution(device: Device, h: int, w: int, c: int, cell: int, rate: float, dense_ns: float,

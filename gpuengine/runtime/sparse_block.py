@@ -96,6 +96,32 @@ class SparseBlockRunner:
         finally:
             self.args_staging.unmap()
 
+    def span_ns(self, kernel: str, repeat: int = 1) -> float:
+        """Wall-clock nanoseconds per dispatch of `kernel` ("mask" or "block", lowering/kernels/lasnet.KERNELS)
+        recorded `repeat` times back to back in one pass, on the x last run (the block kernel over the patches its
+        mask listed), submit to the map-based wait included: as runtime/timing.py spans other kernels, for the
+        latency model's fit (tuning/sparse.py)."""
+        if kernel not in lasnet.KERNELS:
+            raise ValueError(f"kernel {kernel!r} is not one of {lasnet.KERNELS}")
+        encoder = self.gpu.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        for _ in range(max(1, repeat)):
+            if kernel == "mask":
+                compute.set_pipeline(self.mask_pipe)
+                compute.set_bind_group(0, self.mask_bind)
+                compute.dispatch_workgroups(1, 1, 1)
+            else:
+                compute.set_pipeline(self.block_pipe)
+                compute.set_bind_group(0, self.block_bind)
+                compute.dispatch_workgroups_indirect(self.args, 0)
+        compute.end()
+        encoder.copy_buffer_to_buffer(self.args, 0, self.args_staging, 0, 12)
+        start = time.perf_counter_ns()
+        self.gpu.device.queue.submit([encoder.finish()])
+        self.args_staging.map_async("READ_NOSYNC").sync_wait()
+        self.args_staging.unmap()
+        return (time.perf_counter_ns() - start) / max(1, repeat)
+
     def run(self, x: np.ndarray) -> np.ndarray:
         """The block's output for x [1, H, W, C] float32."""
         h, w, c = self.block.shape

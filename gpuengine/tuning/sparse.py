@@ -1,26 +1,44 @@
-"""The execution of a LASNet-style masked block chosen by measurement on the adapter (as `gpuengine tune` chooses
-decompositions): per execution patch size S, the block's time with no patch active and with every patch active
-(runtime/sparse_block.SparseBlockRunner modes "none" and "all"), linear in between; the engine's own dense
-kernels for the block timed as they run in its program. The choice at an expected activation rate r: the fastest
-S at the expected active patches (latency/sparse.expected_active), or dense when that is no faster.
+"""LASNet-style masked blocks on the adapter in hand, measured (as `gpuengine tune` chooses decompositions and
+`gpuengine calibrate` fits the latency model):
 
-This is the measured counterpart of latency/sparse.choose_execution, which prices the same kernels with the
-latency model's device description and can be made without a GPU (`gpuengine predict`).
+* measure_block / BlockTimes: the execution chosen by measurement. Per execution patch size S, the block's time with
+  no patch and with every patch active (runtime/sparse_block.SparseBlockRunner modes "none" and "all"), linear in
+  between; the engine's own dense kernels for the block timed in the same rounds. The choice at an expected
+  activation rate r: the fastest S at the expected active patches (latency/sparse.expected_active), or dense when
+  that is no faster.
+* calibration_samples / fit: the latency model's view of the sparse kernels, fitted. Each sparse kernel (the mask
+  kernel, the block kernel) timed alone at each S on inputs of several activation rates, priced at the active
+  patches the GPU listed (latency/sparse.block_costs), beside the block's dense dispatches in several
+  decompositions (tuning/calibrate.measure_program); `fit` gives each template its efficiency
+  (tuning/calibrate.fit, the device's other parameters kept), so the model prices dense and sparse execution of
+  the block from the same kind of measurement, and latency/sparse.choose_execution follows it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..latency.sparse import expected_active
+from ..latency.latency import Device
+from ..latency.sparse import block_costs, expected_active
+from ..lowering.kernels import lasnet
 from ..passes.lasnet_blocks import MaskedBlock
 from ..runtime.sparse_block import SparseBlockRunner
+from .calibrate import Sample
+from .calibrate import fit as fit_device
 
-__all__ = ["BlockTimes", "measure_block"]
+__all__ = ["BlockTimes", "block_input", "calibration_samples", "fit", "measure_block", "supported_patches"]
+
+CALIBRATION_RATES = (0.0, 0.15, 0.3, 0.6, 1.0)
+
+
+def supported_patches(block: MaskedBlock, patches: Sequence[int] = lasnet.PATCHES) -> tuple[int, ...]:
+    """The execution patch sizes the kernels can run `block` at (lowering/kernels/lasnet.supports)."""
+    return tuple(p for p in patches if lasnet.supports(block, p) is None)
 
 
 @dataclass
@@ -48,20 +66,63 @@ class BlockTimes:
         return ("dense", 0, options) if best == "dense" else ("sparse", int(best.split()[1]), options)
 
 
-def measure_block(gpu: Any, block: MaskedBlock, dense_ms: float, patches: tuple[int, ...] = (2, 4, 8, 16),
-                  runs: int = 9) -> BlockTimes:
-    """Time the block's sparse kernels at each S with no patch and with every patch active (the least of `runs`
-    rounds each: what load disturbs least); `dense_ms`: the engine's dense kernels for the block, timed the same
-    way by the caller."""
-    times = BlockTimes(block, dense_ms)
+def measure_block(gpu: Any, block: MaskedBlock, dense: float | Callable[[], float],
+                  patches: Sequence[int] | None = None, runs: int = 9) -> BlockTimes:
+    """Time the block's sparse execution at each S with no patch and with every patch active (the least of `runs`
+    rounds each: what load disturbs least). `dense`: the engine's dense kernels for the block in ms, or a function
+    timing one pass of them, then called in the same rounds (a burst of load hits every option alike)."""
+    patches = supported_patches(block, patches if patches is not None else lasnet.PATCHES)
+    times = BlockTimes(block, dense if not callable(dense) else math.inf)
     h, w, c = block.shape
     zeros = np.zeros((1, h, w, c), np.float32)  # the input does not matter: the mode decides what runs
     runners = {(patch, mode): SparseBlockRunner(gpu, block, patch, mode)
                for patch in patches for mode in ("none", "all")}
     for runner in runners.values():
         runner.run(zeros)
-    for _ in range(max(1, runs)):  # rounds over every option, so a burst of load hits them all alike
+    for _ in range(max(1, runs)):
+        if callable(dense):
+            times.dense_ms = min(times.dense_ms, dense())
         for (patch, mode), runner in runners.items():
             into = times.none_ms if mode == "none" else times.all_ms
             into[patch] = min(into.get(patch, math.inf), runner.time_ms(runs=1))
     return times
+
+
+def block_input(block: MaskedBlock, rate: float, seed: int = 0) -> np.ndarray:
+    """An input x [1, H, W, C] of `block` whose masker cells are active with probability `rate`: each cell's pixels
+    offset along the masker's weights, up where the cell is to be active, down elsewhere."""
+    h, w, c = block.shape
+    rng = np.random.default_rng(seed)
+    cells = rng.random((h // block.cell, w // block.cell)) < rate
+    norm = max(float(np.linalg.norm(block.masker_weights)), 1e-12)
+    # logit = threshold + 1 where the cell is to be active, threshold - 1 elsewhere (plus the noise's small share)
+    logit = block.threshold - block.masker_bias + np.where(cells, 1.0, -1.0).repeat(block.cell, 0).repeat(block.cell, 1)
+    x = (logit / norm)[None, :, :, None] * (block.masker_weights / norm) + rng.uniform(-0.05, 0.05, (1, h, w, c))
+    return x.astype(np.float32)
+
+
+def calibration_samples(gpu: Any, block: MaskedBlock, patches: Sequence[int] | None = None, runs: int = 5,
+                        rates: Sequence[float] = CALIBRATION_RATES, repeat: int = 8,
+                        name: str = "lasnet") -> list[Sample]:
+    """Samples of the block's sparse kernels: at each S and each rate, the mask kernel and (with any patch active)
+    the block kernel timed alone (`repeat` dispatches per pass, the least of `runs` passes taken in rounds), priced
+    at the active patches the GPU listed."""
+    h, w, c = block.shape
+    entries: list[tuple[SparseBlockRunner, str, Any, str]] = []
+    for patch in supported_patches(block, patches if patches is not None else lasnet.PATCHES):
+        for k, rate in enumerate(rates):
+            runner = SparseBlockRunner(gpu, block, patch)
+            runner.run(block_input(block, rate, seed=k))
+            costs = block_costs(h, w, c, block.cell, patch, runner.active)
+            for kernel, cost in zip(lasnet.KERNELS, costs):
+                entries.append((runner, kernel, cost, f"{name} S={patch} rate={rate} {kernel}"))
+    best = [math.inf] * len(entries)
+    for _ in range(max(1, runs)):
+        for i, (runner, kernel, _, _) in enumerate(entries):
+            best[i] = min(best[i], runner.span_ns(kernel, repeat))
+    return [Sample(cost, ns, group, True) for (_, _, cost, group), ns in zip(entries, best)]
+
+
+def fit(samples: Sequence[Sample], base: Device, source: str = "") -> Device:
+    """`base` with an efficiency per template fitted to `samples` (its other parameters kept)."""
+    return fit_device(samples, base, names=(), source=source or base.source)

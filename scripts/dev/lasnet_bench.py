@@ -5,6 +5,12 @@ latency model's (latency/sparse.py), and whether the measured one held. Wall-clo
 the adapter gpuengine opens (lavapipe here: relative signals only). Each figure: the least of --runs passes (the
 machine is shared; the least is what load disturbs least), options interleaved per round.
     python scripts/dev/lasnet_bench.py [--runs 15] [--json OUT]
+    python scripts/dev/lasnet_bench.py --calibrate   # the sparse kernels' fit (latency/devices.py lavapipe)
+
+--calibrate: the latency model's efficiencies of the templates the dense / sparse choice prices, fitted
+(tuning/sparse.fit) on this adapter's timings of the block's sparse kernels at each S and five activation rates
+(tuning/sparse.calibration_samples) and of the block's dense dispatches (tuning/calibrate.measure_program, each in
+its default and three other decompositions), from the built-in lavapipe description without its efficiencies.
 """
 
 from __future__ import annotations
@@ -26,27 +32,58 @@ from gpuengine.model.reader import read_model
 from gpuengine.passes.lasnet_blocks import find_masked_blocks
 from gpuengine.runtime.sparse_block import SparseBlockRunner
 from gpuengine.runtime.timing import DispatchTimer
-from gpuengine.tuning.sparse import measure_block
+from gpuengine.tuning.sparse import block_input, measure_block, supported_patches
 
 MODEL = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "lasnet" / "lasnet_block.tflite"
-PATCHES = (2, 4, 8)  # S=16 needs more workgroup memory than WebGPU guarantees at 16 channels
+PATCHES = (2, 4, 8, 16)  # those the kernels support for the block are run
 
 
-def lasnet_input(rate: float, seed: int) -> np.ndarray:
-    """x [1, 32, 32, 16] whose 4x4 cells are active (mean > 0) with probability `rate`."""
-    rng = np.random.default_rng(seed)
-    cells = rng.random((8, 8)) < rate
-    offset = np.where(cells, 1.0, -1.0).repeat(4, 0).repeat(4, 1)[None, :, :, None]
-    return (rng.uniform(-0.5, 0.5, (1, 32, 32, 16)) + offset).astype(np.float32)
+def cell_rate(block, x: np.ndarray) -> float:
+    """The fraction of the block's masker cells active on x (numpy, as the masker computes it)."""
+    h, w, c = block.shape
+    pooled = x.reshape(h // block.cell, block.cell, w // block.cell, block.cell, c).mean(axis=(1, 3))
+    return float((pooled @ block.masker_weights + block.masker_bias > block.threshold).mean())
+
+
+def calibrate_sparse(runs: int) -> None:
+    """Print the fitted efficiencies (JSON) and each sample's error before and after."""
+    import dataclasses
+
+    from gpuengine.tuning import calibrate, sparse
+
+    data = MODEL.read_bytes()
+    (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+    it = Interpreter(model_content=data, workgroup_cache="/nonexistent/none.json", target="cpu")
+    it.allocate_tensors()
+    samples: list = []
+    for _ in range(3):  # dense and sparse measured in turn, each sample the least over the turns: load hits both
+        got = calibrate.measure_program(it, "lasnet dense", runs=runs, alternatives=3)
+        got += sparse.calibration_samples(it.compiled.gpu_programs[0].gpu, block, runs=runs)
+        samples = got if not samples else [dataclasses.replace(s, measured_ns=min(s.measured_ns, g.measured_ns))
+                                           for s, g in zip(samples, got)]
+    base = dataclasses.replace(devices.lavapipe(), efficiency={})
+    fitted = sparse.fit(samples, base)
+    for s in samples:
+        print(f"{s.group:34s} {s.cost.kernel:15s} measured {s.measured_ns / 1e3:7.0f} us, predicted "
+              f"{predict_ns(s.cost, base) / 1e3:7.0f} before, {predict_ns(s.cost, fitted) / 1e3:7.0f} after")
+    errors = calibrate.relative_errors(samples, fitted)
+    print(f"median error {np.median(errors):.1%} on {len(samples)} samples")
+    print(json.dumps({k: round(v, 3) for k, v in fitted.efficiency.items()}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json")
+    parser.add_argument("--calibrate", action="store_true")
+    parser.add_argument("--model", default=str(MODEL), help="a LASNet-style block (make_lasnet_model.py --size)")
     args = parser.parse_args()
-    data = MODEL.read_bytes()
+    if args.calibrate:
+        calibrate_sparse(args.runs)
+        return
+    data = Path(args.model).read_bytes()
     (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+    patches = supported_patches(block, PATCHES)
     dense = Interpreter(model_content=data)
     dense.allocate_tensors()
     (program,) = dense.compiled.gpu_programs
@@ -54,7 +91,7 @@ def main() -> None:
     block_dispatches = [d for d, spec in zip(program.hot_dispatches, program.dispatches)
                         if spec.spec.shader not in ("bhwc_to_phwc4", "phwc4_to_bhwc")]
     gpu = program.gpu
-    runners = {p: SparseBlockRunner(gpu, block, p) for p in PATCHES}
+    runners = {p: SparseBlockRunner(gpu, block, p) for p in patches}
     lite = LiteRT(model_content=data)
     lite.allocate_tensors()
     model = devices.for_target(dense.compiled.target.name if dense.compiled.target else "cpu")
@@ -62,14 +99,15 @@ def main() -> None:
     dense_ns = sum(predict_ns(dispatch_cost(spec, program.graph, program.precision), model) for spec in block_specs)
     h, w, c = block.shape
     # the measured chooser (tuning/sparse.py): dense timed as below, each S with no / every patch active
-    dense_ms = min(timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6 for _ in range(args.runs))
-    tuned = measure_block(gpu, block, dense_ms, PATCHES, runs=args.runs)
+    tuned = measure_block(gpu, block, lambda: timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6,
+                          patches, runs=args.runs)
+    dense_ms = tuned.dense_ms
     print(f"tuned: dense {dense_ms:.2f} ms; per S (none / all active): "
-          + ", ".join(f"S={p} {tuned.none_ms[p]:.2f} / {tuned.all_ms[p]:.2f}" for p in PATCHES), flush=True)
+          + ", ".join(f"S={p} {tuned.none_ms[p]:.2f} / {tuned.all_ms[p]:.2f}" for p in patches), flush=True)
     rows = []
     for rate in (0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
-        x = lasnet_input(rate, 0)
-        cells = (x[0].reshape(8, 4, 8, 4, 16).mean(axis=(1, 3, 4)) > 0).mean()
+        x = block_input(block, rate, 0)
+        cells = cell_rate(block, x[0])
         lite.set_tensor(lite.get_input_details()[0]["index"], x)
         lite.invoke()
         want = lite.get_tensor(lite.get_output_details()[0]["index"])
@@ -84,21 +122,21 @@ def main() -> None:
             times["dense program"].append(timer.span(runs=1, warmup_s=0) / 1e6)
             for p, r in runners.items():
                 times.setdefault(f"sparse {p}", []).append(r.time_ms(runs=1))
-        best = {k: float(min(v)) for k, v in times.items()}
-        mode, size, predicted = choose_execution(model, h, w, c, block.cell, float(cells), dense_ns)
+        best = {k: float(np.median(v)) for k, v in times.items()}
+        mode, size, predicted = choose_execution(model, h, w, c, block.cell, float(cells), dense_ns, patches)
         predicted_choice = "dense" if mode == "dense" else f"sparse {size}"
         mode, size, estimated = tuned.choose(float(cells))
         chosen = best["dense block"] if mode == "dense" else best[f"sparse {size}"]
-        fastest_sparse = min((best[f"sparse {p}"], p) for p in PATCHES)
-        rows.append({"rate": float(cells), "active": {p: runners[p].active for p in PATCHES},
-                     "patches": {p: runners[p].patches_total for p in PATCHES}, "ms": best,
+        fastest_sparse = min((best[f"sparse {p}"], p) for p in patches)
+        rows.append({"rate": float(cells), "active": {p: runners[p].active for p in patches},
+                     "patches": {p: runners[p].patches_total for p in patches}, "ms": best,
                      "choice": f"{mode} {size}" if mode == "sparse" else "dense", "chosen_ms": chosen,
                      "chosen_vs_dense": chosen / best["dense block"], "fastest_sparse": fastest_sparse,
                      "max_abs_error": errors, "predicted_us": {k: v / 1e3 for k, v in predicted.items()},
                      "predicted_choice": predicted_choice, "tuned_estimate_ms": estimated})
         print(f"rate {cells:.2f}: dense block {best['dense block']:.2f} ms (program {best['dense program']:.2f}); "
               + ", ".join(f"S={p} {best[f'sparse {p}']:.2f} ms ({runners[p].active}/{runners[p].patches_total})"
-                          for p in PATCHES)
+                          for p in patches)
               + f"; tuned choice {rows[-1]['choice']} -> {chosen:.2f} ms = {chosen / best['dense block']:.2f}x dense "
               f"(latency model: {predicted_choice}); "
               f"max |error| {max(errors.values()):.1e}", flush=True)
