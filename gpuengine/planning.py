@@ -60,7 +60,7 @@ class Plan:
     @property
     def ops_gpu(self) -> int:
         """Ops in GPU partitions, and the WHILE / IF ops the host drives (their subgraphs run on the GPU)."""
-        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control", "sparse"))
+        return sum(len(p.ops) for p in self.partitions if p.device in ("gpu", "control"))
 
 
 def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None) -> Plan:
@@ -89,7 +89,7 @@ def plan_graph(graph: Graph, options: EngineOptions, model: Model | None = None)
 
 @dataclass
 class SparseMode:
-    """A LASNet-style masked block that runs spatially sparse (runtime/sparse_block.py) at execution patch `patch`;
+    """A LASNet-style masked block that runs spatially sparse (lowering/lasnet.py) at execution patch `patch`;
     `predicted`: the latency model's ns per option at the expected rate (latency/sparse.choose_execution)."""
 
     block: MaskedBlock
@@ -99,10 +99,10 @@ class SparseMode:
 
 def sparse_partitions(graph: Graph, partitions: list[Partition], options: EngineOptions,
                       ) -> tuple[list[Partition], dict[int, SparseMode]]:
-    """Split each GPU partition around the masked blocks (passes/lasnet_blocks.py) that the latency model predicts
-    faster sparse at options.sparse_blocks (the expected activation rate): the block's ops, contiguous in the
-    partition, become a partition of device "sparse". A block the kernels cannot take, or whose ops are not
-    contiguous in one GPU partition, stays dense."""
+    """The masked blocks (passes/lasnet_blocks.py) the latency model predicts faster sparse at
+    options.sparse_blocks (the expected activation rate), by their first op: their GPU partition runs them
+    spatially sparse, its other ops densely, in one program (lowering/lasnet.py). A block the kernels cannot take,
+    or whose ops are not all in one GPU partition, stays dense. The partitions are returned as they were."""
     from .latency.latency import predict_ns
     from .latency.sparse import choose_execution
     from .latency.target import named
@@ -118,9 +118,6 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
         patches = tuple(p for p in lasnet.PATCHES if lasnet.supports(block, p) is None)
         if k is None or not patches:
             continue
-        start = out[k].ops.index(ops[0])
-        if out[k].ops[start:start + len(ops)] != ops:
-            continue
         alone = with_boundaries(graph, "gpu", ops)
         specs = partition_specs(graph, alone.ops, alone.inputs, alone.outputs, options.optimize,
                                 Choices(named(device.target)))[0]
@@ -129,9 +126,6 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
                                                  dense_ns, patches)
         if mode == "dense":
             continue
-        before, after = out[k].ops[:start], out[k].ops[start + len(ops):]
-        out[k:k + 1] = [with_boundaries(graph, dev, group) for dev, group in
-                        (("gpu", before), ("sparse", ops), ("gpu", after)) if group]
         modes[ops[0]] = SparseMode(block, size, predicted)
     return out, modes
 
@@ -303,12 +297,11 @@ def describe_control(plan: ControlPlan) -> str:
 def partition_report(plan: Plan, p: Partition) -> dict[str, Any]:
     """One partition as inspect lists it; a WHILE/IF is a GPU partition the host drives, with its subgraphs."""
     ops = [plan.graph.ops[i].code for i in p.ops]
-    if p.device == "sparse":
-        return {"device": "gpu", "ops": ops, "sparse": {"patch": plan.sparse[p.ops[0]].patch,
-                                                        "predicted_us": {k: v / 1e3 for k, v in
-                                                                         plan.sparse[p.ops[0]].predicted.items()}}}
+    sparse = [{"first_op": i, "ops": len(m.block.ops), "patch": m.patch,
+               "predicted_us": {k: v / 1e3 for k, v in m.predicted.items()}}
+              for i, m in sorted(plan.sparse.items()) if p.device == "gpu" and i in p.ops]
     if p.device != "control":
-        return {"device": p.device, "ops": ops}
+        return {"device": p.device, "ops": ops, **({"sparse": sparse} if sparse else {})}
     return {"device": "gpu", "driver": "host", "ops": ops, **plan.control[p.ops[0]].report()}
 
 

@@ -4,15 +4,9 @@
 // patch plus one pixel of halo (what the second conv reads; zero outside the image) into mid; the second conv over
 // the patch, then the block's tail: times the mask (the cell's flag from step 1) plus x, scattered to the patch's
 // pixels of out. Each conv job is a row segment of T pixels of one output slice (accumulators a0..); weights are
-// mat4x4 blocks [out slice][tap][in slice] (`m * v` adds a tap's input slice to the 4 output channels).
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> w1: array<mat4x4<f32>>;
-@group(0) @binding(2) var<storage, read> b1: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> w2: array<mat4x4<f32>>;
-@group(0) @binding(4) var<storage, read> b2: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read> patches: array<u32>;
-@group(0) @binding(6) var<storage, read> cells: array<u32>;
-@group(0) @binding(7) var<storage, read_write> out: array<vec4<f32>>;
+// mat4x4 blocks [out slice][tap][in slice] of four vec4 columns (`m * v` adds a tap's input slice to the 4 output
+// channels). x and out in the layout `at` gives (BHWC for the runner's own buffers, PHWC4 in a program).
+${BINDINGS}
 
 const H: i32 = ${H};
 const W: i32 = ${W};
@@ -22,7 +16,7 @@ const NCX: u32 = ${NCX}u;
 const P: u32 = ${P}u;
 const NPX: u32 = ${NPX}u;
 const RELU: bool = ${RELU};
-const WG: u32 = ${WG}u;
+const WG: u32 = ${WG_X}u;
 const XS: u32 = P + 4u;  // side of the gathered input
 const R: u32 = P + 2u;  // side of the first conv's output
 const T1: u32 = ${T1}u;
@@ -30,10 +24,14 @@ const SEG1: u32 = (R + T1 - 1u) / T1;
 const T2: u32 = ${T2}u;
 const SEG2: u32 = (P + T2 - 1u) / T2;
 
-var<workgroup> xin: array<vec4<f32>, XS * XS * C4>;  // [XS, XS, C4]: x from (py - 2, px - 2)
-var<workgroup> mid: array<vec4<f32>, R * R * C4>;  // [R, R, C4]: the first conv from (py - 1, px - 1)
+var<workgroup> xin: array<vec4<f32>, ${XIN}>;  // [XS, XS, C4]: x from (py - 2, px - 2)
+var<workgroup> mid: array<vec4<f32>, ${MID}>;  // [R, R, C4]: the first conv from (py - 1, px - 1)
 
-@compute @workgroup_size(${WG})
+fn at(y: u32, x: u32, s: u32) -> u32 {
+    return ${AT};
+}
+
+@compute @workgroup_size(${WG_X})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let pid = patches[wg.x];
     let py = i32((pid / NPX) * P);
@@ -44,7 +42,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let xx = px - 2 + i32(pixel % XS);
         var v = vec4<f32>(0.0);
         if (y >= 0 && y < H && xx >= 0 && xx < W) {
-            v = x[u32(y * W + xx) * C4 + k % C4];
+            v = vec4<f32>(x[at(u32(y), u32(xx), k % C4)]);
         }
         xin[k] = v;
     }
@@ -54,7 +52,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let item = job / C4;
         let ry = item / SEG1;
         let c0 = (item % SEG1) * T1;
-        let b = b1[o4];
+        let b = vec4<f32>(b1[o4]);
         ${ACC1}
         for (var ky = 0u; ky < 3u; ky++) {
             for (var i = 0u; i < C4; i++) {
@@ -81,7 +79,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let item = job / C4;
         let qy = item / SEG2;
         let c0 = (item % SEG2) * T2;
-        let b = b2[o4];
+        let b = vec4<f32>(b2[o4]);
         ${ACC2}
         for (var ky = 0u; ky < 3u; ky++) {
             for (var i = 0u; i < C4; i++) {
@@ -96,7 +94,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (qx < P && y < H && xx < W) {
                 let mask = f32(cells[(u32(y) / CELL) * NCX + u32(xx) / CELL]);
                 let residual = xin[((qy + 2u) * XS + qx + 2u) * C4 + o4];
-                out[u32(y * W + xx) * C4 + o4] = residual + acc[t] * mask;
+                out[at(u32(y), u32(xx), o4)] = D4(residual + acc[t] * mask);
             }
         }
     }

@@ -128,12 +128,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"partition {k} [gpu, driven by the host]: {p['op']} ({subs})"
                   + (f"; loop-carried tensors: {p['loop_carried']}" if "loop_carried" in p else ""))
             continue
-        if "sparse" in p:
-            predicted = ", ".join(f"{name} {us:.0f} us" for name, us in p["sparse"]["predicted_us"].items())
-            print(f"partition {k} [gpu, spatially sparse (LASNet), S={p['sparse']['patch']}]: {len(p['ops'])} ops "
-                  f"(predicted: {predicted})")
-            continue
         print(f"partition {k} [{p['device']}]: {len(p['ops'])} ops")
+        for block in p.get("sparse", []):
+            predicted = ", ".join(f"{name} {us:.0f} us" for name, us in block["predicted_us"].items())
+            print(f"  spatially sparse (LASNet), S={block['patch']}: {block['ops']} ops from op {block['first_op']}, "
+                  f"indirect dispatches in the partition's program (predicted: {predicted})")
     for op, reason in report["unsupported"].items():
         print(f"  on CPU: {op}: {reason}")
     for remark in report["remarks"]:

@@ -68,6 +68,7 @@ def sparse_blocks(data: bytes, device: Any, precision: str, plans: dict[str, Any
     and at each activation rate the sparse prediction per patch size S and the choice (latency/sparse.py)."""
     from gpuengine.latency.latency import predict_ns
     from gpuengine.latency.sparse import choose_execution
+    from gpuengine.lowering.kernels import lasnet
     from gpuengine.lowering.kernels.dispatch_cost import dispatch_cost
     from gpuengine.passes.lasnet_blocks import find_masked_blocks
 
@@ -78,8 +79,9 @@ def sparse_blocks(data: bytes, device: Any, precision: str, plans: dict[str, Any
         dense_ns = sum(predict_ns(dispatch_cost(spec, graph, precision), device) for spec in specs
                        if set(spec.ops) & set(block.ops))
         by_rate = {}
+        patches = tuple(p for p in lasnet.PATCHES if lasnet.supports(block, p) is None)
         for rate in RATES:
-            mode, size, options = choose_execution(device, *block.shape, block.cell, rate, dense_ns)
+            mode, size, options = choose_execution(device, *block.shape, block.cell, rate, dense_ns, patches)
             by_rate[str(rate)] = {"choice": "dense" if mode == "dense" else f"sparse S={size}",
                                   "predicted_us": {k: v / 1e3 for k, v in options.items()}}
         rows.append({"output": graph.tensors[block.out].name, "shape": list(block.shape), "cell": block.cell,

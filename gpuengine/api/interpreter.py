@@ -491,13 +491,11 @@ class Interpreter:
             if p.device == "control":
                 lines.append(f"partition {k} [gpu, driven by the host]: {describe_control(plan.control[p.ops[0]])}")
                 continue
-            if p.device == "sparse":
-                mode = plan.sparse[p.ops[0]]
-                lines.append(f"partition {k} [gpu, spatially sparse (LASNet), S={mode.patch}]: {len(p.ops)} ops: "
-                             f"{', '.join(names[:12])}")
-                continue
             lines.append(f"partition {k} [{p.device}]: {len(p.ops)} ops: {', '.join(names[:12])}"
                          + (" ..." if len(names) > 12 else ""))
+            lines += [f"  spatially sparse (LASNet), S={m.patch}: {len(m.block.ops)} ops from op {i} (indirect "
+                      "dispatches in the partition's program)" for i, m in sorted(plan.sparse.items())
+                      if p.device == "gpu" and i in p.ops]
         for name, reason in plan.unsupported.items():
             lines.append(f"on CPU: {name}: {reason}")
         for prog in c.gpu_programs:

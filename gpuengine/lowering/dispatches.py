@@ -21,6 +21,7 @@ from ..latency.target import Target
 from ..model.ir import Graph
 from ..model.ops import KV_CACHE_WRITE
 from . import codegen
+from . import lasnet as lasnet_lowering
 from .fusion import lower
 from .kernels import convert, tiling
 from .kernels.base import Decomposition, KernelSpec, Variants
@@ -76,18 +77,24 @@ class Choices:
 
 
 def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
-                    choices: Choices, f32_names: frozenset[str] = frozenset(),
+                    choices: Choices, f32_names: frozenset[str] = frozenset(), sparse: list | None = None,
                     ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
     """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
     `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
-    fp16 program (f32_names: mixed precision, kept_f32)."""
-    specs, aliases = lower(graph, ops, outputs, fuse=optimize, ready_before=set(inputs), decide=choices.decide,
+    fp16 program (f32_names: mixed precision, kept_f32). sparse: (MaskedBlock, patch) of the LASNet blocks that run
+    spatially sparse (lowering/lasnet.py)."""
+    skipped = lasnet_lowering.block_ops(sparse) if sparse else set()
+    specs, aliases = lower(graph, [i for i in ops if i not in skipped], outputs, fuse=optimize,
+                           ready_before=set(inputs), decide=choices.decide,
                            max_bindings=choices.limits.storage_buffers, split_writes=choices.split_writes)
 
     def root(t: int) -> int:
         while t in aliases:
             t = aliases[t]
         return t
+
+    if sparse:
+        specs = lasnet_lowering.insert_blocks(specs, sparse, root)
 
     in_place = in_place_pairs(graph, ops, inputs, outputs)
     specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place] + specs

@@ -26,7 +26,6 @@ from .added_dispatch import AddedDispatch
 from .control_flow import control_program
 from .device import GpuDevice, device_of
 from .program import GpuProgram
-from .sparse_block import SparseBlockProgram
 
 
 def for_adapter(options: EngineOptions) -> EngineOptions:
@@ -153,7 +152,7 @@ class CompiledGraph:
         self.model = model
         self.plan = plan if plan is not None else plan_graph(graph, options, model)
         self.graph = self.plan.graph
-        needs_gpu = any(p.device in ("gpu", "control", "sparse") for p in self.plan.partitions)
+        needs_gpu = any(p.device in ("gpu", "control") for p in self.plan.partitions)
         if gpu is None and needs_gpu:
             gpu = device_of(options)
         self.gpu = gpu
@@ -173,12 +172,10 @@ class CompiledGraph:
         self.programs: list[Any] = []  # GpuProgram, CpuProgram, control_flow.WhileProgram / IfProgram
         for part in self.plan.partitions:
             if part.device == "gpu":
+                sparse = [(m.block, m.patch) for i, m in sorted(self.plan.sparse.items()) if i in part.ops]
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
                                                 options, tuned, self.target, self.precision,
-                                                parametric=self.symbolic_inputs))
-            elif part.device == "sparse":
-                mode = self.plan.sparse[part.ops[0]]
-                self.programs.append(SparseBlockProgram(self.gpu, mode.block, mode.patch))
+                                                parametric=self.symbolic_inputs, sparse=sparse or None))
             elif part.device == "control":
                 control = self.plan.control[part.ops[0]]
                 compiled = {role: CompiledGraph(control.graphs[role], options, num_threads, gpu=self.gpu, tuned=tuned,

@@ -57,6 +57,23 @@ class Dispatch:
     source: str
 
 
+@dataclass(frozen=True)
+class Indirect:
+    """A dispatch's workgroup counts, read by the GPU from `buffer` at `offset` (KernelSpec.indirect: what an
+    earlier dispatch of the same pass wrote there), in place of a hot dispatch's x count (y and z then unused)."""
+
+    buffer: Any
+    offset: int = 0
+
+
+def record_dispatch(compute: Any, x: Any, y: int, z: int) -> None:
+    """Record one dispatch of a hot entry into a compute pass: direct, or indirect when x is an Indirect."""
+    if isinstance(x, Indirect):
+        compute.dispatch_workgroups_indirect(x.buffer, x.offset)
+    else:
+        compute.dispatch_workgroups(x, y, z)
+
+
 @dataclass
 class Phases:
     """Seconds the last `run` spent in each phase (profile's host figures)."""
@@ -189,10 +206,12 @@ class GpuProgram:
 
     def __init__(self, graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], gpu: GpuDevice,
                  options: EngineOptions, tuned: Tuned | None = None, target: Target | None = None,
-                 precision: str | None = None, allocate: bool = True, parametric: bool = False) -> None:
+                 precision: str | None = None, allocate: bool = True, parametric: bool = False,
+                 sparse: list | None = None) -> None:
         """allocate=False: the dispatches' specs and WGSL only (`sources`), no GPU object made (the probe that
         finds a kernel's size-dependent numbers, lowering/parametric.py); parametric: run the device's parametric
-        kernels where a dispatch matches one (a graph with symbolic input sizes)."""
+        kernels where a dispatch matches one (a graph with symbolic input sizes); sparse: (MaskedBlock, patch) of
+        the LASNet blocks run spatially sparse, their dispatches indirect (lowering/lasnet.py)."""
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
         self.precision = precision or gpu.precision(options.precision)
@@ -202,7 +221,7 @@ class GpuProgram:
         f32_names = options.f32_tensors if self.precision == "fp16" else frozenset()
         self.in_place = in_place_pairs(graph, ops, self.inputs, self.outputs)  # caches written in their buffer
         specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
-                                                                   options.optimize, self.choices, f32_names)
+                                                                   options.optimize, self.choices, f32_names, sparse)
         self.tuned = self.choices.from_cache
         self.info = CompiledInfo(specs=specs)
         self.info.records = usage_records(specs, graph, self.root, codegen.element_bytes("S1", self.precision),
@@ -375,7 +394,14 @@ class GpuProgram:
                 self._dims[len(self.dispatches)] = dims
             bind_group = self._bind(spec, pipeline, constants, dims=dims)
             self.dispatches.append(Dispatch(spec, pipeline, bind_group, codegen.dispatch_size(spec), source))
-        self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
+        self._hot = [self._hot_entry(d) for d in self.dispatches]
+
+    def _hot_entry(self, d: Dispatch) -> tuple[Any, Any, Any, int, int]:
+        """(pipeline, bind group, x, y, z): x an Indirect (the scratch buffer an earlier dispatch filled) for a
+        dispatch whose counts the GPU reads."""
+        if d.spec.indirect:
+            return (d.pipeline, d.bind_group, Indirect(self._scratch[d.spec.indirect]), 1, 1)
+        return (d.pipeline, d.bind_group, *d.groups)
 
     @property
     def hot_dispatches(self) -> list[tuple[Any, Any, int, int, int]]:
@@ -421,7 +447,9 @@ class GpuProgram:
             elif b.scratch_bytes:
                 buf = self._scratch.get(b.scratch_key) if b.scratch_key else None
                 if buf is None or buf.size < b.scratch_bytes:
-                    buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage)
+                    # INDIRECT: a scratch buffer may hold the workgroup counts of a later dispatch (KernelSpec.indirect)
+                    buf = dev.create_buffer(size=-(-b.scratch_bytes // 16) * 16, usage=usage
+                                            | wgpu.BufferUsage.INDIRECT)
                     if b.scratch_key:
                         self._scratch[b.scratch_key] = buf
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
@@ -554,7 +582,10 @@ class GpuProgram:
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
             set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
             dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
-            raw = [(None if p is None else p._internal, None if g is None else g._internal, x, y, z)  # noqa: SLF001
+            dispatch_indirect = lib.wgpuComputePassEncoderDispatchWorkgroupsIndirect
+            # an Indirect becomes (its buffer, offset, -1): z < 0 marks the indirect dispatches
+            raw = [(None if p is None else p._internal, None if g is None else g._internal,  # noqa: SLF001
+                    *((x.buffer._internal, x.offset, -1) if isinstance(x, Indirect) else (x, y, z)))  # noqa: SLF001
                    for p, g, x, y, z in calls]
             null = ffi.NULL
         except (ImportError, AttributeError):  # another wgpu backend or version: the public API
@@ -564,7 +595,7 @@ class GpuProgram:
                         compute.set_pipeline(pipeline)
                     if bind_group is not None:
                         compute.set_bind_group(0, bind_group)
-                    compute.dispatch_workgroups(x, y, z)
+                    record_dispatch(compute, x, y, z)
 
             return record
 
@@ -575,7 +606,10 @@ class GpuProgram:
                     set_pipeline(handle, pipeline)
                 if bind_group is not None:
                     set_bind_group(handle, 0, bind_group, 0, null)
-                dispatch(handle, x, y, z)
+                if z < 0:
+                    dispatch_indirect(handle, x, y)
+                else:
+                    dispatch(handle, x, y, z)
 
         return record_raw
 
@@ -807,7 +841,7 @@ class GpuProgram:
             for k, d in enumerate(self.dispatches):
                 if any(b.raw and not b.writable and b.tensor == t for b in d.spec.bindings):
                     d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k))
-                    self._hot[k] = (d.pipeline, d.bind_group, *d.groups)
+                    self._hot[k] = self._hot_entry(d)
             self._record = self._recorder()
             self._drop_recorded()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .program import GpuProgram
+from .program import GpuProgram, record_dispatch
 
 MAX_QUERIES = 4096  # WebGPU's limit on the size of one query set
 WARMUP_S = 0.25  # seconds of back-to-back runs before a span is measured
@@ -98,7 +98,7 @@ class DispatchTimer:
             for k, (pipeline, bind_group, x, y, z) in enumerate(dispatches):
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
-                compute.dispatch_workgroups(x, y, z)
+                record_dispatch(compute, x, y, z)
                 write_timestamp(compute, self.query_set, k + 1)
             compute.end()
             stamps = self._read(encoder, n + 1)
@@ -111,7 +111,7 @@ class DispatchTimer:
                     "end_of_pass_write_index": 2 * k + 1})
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
-                compute.dispatch_workgroups(x, y, z)
+                record_dispatch(compute, x, y, z)
                 compute.end()
             stamps = self._read(encoder, 2 * n)
             per = list(stamps[1::2] - stamps[0::2])
@@ -122,7 +122,7 @@ class DispatchTimer:
             compute = encoder.begin_compute_pass()
             compute.set_pipeline(pipeline)
             compute.set_bind_group(0, bind_group)
-            compute.dispatch_workgroups(x, y, z)
+            record_dispatch(compute, x, y, z)
             compute.end()
             start = time.perf_counter_ns()
             dev.queue.submit([encoder.finish()])
@@ -142,7 +142,7 @@ class DispatchTimer:
             for pipeline, bind_group, x, y, z in dispatches:
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
-                compute.dispatch_workgroups(x, y, z)
+                record_dispatch(compute, x, y, z)
         compute.end()
         if writes:
             stamps = self._read(encoder, 2)

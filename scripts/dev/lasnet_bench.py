@@ -9,8 +9,9 @@ machine is shared; the least is what load disturbs least), options interleaved p
 
 --calibrate: the latency model's efficiencies of the templates the dense / sparse choice prices, fitted
 (tuning/sparse.fit) on this adapter's timings of the block's sparse kernels at each S and five activation rates
-(tuning/sparse.calibration_samples) and of the block's dense dispatches (tuning/calibrate.measure_program, each in
-its default and three other decompositions), from the built-in lavapipe description without its efficiencies.
+(tuning/sparse.calibration_samples) and of the block's dense dispatches as the engine runs them
+(tuning/calibrate.measure_program: the decompositions the engine runs, and one other each so the general conv has the
+samples a template's own efficiency needs), from the built-in lavapipe description without its efficiencies.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def calibrate_sparse(runs: int) -> None:
     it.allocate_tensors()
     samples: list = []
     for _ in range(3):  # dense and sparse measured in turn, each sample the least over the turns: load hits both
-        got = calibrate.measure_program(it, "lasnet dense", runs=runs, alternatives=3)
+        got = calibrate.measure_program(it, "lasnet dense", runs=runs, alternatives=1)
         got += sparse.calibration_samples(it.compiled.gpu_programs[0].gpu, block, runs=runs)
         samples = got if not samples else [dataclasses.replace(s, measured_ns=min(s.measured_ns, g.measured_ns))
                                            for s, g in zip(samples, got)]

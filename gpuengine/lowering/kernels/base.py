@@ -186,6 +186,9 @@ class KernelSpec:
     decomposition: Decomposition | None = None
     fused: list[FusedOp] = field(default_factory=list)  # epilogue fusions applied to this spec, in order
     quantize: list[Code] = field(default_factory=list)  # rounding of its own output to a quantized grid
+    # dispatched indirectly: the workgroup counts are read by the GPU from the scratch buffer of this key, which an
+    # earlier dispatch writes (LASNet's active patches, kernels/lasnet.py); `dispatch` is then their upper bound
+    indirect: str = ""
 
     @property
     def output_tensor(self) -> int | None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...passes.lasnet_blocks import MaskedBlock
 from .. import codegen
+from .base import Binding, KernelSpec
 
 PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side), where supports() allows
 MASK_WORKGROUP = 64  # the mask kernel's one workgroup
@@ -88,41 +89,80 @@ def block_workgroup(channels: int, patch: int) -> int:
 
 def _conv_rows(t: int, weights: str, src: str, row: str, side: str) -> codegen.Code:
     """The unrolled inner loop of one conv job: for tap row ky and input slice i, the T + 2 inputs of row `row` + ky
-    from `src` (a workgroup array, `side` pixels wide) loaded once, each of the three taps' mat4x4 loaded once for
-    the T pixels (accumulators a0.. a{T-1})."""
+    from `src` (a workgroup array, `side` pixels wide) loaded once, each of the three taps' mat4x4 (four vec4
+    columns) loaded once for the T pixels (accumulators a0.. a{T-1})."""
     lines = [f"let base = (({row} + ky) * {side} + c0) * C4 + i;"]
     lines += [f"let v{k} = {src}[base + {k}u * C4];" for k in range(t + 2)]
-    lines.append("let wk = (o4 * 9u + ky * 3u) * C4 + i;")
+    lines.append("let wk = ((o4 * 9u + ky * 3u) * C4 + i) * 4u;")
     for kx in range(3):
-        lines.append(f"let m{kx} = {weights}[wk + {kx}u * C4];")
+        at = f"wk + {4 * kx}u * C4"
+        lines.append(f"let m{kx} = mat4x4<f32>({weights}[{at}], {weights}[{at} + 1u], {weights}[{at} + 2u], "
+                     f"{weights}[{at} + 3u]);")
         lines += [f"a{p} += m{kx} * v{p + kx};" for p in range(t)]
     return codegen.Code("\n                ".join(lines))
 
 
-def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
-    """The two kernels' WGSL for `block` at execution patch `patch`; `mode`: MODES."""
+LAYOUTS = {  # the vec4 index of (row y, column x, channel slice s) of a tensor [1, H, W, C]
+    "bhwc": "(y * u32(W) + x) * C4 + s",  # the runner's own buffers (runtime/sparse_block.py)
+    "phwc4": "(s * u32(H) + y) * u32(W) + x",  # a GPU program's tensors (lowering/layout.py)
+}
+
+
+def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phwc4", key: str = "") -> list[KernelSpec]:
+    """The block's two dispatches at execution patch `patch`: the mask kernel (one workgroup) and the block kernel
+    (`indirect`: one workgroup per active patch, the count in the "args" scratch buffer the mask kernel writes).
+    They read tensor block.x and write tensor block.out in `layout` (LAYOUTS); their scratch (cells, the active list,
+    the indirect arguments) is keyed by `key`, so the two dispatches share it. `mode`: MODES."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {tuple(LAYOUTS)}")
     reason = supports(block, patch)
     if reason is not None:
         raise ValueError(reason)
     h, w, c = block.shape
     g = geometry(block, patch)
-    lit, code = codegen.literal, codegen.Code
-    common = {"H": lit(h), "W": lit(w), "C4": lit(c // 4), "P": lit(patch), "NPX": lit(g["npx"]),
-              "CELL": lit(block.cell), "NCX": lit(g["ncx"])}
+    code = codegen.Code
+    key = key or f"lasnet{block.out}.{patch}.{mode}"
+    consts = constants(block)
+    common = {"H": h, "W": w, "C4": c // 4, "P": patch, "NPX": g["npx"], "CELL": block.cell, "NCX": g["ncx"],
+              "AT": code(LAYOUTS[layout])}
+
+    def scratch(name: str, words: int, writable: bool) -> Binding:
+        return Binding(name, scratch_bytes=max(16, words * 4), scratch_key=f"{key}.{name}", writable=writable,
+                       element="u32")
+
+    def const(name: str) -> Binding:
+        return Binding(name, data=consts[name], element="vec4<f32>", bake=False)
+
+    x, out = Binding("x", tensor=block.x), Binding("out", tensor=block.out, writable=True)
+    mask = KernelSpec("lasnet_mask", {**common, "NP": g["np"], "NCY": h // block.cell,
+                                      "BIAS": float(block.masker_bias), "THRESHOLD": float(block.threshold),
+                                      "KEEP": MODES.index(mode)},
+                      [x, const("masker"), scratch("cells", g["cells"], True), scratch("args", 3, True),
+                       scratch("patches", g["np"], True), out],
+                      (MASK_WORKGROUP, 1, 1), (MASK_WORKGROUP, 1, 1), label="LASNet mask + active patches",
+                      ops=list(block.ops), dispatch=(1, 1, 1), macs=h * w * c)
     t1, t2 = row_tile(patch + 2), row_tile(patch)
     acc = {t: (code(" ".join(f"var a{p} = b;" for p in range(t))), code(", ".join(f"a{p}" for p in range(t))))
            for t in (t1, t2)}
-    return {
-        "mask": codegen.load_template("lasnet_mask").substitute(
-            common, NP=lit(g["np"]), NCY=lit(h // block.cell), BIAS=lit(float(block.masker_bias)),
-            THRESHOLD=lit(float(block.threshold)), KEEP=lit(MODES.index(mode)), WG=lit(MASK_WORKGROUP)),
-        "block": codegen.load_template("lasnet_block").substitute(
-            common, RELU=lit(bool(block.conv1_relu)), WG=lit(block_workgroup(c, patch)), T1=lit(t1), T2=lit(t2),
-            ACC1=acc[t1][0], ACCS1=acc[t1][1], ACC2=acc[t2][0], ACCS2=acc[t2][1],
-            CONV1=_conv_rows(t1, "w1", "xin", "ry", "XS"), CONV2=_conv_rows(t2, "w2", "mid", "qy", "R")),
-    }
+    wg = block_workgroup(c, patch)
+    conv = KernelSpec("lasnet_block", {**common, "RELU": bool(block.conv1_relu), "T1": t1, "T2": t2,
+                                       "XIN": (patch + 4) ** 2 * (c // 4), "MID": (patch + 2) ** 2 * (c // 4),
+                                       "ACC1": acc[t1][0], "ACCS1": acc[t1][1], "ACC2": acc[t2][0],
+                                       "ACCS2": acc[t2][1], "CONV1": _conv_rows(t1, "w1", "xin", "ry", "XS"),
+                                       "CONV2": _conv_rows(t2, "w2", "mid", "qy", "R")},
+                      [x, const("w1"), const("b1"), const("w2"), const("b2"), scratch("patches", g["np"], False),
+                       scratch("cells", g["cells"], False), Binding("out", tensor=block.out, writable=True)],
+                      (g["np"] * wg, 1, 1), (wg, 1, 1), label=f"LASNet convs over active {patch}x{patch} patches",
+                      ops=list(block.ops), dispatch=(g["np"], 1, 1), macs=macs(block, patch, g["np"]),
+                      indirect=f"{key}.args")
+    return [mask, conv]
+
+
+def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
+    """The two kernels' WGSL for `block` at execution patch `patch` on the runner's BHWC buffers; `mode`: MODES."""
+    return {k: codegen.render(spec) for k, spec in zip(KERNELS, specs(block, patch, mode, "bhwc"))}
 
 
 def mat4_weights(weights: np.ndarray) -> np.ndarray:
@@ -151,5 +191,5 @@ def macs(block: MaskedBlock, patch: int, active: int) -> int:
     return active * ((patch + 2) ** 2 + patch * patch) * 9 * c * c
 
 
-__all__ = ["KERNELS", "MODES", "PATCHES", "block_workgroup", "constants", "geometry", "jobs", "macs", "mat4_weights",
-           "row_tile", "sources", "supports", "workgroup_bytes"]
+__all__ = ["KERNELS", "LAYOUTS", "MODES", "PATCHES", "block_workgroup", "constants", "geometry", "jobs", "macs",
+           "mat4_weights", "row_tile", "sources", "specs", "supports", "workgroup_bytes"]
