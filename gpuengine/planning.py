@@ -121,7 +121,10 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
         alone = with_boundaries(graph, "gpu", ops)
         specs = partition_specs(graph, alone.ops, alone.inputs, alone.outputs, options.optimize,
                                 Choices(named(device.target)))[0]
-        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, options.precision), device) for spec in specs)
+        # the block's own dispatches: the layout converters at the boundaries of a partition of the block alone are
+        # there dense or sparse
+        dense_ns = sum(predict_ns(dispatch_cost(spec, graph, options.precision), device) for spec in specs
+                       if set(spec.ops) & set(block.ops))
         mode, size, predicted = choose_execution(device, *block.shape, block.cell, float(options.sparse_blocks or 0),
                                                  dense_ns, patches)
         if mode == "dense":

@@ -31,9 +31,12 @@ from ..runtime.sparse_block import SparseBlockRunner
 from .calibrate import Sample
 from .calibrate import fit as fit_device
 
-__all__ = ["BlockTimes", "block_input", "calibration_samples", "fit", "measure_block", "supported_patches"]
+__all__ = ["BlockTimes", "CALIBRATION_SHAPES", "block_input", "block_model", "calibrate", "calibration_samples", "fit",
+           "measure_block", "supported_patches"]
 
 CALIBRATION_RATES = (0.0, 0.15, 0.3, 0.6, 1.0)
+CALIBRATION_SHAPES = ((32, 32, 16), (64, 64, 16), (32, 32, 32))  # blocks (H, W, C) the fit times
+FITTED_TEMPLATES = ("conv2d", "lasnet_block", "lasnet_mask")  # what the dense / sparse choice of a block hinges on
 
 
 def supported_patches(block: MaskedBlock, patches: Sequence[int] = lasnet.PATCHES) -> tuple[int, ...]:
@@ -101,26 +104,91 @@ def block_input(block: MaskedBlock, rate: float, seed: int = 0) -> np.ndarray:
     return x.astype(np.float32)
 
 
+def block_model(h: int, w: int, c: int, cell: int = 4, seed: int = 34) -> bytes:
+    """A LASNet-style masked block as Keras converts it (scripts/dev/make_lasnet_model.py: the masker averages the
+    cell's pixels and channels, threshold 0; conv1 with ReLU), with random weights of the same scale: a .tflite."""
+    from ..model.builder import ModelBuilder
+
+    rng = np.random.default_rng(seed)
+    same, valid = 0, 1
+    mb = ModelBuilder()
+    x = mb.input("x", (1, h, w, c))
+    pooled = mb.op("AVERAGE_POOL_2D", [x], (1, h // cell, w // cell, c), {
+        "padding": valid, "stride_w": cell, "stride_h": cell, "filter_width": cell, "filter_height": cell})
+    logit = mb.op("CONV_2D", [pooled, mb.const("mw", np.full((1, 1, 1, c), 1.0 / c, np.float32)),
+                              mb.const("mb", np.zeros(1, np.float32))], (1, h // cell, w // cell, 1),
+                  {"padding": valid, "stride_w": 1, "stride_h": 1})
+    flag = mb.op("GREATER", [logit, mb.const("thr", np.array(0.0, np.float32))], (1, h // cell, w // cell, 1),
+                 dtype=np.bool_)
+    mask = mb.op("RESIZE_NEAREST_NEIGHBOR", [mb.op("CAST", [flag], (1, h // cell, w // cell, 1)),
+                                             mb.const("size", np.array([h, w], np.int32))], (1, h, w, 1),
+                 {"align_corners": False, "half_pixel_centers": True})
+    scale = 0.5 * np.sqrt(6.0 / (18 * c))  # half of Glorot's uniform bound, as the Keras fixture
+
+    def conv(src: int, relu: bool, name: str) -> int:
+        weights = mb.const(f"{name}_w", rng.uniform(-scale, scale, (c, 3, 3, c)).astype(np.float32))
+        return mb.op("CONV_2D", [src, weights, mb.const(f"{name}_b", np.zeros(c, np.float32))], (1, h, w, c),
+                     {"padding": same, "stride_w": 1, "stride_h": 1, "fused_activation_function": int(relu)})
+
+    branch = conv(conv(x, True, "conv1"), False, "conv2")
+    mb.output(mb.op("ADD", [x, mb.op("MUL", [branch, mask], (1, h, w, c))], (1, h, w, c)))
+    return mb.build()
+
+
 def calibration_samples(gpu: Any, block: MaskedBlock, patches: Sequence[int] | None = None, runs: int = 5,
-                        rates: Sequence[float] = CALIBRATION_RATES, repeat: int = 8,
+                        rates: Sequence[float] = CALIBRATION_RATES, target_pass_ns: float = 2e6,
                         name: str = "lasnet") -> list[Sample]:
     """Samples of the block's sparse kernels: at each S and each rate, the mask kernel and (with any patch active)
-    the block kernel timed alone (`repeat` dispatches per pass, the least of `runs` passes taken in rounds), priced
-    at the active patches the GPU listed."""
+    the block kernel timed alone (repeated in one pass up to about `target_pass_ns`, as calibrate.measure_program
+    does; the least of `runs` passes taken in rounds), priced at the active patches the GPU listed."""
     h, w, c = block.shape
-    entries: list[tuple[SparseBlockRunner, str, Any, str]] = []
+    entries: list[tuple[SparseBlockRunner, str, Any, str, int]] = []
     for patch in supported_patches(block, patches if patches is not None else lasnet.PATCHES):
         for k, rate in enumerate(rates):
             runner = SparseBlockRunner(gpu, block, patch)
             runner.run(block_input(block, rate, seed=k))
             costs = block_costs(h, w, c, block.cell, patch, runner.active)
             for kernel, cost in zip(lasnet.KERNELS, costs):
-                entries.append((runner, kernel, cost, f"{name} S={patch} rate={rate} {kernel}"))
+                repeat = int(min(8, max(1, target_pass_ns // max(1.0, runner.span_ns(kernel)))))
+                entries.append((runner, kernel, cost, f"{name} S={patch} rate={rate} {kernel}", repeat))
     best = [math.inf] * len(entries)
     for _ in range(max(1, runs)):
-        for i, (runner, kernel, _, _) in enumerate(entries):
+        for i, (runner, kernel, _, _, repeat) in enumerate(entries):
             best[i] = min(best[i], runner.span_ns(kernel, repeat))
-    return [Sample(cost, ns, group, True) for (_, _, cost, group), ns in zip(entries, best)]
+    return [Sample(cost, ns, group, True) for (_, _, cost, group, _), ns in zip(entries, best)]
+
+
+def calibrate(base: Device, shapes: Sequence[tuple[int, int, int]] = CALIBRATION_SHAPES, runs: int = 5,
+              turns: int = 3) -> tuple[Device, list[Sample]]:
+    """Fit the templates a block's dense / sparse choice prices (FITTED_TEMPLATES) on this adapter: per block shape
+    (block_model), its dense dispatches as the engine runs them (tuning/calibrate.measure_program) and its sparse
+    kernels (calibration_samples), measured in `turns` turns (each sample the least over them, so load that comes
+    and goes hits dense and sparse alike); `base` with the fitted efficiencies, and the samples."""
+    import dataclasses
+
+    from ..api.interpreter import Interpreter
+    from ..model.reader import read_model
+    from ..passes.lasnet_blocks import find_masked_blocks
+    from .calibrate import measure_program
+
+    programs = []
+    for h, w, c in shapes:
+        data = block_model(h, w, c)
+        it = Interpreter(model_content=data, workgroup_cache="/nonexistent/none.json", target=base.target)
+        it.allocate_tensors()
+        (block,) = find_masked_blocks(read_model(data).subgraphs[0])
+        programs.append((f"{h}x{w}x{c}", it, block))
+    samples: list[Sample] = []
+    for _ in range(max(1, turns)):
+        got = []
+        for name, it, block in programs:
+            got += measure_program(it, f"{name} dense", runs=runs, alternatives=0)
+            got += calibration_samples(it.compiled.gpu_programs[0].gpu, block, runs=runs, name=name)
+        samples = got if not samples else [dataclasses.replace(s, measured_ns=min(s.measured_ns, g.measured_ns))
+                                           for s, g in zip(samples, got)]
+    fitted = fit(samples, dataclasses.replace(base, efficiency={}))
+    kept = {k: v for k, v in fitted.efficiency.items() if k in FITTED_TEMPLATES}
+    return dataclasses.replace(base, efficiency={**base.efficiency, **kept}), samples
 
 
 def fit(samples: Sequence[Sample], base: Device, source: str = "") -> Device:

@@ -1,23 +1,25 @@
-"""Benchmark for docs/design/lasnet.md: the LASNet-style block (tests/fixtures/lasnet) dense (gpuengine's own
-kernels, the model compiled as usual) against spatially sparse execution (runtime/sparse_block.py) at activation
-rates 0.1-0.9, with the measured choice (tuning/sparse.py: each S timed with no / every patch active) and the
-latency model's (latency/sparse.py), and whether the measured one held. Wall-clock GPU passes on
-the adapter gpuengine opens (lavapipe here: relative signals only). Each figure: the least of --runs passes (the
-machine is shared; the least is what load disturbs least), options interleaved per round.
-    python scripts/dev/lasnet_bench.py [--runs 15] [--json OUT]
+"""Benchmark for docs/design/lasnet.md: a LASNet-style block (tests/fixtures/lasnet, or --model: a larger variant
+made by make_lasnet_model.py) dense (gpuengine's own kernels, the model compiled as usual) against spatially sparse
+execution at activation rates 0.1-0.9: the block's dispatches per S (runtime/sparse_block.py), the measured choice
+(tuning/sparse.py: each S timed with no / every patch active), the latency model's choice (latency/sparse.py) and,
+end to end, the engine planned for each rate (Interpreter(sparse_blocks=rate): the latency model's choice inside the
+one-submit program) against the dense engine, invoke by invoke. Wall-clock on the adapter gpuengine opens (lavapipe
+here: relative signals only). Each figure: the median of --runs, every option once per round (load that comes and
+goes hits them alike); the load average is printed.
+    python scripts/dev/lasnet_bench.py [--runs 15] [--json OUT] [--model M]
     python scripts/dev/lasnet_bench.py --calibrate   # the sparse kernels' fit (latency/devices.py lavapipe)
 
---calibrate: the latency model's efficiencies of the templates the dense / sparse choice prices, fitted
-(tuning/sparse.fit) on this adapter's timings of the block's sparse kernels at each S and five activation rates
-(tuning/sparse.calibration_samples) and of the block's dense dispatches as the engine runs them
-(tuning/calibrate.measure_program: the decompositions the engine runs, and one other each so the general conv has the
-samples a template's own efficiency needs), from the built-in lavapipe description without its efficiencies.
+--calibrate: the latency model's efficiencies of the templates the dense / sparse choice prices (the general conv
+and the two sparse kernels), fitted (tuning/sparse.calibrate) on this adapter's timings of LASNet blocks of three
+shapes: their sparse kernels at each S and five activation rates, their dense dispatches as the engine runs them,
+from the built-in lavapipe description without its efficiencies.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -47,28 +49,20 @@ def cell_rate(block, x: np.ndarray) -> float:
 
 
 def calibrate_sparse(runs: int) -> None:
-    """Print the fitted efficiencies (JSON) and each sample's error before and after."""
+    """Print each sample's time, measured and predicted before / after, and the fitted efficiencies (JSON)."""
     import dataclasses
 
     from gpuengine.tuning import calibrate, sparse
 
-    data = MODEL.read_bytes()
-    (block,) = find_masked_blocks(read_model(data).subgraphs[0])
-    it = Interpreter(model_content=data, workgroup_cache="/nonexistent/none.json", target="cpu")
-    it.allocate_tensors()
-    samples: list = []
-    for _ in range(3):  # dense and sparse measured in turn, each sample the least over the turns: load hits both
-        got = calibrate.measure_program(it, "lasnet dense", runs=runs, alternatives=1)
-        got += sparse.calibration_samples(it.compiled.gpu_programs[0].gpu, block, runs=runs)
-        samples = got if not samples else [dataclasses.replace(s, measured_ns=min(s.measured_ns, g.measured_ns))
-                                           for s, g in zip(samples, got)]
     base = dataclasses.replace(devices.lavapipe(), efficiency={})
-    fitted = sparse.fit(samples, base)
+    fitted, samples = sparse.calibrate(base, runs=runs)
     for s in samples:
-        print(f"{s.group:34s} {s.cost.kernel:15s} measured {s.measured_ns / 1e3:7.0f} us, predicted "
+        print(f"{s.group:40s} {s.cost.kernel:15s} measured {s.measured_ns / 1e3:7.0f} us, predicted "
               f"{predict_ns(s.cost, base) / 1e3:7.0f} before, {predict_ns(s.cost, fitted) / 1e3:7.0f} after")
-    errors = calibrate.relative_errors(samples, fitted)
-    print(f"median error {np.median(errors):.1%} on {len(samples)} samples")
+    kept = [s for s in samples if s.cost.kernel in sparse.FITTED_TEMPLATES]
+    print(f"median error on the fitted templates' {len(kept)} samples: "
+          f"{np.median(calibrate.relative_errors(kept, fitted)):.1%} (before: "
+          f"{np.median(calibrate.relative_errors(kept, base)):.1%})")
     print(json.dumps({k: round(v, 3) for k, v in fitted.efficiency.items()}))
 
 
@@ -103,6 +97,7 @@ def main() -> None:
     tuned = measure_block(gpu, block, lambda: timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6,
                           patches, runs=args.runs)
     dense_ms = tuned.dense_ms
+    print(f"load average before: {os.getloadavg()}")
     print(f"tuned: dense {dense_ms:.2f} ms; per S (none / all active): "
           + ", ".join(f"S={p} {tuned.none_ms[p]:.2f} / {tuned.all_ms[p]:.2f}" for p in patches), flush=True)
     rows = []
@@ -117,12 +112,25 @@ def main() -> None:
         errors = {"dense": float(np.abs(dense.get_tensor(dense.get_output_details()[0]["index"]) - want).max())}
         for p, r in runners.items():
             errors[f"sparse {p}"] = float(np.abs(r.run(x) - want).max())
-        times: dict[str, list[float]] = {"dense block": [], "dense program": []}
-        for _ in range(args.runs):
+        # end to end: the engine planned for this rate (the latency model's choice of S or dense, inside the one
+        # program), invoked as a user does, against the dense engine
+        engine = Interpreter(model_content=data, sparse_blocks=float(cells))
+        engine.allocate_tensors()
+        engine.set_tensor(engine.get_input_details()[0]["index"], x)
+        engine.invoke()
+        errors["engine"] = float(np.abs(engine.get_tensor(engine.get_output_details()[0]["index"]) - want).max())
+        engine_choice = next((f"sparse {m.patch}" for m in engine.compiled.plan.sparse.values()), "dense")
+        times: dict[str, list[float]] = {"dense block": [], "dense program": [], "engine invoke": [],
+                                         "dense invoke": []}
+        for _ in range(args.runs):  # every option once per round: load that comes and goes hits them alike
             times["dense block"].append(timer.span(runs=1, dispatches=block_dispatches, warmup_s=0) / 1e6)
             times["dense program"].append(timer.span(runs=1, warmup_s=0) / 1e6)
             for p, r in runners.items():
                 times.setdefault(f"sparse {p}", []).append(r.time_ms(runs=1))
+            for key, it in (("engine invoke", engine), ("dense invoke", dense)):
+                start = time.perf_counter()
+                it.invoke()
+                times[key].append((time.perf_counter() - start) * 1e3)
         best = {k: float(np.median(v)) for k, v in times.items()}
         mode, size, predicted = choose_execution(model, h, w, c, block.cell, float(cells), dense_ns, patches)
         predicted_choice = "dense" if mode == "dense" else f"sparse {size}"
@@ -134,15 +142,21 @@ def main() -> None:
                      "choice": f"{mode} {size}" if mode == "sparse" else "dense", "chosen_ms": chosen,
                      "chosen_vs_dense": chosen / best["dense block"], "fastest_sparse": fastest_sparse,
                      "max_abs_error": errors, "predicted_us": {k: v / 1e3 for k, v in predicted.items()},
-                     "predicted_choice": predicted_choice, "tuned_estimate_ms": estimated})
+                     "predicted_choice": predicted_choice, "tuned_estimate_ms": estimated,
+                     "predicted_choice_vs_dense": (best["dense block"] if predicted_choice == "dense" else
+                                                   best[predicted_choice]) / best["dense block"],
+                     "engine_choice": engine_choice,
+                     "engine_vs_dense": best["engine invoke"] / best["dense invoke"]})
         print(f"rate {cells:.2f}: dense block {best['dense block']:.2f} ms (program {best['dense program']:.2f}); "
               + ", ".join(f"S={p} {best[f'sparse {p}']:.2f} ms ({runners[p].active}/{runners[p].patches_total})"
                           for p in patches)
               + f"; tuned choice {rows[-1]['choice']} -> {chosen:.2f} ms = {chosen / best['dense block']:.2f}x dense "
-              f"(latency model: {predicted_choice}); "
-              f"max |error| {max(errors.values()):.1e}", flush=True)
+              f"(latency model: {predicted_choice} = {rows[-1]['predicted_choice_vs_dense']:.2f}x); engine invoke "
+              f"({engine_choice}) {best['engine invoke']:.2f} ms vs dense {best['dense invoke']:.2f} ms = "
+              f"{rows[-1]['engine_vs_dense']:.2f}x; max |error| {max(errors.values()):.1e}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"adapter": gpu.name, "model": model.source, "rows": rows,
+                                               "load_average": os.getloadavg(),
                                                "date": time.strftime("%Y-%m-%d")}, indent=1))
 
 

@@ -67,7 +67,8 @@ def test_predict_shows_dense_and_sparse_per_rate(capsys: pytest.CaptureFixture[s
     (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
     assert block["shape"] == [32, 32, 16] and block["cell"] == 4 and block["dense_us"] > 0
     for row in block["rates"].values():
-        assert set(row["predicted_us"]) == {"sparse 2", "sparse 4", "sparse 8", "sparse 16", "dense"}
+        # S = 16 needs more workgroup memory than WebGPU guarantees at 16 channels: not offered
+        assert set(row["predicted_us"]) == {"sparse 2", "sparse 4", "sparse 8", "dense"}
         fastest = min(row["predicted_us"], key=row["predicted_us"].get)
         assert row["choice"] == ("dense" if fastest == "dense" else f"sparse S={fastest.split()[1]}")
 
@@ -78,7 +79,7 @@ def test_the_measured_choice_is_the_fastest_estimate() -> None:
     from gpuengine.tuning.sparse import measure_block
 
     (block,) = find_masked_blocks(read_model(MODEL.read_bytes()).subgraphs[0])
-    times = measure_block(get_device(), block, dense_ms=1.0, patches=(4, 8), runs=2)
+    times = measure_block(get_device(), block, 1.0, patches=(4, 8), runs=2)
     assert set(times.none_ms) == set(times.all_ms) == {4, 8}
     assert times.sparse_ms(4, 0.0) == times.none_ms[4] and times.sparse_ms(4, 1.0) == times.all_ms[4]
     for rate in (0.1, 0.5, 0.9):
@@ -96,24 +97,32 @@ def test_profile_shows_dense_and_sparse(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["profile", str(MODEL), "--runs", "2", "--json"]) == 0
     (block,) = json.loads(capsys.readouterr().out)["sparse_blocks"]
     assert 0 < block["rate"] < 1 and block["dense_ms"] > 0
-    assert set(block["sparse_ms"]) == {"2", "4", "8", "16"} and all(v > 0 for v in block["sparse_ms"].values())
+    assert set(block["sparse_ms"]) == {"2", "4", "8"} and all(v > 0 for v in block["sparse_ms"].values())
     assert block["choice"] == "dense" or block["choice"].startswith("sparse S=")
 
 
-def test_the_interpreter_runs_the_block_sparse_where_the_latency_model_says_so() -> None:
-    """Interpreter(sparse_blocks=rate): the block is one spatially sparse partition at the predicted S when the
-    latency model predicts sparse faster at that expected rate (dense otherwise), equal to LiteRT at every rate."""
+def test_the_interpreter_runs_the_block_sparse_inside_its_one_program():
+    """Interpreter(sparse_blocks=rate): where the latency model predicts sparse faster at that expected rate, the
+    block runs at the predicted S inside the partition's one GPU program (its two dispatches in the command buffer,
+    the convs indirect over the patches the mask kernel listed; no host round trip), dense otherwise; equal to LiteRT
+    at every rate."""
     from gpuengine import Interpreter
+    from gpuengine.runtime.program import Indirect
 
     data = MODEL.read_bytes()
     ours = Interpreter(model_content=data, sparse_blocks=0.1)
     ours.allocate_tensors()
     plan = ours.compiled.plan
     (part,) = plan.partitions
-    mode = plan.sparse[part.ops[0]]
-    assert part.device == "sparse" and len(part.ops) == 9
+    (mode,) = plan.sparse.values()
+    assert part.device == "gpu" and len(part.ops) == 9 and sorted(mode.block.ops) == part.ops
     best = min(mode.predicted, key=mode.predicted.get)
     assert best == f"sparse {mode.patch}" and mode.predicted["dense"] > mode.predicted[best]
+    program = ours.compiled.sole_gpu_program
+    assert program is not None  # one program, one submit per invoke
+    shaders = [d.spec.shader for d in program.dispatches]
+    assert shaders == ["bhwc_to_phwc4", "lasnet_mask", "lasnet_block", "phwc4_to_bhwc"]
+    assert [type(h[2]) for h in program.hot_dispatches].count(Indirect) == 1
     assert "spatially sparse (LASNet)" in ours.describe()
     lite = litert.Interpreter(model_content=data)
     lite.allocate_tensors()
@@ -127,4 +136,5 @@ def test_the_interpreter_runs_the_block_sparse_where_the_latency_model_says_so()
         assert np.abs(ours.get_tensor(out) - want).max() <= 1e-5 * np.abs(want).max()
     dense = Interpreter(model_content=data, sparse_blocks=0.95)
     dense.allocate_tensors()
-    assert [p.device for p in dense.compiled.plan.partitions] == ["gpu"] and not dense.compiled.plan.sparse
+    assert not dense.compiled.plan.sparse
+    assert "lasnet_block" not in [d.spec.shader for d in dense.compiled.sole_gpu_program.dispatches]

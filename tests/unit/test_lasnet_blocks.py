@@ -9,6 +9,7 @@ import pytest
 
 from gpuengine.latency import devices
 from gpuengine.latency.sparse import choose_execution, expected_active, predict_block_ns
+from gpuengine.lowering import codegen
 from gpuengine.lowering.kernels import lasnet
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.passes.lasnet_blocks import find_masked_blocks
@@ -85,8 +86,37 @@ def test_the_choice_is_the_fastest_predicted_option_and_dense_wins_a_tie():
 def test_kernel_sources_bake_only_numbers():
     (found,) = find_masked_blocks(block().graph())
     sources = lasnet.sources(found, 4)
-    assert set(sources) == {"mask", "gather", "scatter"}
+    assert set(sources) == {"mask", "block"}
     assert all("${" not in text for text in sources.values())
     assert "const THRESHOLD: f32 = 0.0;" in sources["mask"] and "const KEEP: u32 = 0u;" in sources["mask"]
     assert lasnet.supports(found, 4) is None
     assert lasnet.geometry(found, 4) == {"npx": 4, "npy": 4, "np": 16, "ncx": 4, "cells": 16}
+
+
+def test_the_program_specs_share_their_scratch_and_dispatch_the_convs_indirectly():
+    """In a GPU program (PHWC4 tensors) the mask kernel writes the indirect arguments the block kernel is dispatched
+    by, and both read x and write out; a patch whose workgroup memory exceeds WebGPU's guaranteed 16 KiB is refused."""
+    (found,) = find_masked_blocks(block().graph())
+    mask, conv = lasnet.specs(found, 4, key="k")
+    assert not mask.indirect and conv.indirect == "k.args" and mask.dispatch == (1, 1, 1)
+    assert any(b.scratch_key == "k.args" and b.writable for b in mask.bindings)
+    assert not any(b.scratch_key == "k.args" for b in conv.bindings)  # never bound where it is the indirect buffer
+    for spec in (mask, conv):
+        assert [b.tensor for b in spec.bindings if b.tensor is not None and not b.writable] == [found.x]
+        assert [b.tensor for b in spec.bindings if b.writable and b.tensor is not None] == [found.out]
+    assert lasnet.LAYOUTS["phwc4"] in codegen.render(mask)  # the program's tensors; the runner's own are BHWC
+    assert lasnet.LAYOUTS["bhwc"] in lasnet.sources(found, 4)["mask"]
+    assert lasnet.supports(found, 8) is None  # C = 8: (144 + 100) pixels x 32 bytes
+    assert "workgroup memory" in lasnet.supports(found, 16)
+
+
+def test_mat4_weights_multiply_as_the_conv():
+    """mat4_weights' block for (out slice, tap, in slice) times an input vec4 gives that tap's contribution to the 4
+    output channels, as the OHWI weights define it."""
+    weights = RNG.standard_normal((C, 3, 3, C)).astype(np.float32)
+    blocks = lasnet.mat4_weights(weights).reshape(C // 4, 9, C // 4, 4, 4)  # [o4, tap, i4, column j, row o]
+    v = RNG.standard_normal(4).astype(np.float32)
+    o4, tap, i4 = 1, 5, 0
+    got = blocks[o4, tap, i4].T @ v  # WGSL's mat4x4 is column-major: m * v = sum_j column_j * v[j]
+    want = weights[o4 * 4:o4 * 4 + 4, tap // 3, tap % 3, i4 * 4:i4 * 4 + 4] @ v
+    np.testing.assert_allclose(got, want, rtol=1e-6)
