@@ -48,14 +48,16 @@ def cell_rate(block, x: np.ndarray) -> float:
     return float((pooled @ block.masker_weights + block.masker_bias > block.threshold).mean())
 
 
-def calibrate_sparse(runs: int) -> None:
+def calibrate_sparse(runs: int, turns: int) -> None:
     """Print each sample's time, measured and predicted before / after, and the fitted efficiencies (JSON)."""
     import dataclasses
 
     from gpuengine.tuning import calibrate, sparse
 
     base = dataclasses.replace(devices.lavapipe(), efficiency={})
-    fitted, samples = sparse.calibrate(base, runs=runs)
+    print(f"load average before: {os.getloadavg()}")
+    fitted, samples = sparse.calibrate(base, runs=runs, turns=turns)
+    print(f"load average after: {os.getloadavg()}")
     for s in samples:
         print(f"{s.group:40s} {s.cost.kernel:15s} measured {s.measured_ns / 1e3:7.0f} us, predicted "
               f"{predict_ns(s.cost, base) / 1e3:7.0f} before, {predict_ns(s.cost, fitted) / 1e3:7.0f} after")
@@ -71,10 +73,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json")
     parser.add_argument("--calibrate", action="store_true")
+    parser.add_argument("--turns", type=int, default=3, help="--calibrate: measuring turns (the least is kept)")
     parser.add_argument("--model", default=str(MODEL), help="a LASNet-style block (make_lasnet_model.py --size)")
     args = parser.parse_args()
     if args.calibrate:
-        calibrate_sparse(args.runs)
+        calibrate_sparse(args.runs, args.turns)
         return
     data = Path(args.model).read_bytes()
     (block,) = find_masked_blocks(read_model(data).subgraphs[0])
