@@ -81,8 +81,8 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
                     ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
     """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
     `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
-    fp16 program (f32_names: mixed precision, kept_f32). sparse: (MaskedBlock, patch) of the LASNet blocks that run
-    spatially sparse (lowering/lasnet.py)."""
+    fp16 program (f32_names: mixed precision, kept_f32). sparse: (MaskedBlock, patch, expected rate) of the LASNet
+    blocks that run spatially sparse (lowering/lasnet.py)."""
     skipped = lasnet_lowering.block_ops(sparse) if sparse else set()
     specs, aliases = lower(graph, [i for i in ops if i not in skipped], outputs, fuse=optimize,
                            ready_before=set(inputs), decide=choices.decide,

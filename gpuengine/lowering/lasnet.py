@@ -9,24 +9,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import UnsupportedOpError
+from ..latency.sparse import expected_active
 from ..passes.lasnet_blocks import MaskedBlock
 from .kernels import lasnet
 from .kernels.base import KernelSpec
 
-__all__ = ["block_ops", "insert_blocks"]
+__all__ = ["SparseBlock", "block_ops", "insert_blocks"]
 
 
-def block_ops(sparse: list[tuple[MaskedBlock, int]]) -> set[int]:
+SparseBlock = tuple[MaskedBlock, int, float]  # a block, its execution patch and the activation rate expected
+
+
+def block_ops(sparse: list[SparseBlock]) -> set[int]:
     """The ops the sparse blocks' dispatches stand for (left out of the dense lowering)."""
-    return {i for block, _ in sparse for i in block.ops}
+    return {i for block, _, _ in sparse for i in block.ops}
 
 
-def insert_blocks(specs: list[KernelSpec], sparse: list[tuple[MaskedBlock, int]],
+def insert_blocks(specs: list[KernelSpec], sparse: list[SparseBlock],
                   root: Callable[[int], int]) -> list[KernelSpec]:
     """`specs` (the dense lowering of the other ops, in order) with each block's two dispatches inserted after the
-    dispatch writing its x and before the first reading its out."""
+    dispatch writing its x and before the first reading its out (priced at the active patches the rate implies)."""
     out = list(specs)
-    for block, patch in sparse:
+    for block, patch, rate in sparse:
         x, y = root(block.x), root(block.out)
         writes_x = [k for k, s in enumerate(out) if any(b.writable and b.tensor is not None and root(b.tensor) == x
                                                         for b in s.bindings)]
@@ -36,5 +40,7 @@ def insert_blocks(specs: list[KernelSpec], sparse: list[tuple[MaskedBlock, int]]
         if writes_x and writes_x[-1] >= at:
             raise UnsupportedOpError(f"LASNet block at op {min(block.ops)}: its output is read before its input is "
                                      "written")
-        out[at:at] = lasnet.specs(block, patch, "mask", "phwc4", key=f"lasnet{block.out}")
+        h, w, _ = block.shape
+        out[at:at] = lasnet.specs(block, patch, "mask", "phwc4", key=f"lasnet{block.out}",
+                                  active=expected_active(h, w, block.cell, patch, rate))
     return out

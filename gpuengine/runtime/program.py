@@ -210,8 +210,8 @@ class GpuProgram:
                  sparse: list | None = None) -> None:
         """allocate=False: the dispatches' specs and WGSL only (`sources`), no GPU object made (the probe that
         finds a kernel's size-dependent numbers, lowering/parametric.py); parametric: run the device's parametric
-        kernels where a dispatch matches one (a graph with symbolic input sizes); sparse: (MaskedBlock, patch) of
-        the LASNet blocks run spatially sparse, their dispatches indirect (lowering/lasnet.py)."""
+        kernels where a dispatch matches one (a graph with symbolic input sizes); sparse: (MaskedBlock, patch,
+        expected rate) of the LASNet blocks run spatially sparse, their dispatches indirect (lowering/lasnet.py)."""
         start = time.perf_counter()
         self.graph, self.gpu, self.options = graph, gpu, options
         self.precision = precision or gpu.precision(options.precision)

@@ -23,11 +23,14 @@ from ...latency.latency import (
     split_barriers,
     split_shuffles,
 )
+from ...latency.sparse import block_costs
 from ...model.ir import Graph
 from .. import codegen
 from ..layout import phwc4_elements
 from . import tiling
 from .base import Binding, KernelSpec, Variants
+
+LASNET = ("lasnet_mask", "lasnet_block")  # kernels/lasnet.py's two dispatches, in order
 
 
 def stored_as_f16(b: Binding, precision: str) -> bool:
@@ -69,6 +72,11 @@ def _workgroups(spec: KernelSpec) -> tuple[int, int]:
 def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", position: int | None = None) -> DispatchCost:
     """The model's view of one finished dispatch (workgroup set); bytes as the kernel touches them (`position`: a
     decode step's, for bindings read up to it; None: the whole cache)."""
+    if spec.shader in LASNET:  # priced as latency/sparse.py prices them, at the active patches expected
+        p = spec.params
+        costs = block_costs(int(p["H"]), int(p["W"]), 4 * int(p["C4"]), int(p["CELL"]), int(p["P"]),
+                            max(float(p["ACTIVE"]), 1.0 if spec.shader == LASNET[1] else 0.0))
+        return dataclasses.replace(costs[LASNET.index(spec.shader)], label=spec.label)
     groups, per_group = _workgroups(spec)
     invocations = groups * per_group
     read = sum(touched_bytes(b, graph, precision, position) for b in spec.bindings if not b.writable)

@@ -108,11 +108,14 @@ LAYOUTS = {  # the vec4 index of (row y, column x, channel slice s) of a tensor 
 }
 
 
-def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phwc4", key: str = "") -> list[KernelSpec]:
+def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phwc4", key: str = "",
+          active: float | None = None) -> list[KernelSpec]:
     """The block's two dispatches at execution patch `patch`: the mask kernel (one workgroup) and the block kernel
     (`indirect`: one workgroup per active patch, the count in the "args" scratch buffer the mask kernel writes).
     They read tensor block.x and write tensor block.out in `layout` (LAYOUTS); their scratch (cells, the active list,
-    the indirect arguments) is keyed by `key`, so the two dispatches share it. `mode`: MODES."""
+    the indirect arguments) is keyed by `key`, so the two dispatches share it. `mode`: MODES. `active`: the active
+    patches expected (default: every one), param ACTIVE, which the latency model prices them at
+    (kernels/dispatch_cost.py) and no template reads."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     if layout not in LAYOUTS:
@@ -126,7 +129,7 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
     key = key or f"lasnet{block.out}.{patch}.{mode}"
     consts = constants(block)
     common = {"H": h, "W": w, "C4": c // 4, "P": patch, "NPX": g["npx"], "CELL": block.cell, "NCX": g["ncx"],
-              "AT": code(LAYOUTS[layout])}
+              "AT": code(LAYOUTS[layout]), "ACTIVE": float(g["np"] if active is None else active)}
 
     def scratch(name: str, words: int, writable: bool) -> Binding:
         return Binding(name, scratch_bytes=max(16, words * 4), scratch_key=f"{key}.{name}", writable=writable,
