@@ -1,6 +1,6 @@
-// LASNet sparse execution, step 2 (lowering/kernels/lasnet.py): the block's two 3x3 convs on one active patch per
-// workgroup, dispatched indirectly (x count = the patches step 1 listed). The gather fused in: x around the patch
-// (two pixels of halo, zero outside the image: SAME padding) into workgroup memory xin; the first conv over the
+// LASNet sparse execution, step 3 (lowering/kernels/lasnet.py): the block's two 3x3 convs on one active patch per
+// workgroup, dispatched indirectly (x count = the patches step 1 listed, from step 2). The gather fused in: x around
+// the patch (two pixels of halo, zero outside the image: SAME padding) into workgroup memory xin; the first conv over the
 // patch plus one pixel of halo (what the second conv reads; zero outside the image) into mid; the second conv over
 // the patch, then the block's tail: times the mask (the cell's flag from step 1) plus x, scattered to the patch's
 // pixels of out. Each conv job is a row segment of T pixels of one output slice (accumulators a0..); weights are

@@ -2,8 +2,9 @@
 runtime/sparse_block.py), and the choice it makes per block: the execution patch size S, or dense execution (every
 patch) when the expected activation rate leaves too little to skip.
 
-The block's two dispatches (the mask kernel: masker, compaction and out = x over inactive patches, in one
-workgroup; the block kernel: both convs over one active patch per workgroup) become DispatchCosts priced by
+The block's three dispatches (the mask kernel: masker, compaction and out = x over inactive patches, one invocation
+per patch; the args kernel: the indirect count; the block kernel: both convs over one active patch per workgroup)
+become DispatchCosts priced by
 predict_ns, the same model and device description every other kernel is priced with. Their templates' efficiencies
 are fitted from lavapipe timings of these kernels (tuning/sparse.py calibration_samples and fit, as `gpuengine
 calibrate` fits the others; latency/devices.py lavapipe). The active patches are an expectation: with cells active
@@ -52,21 +53,24 @@ def expected_active(h: int, w: int, cell: int, patch: int, rate: float) -> float
 
 
 def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) -> list[DispatchCost]:
-    """The mask kernel's and (with any patch active) the block kernel's costs at `active` patches."""
+    """The mask kernel's, the args kernel's and (with any patch active) the block kernel's costs at `active`
+    patches."""
     c4 = c // 4
     patches = math.ceil(h / patch) * math.ceil(w / patch)
-    cells = (h // cell) * (w // cell)
     n = max(0, round(active))
-    inactive_pixels = (patches - n) * patch * patch
-    # one workgroup: each cell's average (CELL^2 loads per slice) and dot, each patch's cells checked, the inactive
-    # patches' pixels copied (a load and a store per vec4)
-    mask_work = (cells * (cell * cell * c4 * _LOAD + 4 * c4) + patches * _cells_per_patch(patch, cell)
-                 + inactive_pixels * c4 * (_LOAD + 1)) / _MASK_WORKGROUP
-    mask = DispatchCost(invocations=_MASK_WORKGROUP, active=_MASK_WORKGROUP, workgroups=1, work=mask_work,
-                        bytes_read=h * w * c * 4, bytes_written=inactive_pixels * c * 4 + patches * 4,
-                        macs=h * w * c, barriers=2, label="lasnet mask", kernel="lasnet_mask")
+    k = _cells_per_patch(patch, cell)
+    # one invocation per patch: the cells it overlaps (CELL^2 loads per slice and a dot each), then either a list
+    # entry or, for an inactive patch, its pixels copied (a load and a store per vec4): on average by the share
+    copy = (1.0 - min(n, patches) / patches) * patch * patch * c4 * (_LOAD + 1)
+    groups = math.ceil(patches / _MASK_WORKGROUP)
+    mask = DispatchCost(invocations=groups * _MASK_WORKGROUP, active=patches, workgroups=groups,
+                        work=k * (cell * cell * c4 * _LOAD + 4 * c4) + copy, bytes_read=h * w * c * 4,
+                        bytes_written=(patches - min(n, patches)) * patch * patch * c * 4 + patches * 4,
+                        macs=h * w * c, label="lasnet mask", kernel="lasnet_mask")
+    args = DispatchCost(invocations=1, active=1, workgroups=1, work=4 * _LOAD, bytes_read=4, bytes_written=16,
+                        macs=1, label="lasnet args", kernel="lasnet_args")
     if n == 0:
-        return [mask]
+        return [mask, args]
     halo, side = patch + 2, patch + 4
 
     def conv(width: int) -> tuple[int, float]:
@@ -85,7 +89,7 @@ def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) ->
                          macs=n * (halo * halo + patch * patch) * 9 * c * c, barriers=2,
                          workgroup_memory=(side * side + halo * halo) * c * 4, label="lasnet block",
                          kernel="lasnet_block")
-    return [mask, block]
+    return [mask, args, block]
 
 
 def predict_block_ns(device: Device, h: int, w: int, c: int, cell: int, patch: int, rate: float,

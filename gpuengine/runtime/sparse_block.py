@@ -1,13 +1,13 @@
-"""Run a LASNet-style masked residual block spatially sparse on the GPU (lowering/kernels/lasnet.py): the mask, the
-active-patch list and out = x over the inactive patches in one dispatch, then the block's two convs dispatched
-*indirectly* (`dispatch_workgroups_indirect`), one workgroup per active patch, the count read by the GPU from the
-buffer the mask kernel filled: the host never learns the activation rate before the block runs. Buffers, pipelines
-and bind groups are made once, at construction; a run writes x, submits one command buffer and maps out (and the
-count) back.
+"""Run a LASNet-style masked residual block spatially sparse on the GPU (lowering/kernels/lasnet.py), on buffers of
+its own: the mask, the active-patch list and out = x over the inactive patches, the indirect count, then the block's
+two convs dispatched *indirectly* (`dispatch_workgroups_indirect`), one workgroup per active patch, the count read by
+the GPU: the host never learns the activation rate before the block runs. Buffers, pipelines and bind groups are
+made once, at construction; a run writes x, submits one command buffer and maps out (and the count) back.
 
 mode "all" runs the same kernels over every patch, "none" over no patch (lowering/kernels/lasnet.MODES). The
-engine's own programs record the same two dispatches inside their one command buffer (runtime/program.py); this
-runner times and checks the block as a unit (tests, tuning/sparse.py, `gpuengine profile`).
+engine's own programs record the same dispatches inside their one command buffer (lowering/lasnet.py,
+runtime/program.py); this runner times and checks the block as a unit (tests, tuning/sparse.py, `gpuengine
+profile`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class SparseBlockRunner:
         self.out = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         self.out_staging = buffer(self.bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         self.args_staging = buffer(12, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        mask, conv = lasnet.specs(block, patch, mode, layout="bhwc")
+        mask, args, conv = lasnet.specs(block, patch, mode, layout="bhwc")
         scratch: dict[str, Any] = {}
         constants: dict[str, Any] = {}
 
@@ -66,8 +66,8 @@ class SparseBlockRunner:
                                                 | wgpu.BufferUsage.COPY_SRC)
             return scratch[b.scratch_key]
 
-        self.mask_pipe, self.mask_bind = self._bind(codegen.render(mask), [of(b) for b in codegen.bound(mask)])
-        self.block_pipe, self.block_bind = self._bind(codegen.render(conv), [of(b) for b in codegen.bound(conv)])
+        self.kernels = {name: (*self._bind(codegen.render(spec), [of(b) for b in codegen.bound(spec)]),
+                               codegen.dispatch_size(spec)) for name, spec in zip(lasnet.KERNELS, (mask, args, conv))}
         self.args = scratch[conv.indirect]
 
     def _bind(self, source: str, buffers: list[Any]) -> tuple[Any, Any]:
@@ -84,12 +84,8 @@ class SparseBlockRunner:
     def _command(self, read_out: bool) -> Any:
         encoder = self.gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        compute.set_pipeline(self.mask_pipe)
-        compute.set_bind_group(0, self.mask_bind)
-        compute.dispatch_workgroups(1, 1, 1)  # one workgroup: the mask, the list, its count, out = x elsewhere
-        compute.set_pipeline(self.block_pipe)
-        compute.set_bind_group(0, self.block_bind)
-        compute.dispatch_workgroups_indirect(self.args, 0)  # one workgroup per active patch
+        for kernel in lasnet.KERNELS:
+            self._record(compute, kernel)
         compute.end()
         encoder.copy_buffer_to_buffer(self.args, 0, self.args_staging, 0, 12)
         if read_out:
@@ -106,24 +102,28 @@ class SparseBlockRunner:
         finally:
             self.args_staging.unmap()
 
+    def _record(self, compute: Any, kernel: str) -> None:
+        pipeline, bind_group, groups = self.kernels[kernel]
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        if kernel == "block":
+            compute.dispatch_workgroups_indirect(self.args, 0)  # one workgroup per active patch
+        else:
+            compute.dispatch_workgroups(*groups)
+
     def span_ns(self, kernel: str, repeat: int = 1) -> float:
-        """Wall-clock nanoseconds per dispatch of `kernel` ("mask" or "block", lowering/kernels/lasnet.KERNELS)
-        recorded `repeat` times back to back in one pass, on the x last run (the block kernel over the patches its
-        mask listed), submit to the map-based wait included: as runtime/timing.py spans other kernels, for the
-        latency model's fit (tuning/sparse.py)."""
+        """Wall-clock nanoseconds per dispatch of `kernel` (lowering/kernels/lasnet.KERNELS) recorded `repeat` times
+        back to back in one pass, on the x last run (the block kernel over the patches its mask listed), submit to
+        the map-based wait included: as runtime/timing.py spans other kernels, for the latency model's fit
+        (tuning/sparse.py). After repeated mask dispatches one args dispatch clears the counter they advanced."""
         if kernel not in lasnet.KERNELS:
             raise ValueError(f"kernel {kernel!r} is not one of {lasnet.KERNELS}")
         encoder = self.gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         for _ in range(max(1, repeat)):
-            if kernel == "mask":
-                compute.set_pipeline(self.mask_pipe)
-                compute.set_bind_group(0, self.mask_bind)
-                compute.dispatch_workgroups(1, 1, 1)
-            else:
-                compute.set_pipeline(self.block_pipe)
-                compute.set_bind_group(0, self.block_bind)
-                compute.dispatch_workgroups_indirect(self.args, 0)
+            self._record(compute, kernel)
+        if kernel == "mask":
+            self._record(compute, "args")
         compute.end()
         encoder.copy_buffer_to_buffer(self.args, 0, self.args_staging, 0, 12)
         start = time.perf_counter_ns()

@@ -86,7 +86,7 @@ def test_the_choice_is_the_fastest_predicted_option_and_dense_wins_a_tie():
 def test_kernel_sources_bake_only_numbers():
     (found,) = find_masked_blocks(block().graph())
     sources = lasnet.sources(found, 4)
-    assert set(sources) == {"mask", "block"}
+    assert set(sources) == {"mask", "args", "block"}
     assert all("${" not in text for text in sources.values())
     assert "const THRESHOLD: f32 = 0.0;" in sources["mask"] and "const KEEP: u32 = 0u;" in sources["mask"]
     assert lasnet.supports(found, 4) is None
@@ -94,13 +94,16 @@ def test_kernel_sources_bake_only_numbers():
 
 
 def test_the_program_specs_share_their_scratch_and_dispatch_the_convs_indirectly():
-    """In a GPU program (PHWC4 tensors) the mask kernel writes the indirect arguments the block kernel is dispatched
-    by, and both read x and write out; a patch whose workgroup memory exceeds WebGPU's guaranteed 16 KiB is refused."""
+    """In a GPU program (PHWC4 tensors) the mask kernel counts the active patches, the args kernel turns the count
+    into the indirect arguments the block kernel is dispatched by, and mask and block read x and write out; a patch
+    whose workgroup memory exceeds WebGPU's guaranteed 16 KiB is refused."""
     (found,) = find_masked_blocks(block().graph())
-    mask, conv = lasnet.specs(found, 4, key="k")
-    assert not mask.indirect and conv.indirect == "k.args" and mask.dispatch == (1, 1, 1)
-    assert any(b.scratch_key == "k.args" and b.writable for b in mask.bindings)
-    assert not any(b.scratch_key == "k.args" for b in conv.bindings)  # never bound where it is the indirect buffer
+    mask, args, conv = lasnet.specs(found, 4, key="k")
+    assert not mask.indirect and not args.indirect and conv.indirect == "k.args"
+    assert mask.dispatch == (1, 1, 1) and args.dispatch == (1, 1, 1)  # 16 patches: one workgroup of 64
+    assert {b.scratch_key for b in mask.bindings if b.writable} >= {"k.count", "k.cells", "k.patches"}
+    assert {b.scratch_key for b in args.bindings if b.writable} == {"k.count", "k.args"}
+    assert not any(b.scratch_key == "k.args" for b in mask.bindings + conv.bindings)  # never bound where indirect
     for spec in (mask, conv):
         assert [b.tensor for b in spec.bindings if b.tensor is not None and not b.writable] == [found.x]
         assert [b.tensor for b in spec.bindings if b.writable and b.tensor is not None] == [found.out]

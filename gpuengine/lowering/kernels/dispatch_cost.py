@@ -30,7 +30,7 @@ from ..layout import phwc4_elements
 from . import tiling
 from .base import Binding, KernelSpec, Variants
 
-LASNET = ("lasnet_mask", "lasnet_block")  # kernels/lasnet.py's two dispatches, in order
+LASNET = ("lasnet_mask", "lasnet_args", "lasnet_block")  # kernels/lasnet.py's dispatches, in order
 
 
 def stored_as_f16(b: Binding, precision: str) -> bool:
@@ -75,7 +75,7 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", posit
     if spec.shader in LASNET:  # priced as latency/sparse.py prices them, at the active patches expected
         p = spec.params
         costs = block_costs(int(p["H"]), int(p["W"]), 4 * int(p["C4"]), int(p["CELL"]), int(p["P"]),
-                            max(float(p["ACTIVE"]), 1.0 if spec.shader == LASNET[1] else 0.0))
+                            max(float(p["ACTIVE"]), 1.0 if spec.shader == LASNET[2] else 0.0))
         return dataclasses.replace(costs[LASNET.index(spec.shader)], label=spec.label)
     groups, per_group = _workgroups(spec)
     invocations = groups * per_group

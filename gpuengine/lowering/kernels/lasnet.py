@@ -1,12 +1,13 @@
-"""LASNet spatially sparse execution of a masked residual block (passes/lasnet_blocks.MaskedBlock): two WGSL kernels
-(shaders/lasnet_mask.wgsl, shaders/lasnet_block.wgsl) and the prepared constants they bind. runtime/sparse_block.py
-runs them:
+"""LASNet spatially sparse execution of a masked residual block (passes/lasnet_blocks.MaskedBlock): three WGSL
+kernels (shaders/lasnet_mask.wgsl, lasnet_args.wgsl, lasnet_block.wgsl) and the prepared constants they bind, as
+KernelSpecs a GPU program records (lowering/lasnet.py) or runtime/sparse_block.py runs on buffers of its own:
 
-1. lasnet_mask, one workgroup: the masker per cell (average over the cell, 1x1 conv, threshold), then per P x P
-   execution patch either its id appended to the active list (a workgroup counter) or, when no cell it overlaps is
-   active, its pixels of out set to x (the dense block's value there: x + branch * 0); last, the count written as
-   the x count of the indirect dispatch that follows (no counter to clear between runs, no host round trip).
-2. lasnet_block, dispatched indirectly, one workgroup per active patch: x around the patch (two pixels of halo,
+1. lasnet_mask, one invocation per P x P execution patch: the masker of each cell the patch overlaps (average over
+   the cell, 1x1 conv, threshold), then the patch's id appended to the active list through an atomic counter, or,
+   when no cell it overlaps is active, its pixels of out set to x (the dense block's value there: x + branch * 0).
+2. lasnet_args, one invocation: the count becomes the x count of the indirect dispatch that follows, and the
+   counter is cleared for the next invoke (no host round trip, no clear_buffer).
+3. lasnet_block, dispatched indirectly, one workgroup per active patch: x around the patch (two pixels of halo,
    zero outside the image) into workgroup memory (the gather), the first 3x3 conv over the patch plus one pixel of
    halo into workgroup memory, the second 3x3 conv over the patch, times the mask, plus x, stored to the patch's
    pixels of out (the scatter). Weights are mat4x4 blocks; each invocation computes a row segment of T pixels of
@@ -14,7 +15,7 @@ runs them:
 
 P (the execution patch) need not be the model's cell: a patch runs when any cell it overlaps is active, and the
 mask multiplies per pixel, so any P gives the dense block's values. With mode "all", every patch runs (the same
-kernels, no skipping); with "none", none does (what the block costs besides its convs): lowering's two ends of
+kernels, no skipping); with "none", none does (what the block costs besides its convs): the two ends of
 tuning/sparse.py's measurement. Only numbers, and code this module writes, are baked into the WGSL.
 """
 
@@ -27,12 +28,12 @@ from .. import codegen
 from .base import Binding, KernelSpec
 
 PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side), where supports() allows
-MASK_WORKGROUP = 64  # the mask kernel's one workgroup
+MASK_WORKGROUP = 64  # the mask kernel's workgroup (one invocation per patch)
 MOST_PIXELS = 8  # pixels of a row one conv invocation computes, at most (accumulators held in registers)
 MOST_WORKGROUP = 64
 WORKGROUP_BYTES = 16384  # WebGPU's guaranteed workgroup memory (maxComputeWorkgroupStorageSize)
 MODES = ("mask", "all", "none")  # which patches run: the mask's, every one (dense), none (the cost of the rest)
-KERNELS = ("mask", "block")
+KERNELS = ("mask", "args", "block")
 
 
 def workgroup_bytes(channels: int, patch: int) -> int:
@@ -110,8 +111,8 @@ LAYOUTS = {  # the vec4 index of (row y, column x, channel slice s) of a tensor 
 
 def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phwc4", key: str = "",
           active: float | None = None) -> list[KernelSpec]:
-    """The block's two dispatches at execution patch `patch`: the mask kernel (one workgroup) and the block kernel
-    (`indirect`: one workgroup per active patch, the count in the "args" scratch buffer the mask kernel writes).
+    """The block's three dispatches at execution patch `patch`: the mask kernel, the args kernel and the block kernel
+    (`indirect`: one workgroup per active patch, the count in the "args" scratch buffer the args kernel writes).
     They read tensor block.x and write tensor block.out in `layout` (LAYOUTS); their scratch (cells, the active list,
     the indirect arguments) is keyed by `key`, so the two dispatches share it. `mode`: MODES. `active`: the active
     patches expected (default: every one), param ACTIVE, which the latency model prices them at
@@ -139,13 +140,20 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
         return Binding(name, data=consts[name], element="vec4<f32>", bake=False)
 
     x, out = Binding("x", tensor=block.x), Binding("out", tensor=block.out, writable=True)
-    mask = KernelSpec("lasnet_mask", {**common, "NP": g["np"], "NCY": h // block.cell,
-                                      "BIAS": float(block.masker_bias), "THRESHOLD": float(block.threshold),
-                                      "KEEP": MODES.index(mode)},
-                      [x, const("masker"), scratch("cells", g["cells"], True), scratch("args", 3, True),
+    count = Binding("count", scratch_bytes=16, scratch_key=f"{key}.count", writable=True, element="atomic<u32>")
+    groups = -(-g["np"] // MASK_WORKGROUP)
+    mask = KernelSpec("lasnet_mask", {**common, "NP": g["np"], "BIAS": float(block.masker_bias),
+                                      "THRESHOLD": float(block.threshold), "KEEP": MODES.index(mode)},
+                      [x, const("masker"), scratch("cells", g["cells"], True), count,
                        scratch("patches", g["np"], True), out],
-                      (MASK_WORKGROUP, 1, 1), (MASK_WORKGROUP, 1, 1), label="LASNet mask + active patches",
-                      ops=list(block.ops), dispatch=(1, 1, 1), macs=h * w * c)
+                      (groups * MASK_WORKGROUP, 1, 1), (MASK_WORKGROUP, 1, 1), label="LASNet mask + active patches",
+                      ops=list(block.ops), dispatch=(groups, 1, 1), macs=h * w * c)
+    args = KernelSpec("lasnet_args", {"NP": g["np"], "ACTIVE": common["ACTIVE"], "H": h, "W": w, "C4": c // 4,
+                                      "CELL": block.cell, "P": patch},
+                      [Binding("count", scratch_bytes=16, scratch_key=f"{key}.count", writable=True,
+                               element="atomic<u32>"), scratch("args", 3, True)],
+                      (1, 1, 1), (1, 1, 1), label="LASNet indirect count", ops=list(block.ops), dispatch=(1, 1, 1),
+                      macs=1)
     t1, t2 = row_tile(patch + 2), row_tile(patch)
     acc = {t: (code(" ".join(f"var a{p} = b;" for p in range(t))), code(", ".join(f"a{p}" for p in range(t))))
            for t in (t1, t2)}
@@ -160,11 +168,11 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
                       (g["np"] * wg, 1, 1), (wg, 1, 1), label=f"LASNet convs over active {patch}x{patch} patches",
                       ops=list(block.ops), dispatch=(g["np"], 1, 1), macs=macs(block, patch, g["np"]),
                       indirect=f"{key}.args")
-    return [mask, conv]
+    return [mask, args, conv]
 
 
 def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
-    """The two kernels' WGSL for `block` at execution patch `patch` on the runner's BHWC buffers; `mode`: MODES."""
+    """The three kernels' WGSL for `block` at execution patch `patch` on the runner's BHWC buffers; `mode`: MODES."""
     return {k: codegen.render(spec) for k, spec in zip(KERNELS, specs(block, patch, mode, "bhwc"))}
 
 
