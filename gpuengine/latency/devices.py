@@ -56,14 +56,15 @@ def lavapipe(cores: int | None = None) -> Device:
     on the dev box (2026-11-26, SmolLM-shaped decode steps of 47 and 259 dispatches): 3.9-4.0 us through wgpu-py's
     API, 1.6-1.8 us through wgpu-native's C functions (about 0.9 us of Python and cffi, the rest in the command
     buffer's finish), besides ~15 us per compute pass. Efficiencies of the general conv and the LASNet sparse
-    kernels: fitted on the dev box (2026-11-26, `python scripts/dev/lasnet_bench.py --calibrate --runs 7 --turns 5`,
-    load average 4-5 from other sessions: LASNet blocks 32x32x16, 64x64x16, 32x32x32, their dense dispatches as the
-    engine runs them and their sparse kernels at each S and 5 activation rates, 78 samples of these templates, median
-    error 27 %, 63 % before; the general conv had been predicted 4.5-9.5x its measured time there)."""
+    kernels: fitted on the dev box (2026-11-26, `python scripts/dev/lasnet_bench.py --calibrate --runs 7 --turns 15`,
+    load average 3.7-4.5 from other sessions, each sample the least of 15 turns: LASNet blocks 32x32x16, 64x64x16,
+    32x32x32, their dense dispatches as the engine runs them and their sparse kernels at each S and 5 activation
+    rates, 78 samples of these templates, median error 12 %, 114 % before; the general conv had been predicted 8-10x
+    its measured time there)."""
     return Device("lavapipe", cores or os.cpu_count() or 1, 4, 3.0, 20.0, 32 * 2**20, unit_ns=6.6,
                   dispatch_ns=12_600.0, workgroup_ns=1.0, barrier_ns=95.0, invocation_ns=1.0, store_ns=1.0,
                   shuffle_ns=50.0, submit_ns=250_000.0, record_ns=4_000.0, record_raw_ns=1_700.0,
-                  efficiency={"conv2d": 0.144, "lasnet_block": 0.175, "lasnet_mask": 1.461}, target="cpu",
+                  efficiency={"conv2d": 0.11, "lasnet_block": 0.117, "lasnet_mask": 0.795}, target="cpu",
                   source="fitted on lavapipe, dev box (2 cores)")
 
 
