@@ -95,6 +95,7 @@ class SparseMode:
     block: MaskedBlock
     patch: int
     predicted: dict[str, float]
+    pixels: int = 8  # the block kernel's decomposition (lowering/kernels/lasnet.PIXELS), predicted fastest
 
 
 def sparse_partitions(graph: Graph, partitions: list[Partition], options: EngineOptions,
@@ -104,7 +105,7 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
     spatially sparse, its other ops densely, in one program (lowering/lasnet.py). A block the kernels cannot take,
     or whose ops are not all in one GPU partition, stays dense. The partitions are returned as they were."""
     from .latency.latency import predict_ns
-    from .latency.sparse import choose_execution
+    from .latency.sparse import best_pixels, choose_execution
     from .latency.target import named
     from .lowering.kernels import lasnet
     from .lowering.kernels.dispatch_cost import dispatch_cost
@@ -129,7 +130,8 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
                                                  dense_ns, patches)
         if mode == "dense":
             continue
-        modes[ops[0]] = SparseMode(block, size, predicted)
+        rate = float(options.sparse_blocks or 0)
+        modes[ops[0]] = SparseMode(block, size, predicted, best_pixels(device, *block.shape, block.cell, size, rate))
     return out, modes
 
 

@@ -18,9 +18,11 @@ import math
 
 from .latency import Device, DispatchCost, predict_ns
 
-__all__ = ["PATCHES", "block_costs", "choose_execution", "expected_active", "predict_block_ns"]
+__all__ = ["PATCHES", "PIXELS", "best_pixels", "block_costs", "choose_execution", "expected_active",
+           "predict_block_ns"]
 
 PATCHES = (2, 4, 8, 16)
+PIXELS = (8, 1)  # the block kernel's decompositions (lowering/kernels/lasnet.PIXELS)
 _LOAD = 8.0  # cost units of one vec4 load (lowering/kernels/tiling.py LOAD)
 _MASK_WORKGROUP = 64
 
@@ -52,9 +54,9 @@ def expected_active(h: int, w: int, cell: int, patch: int, rate: float) -> float
     return patches * (1.0 - (1.0 - min(max(rate, 0.0), 1.0)) ** _cells_per_patch(patch, cell))
 
 
-def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) -> list[DispatchCost]:
+def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float, pixels: int = 8) -> list[DispatchCost]:
     """The mask kernel's, the args kernel's and (with any patch active) the block kernel's costs at `active`
-    patches."""
+    patches, the block kernel's invocations computing up to `pixels` pixels of a row (PIXELS)."""
     c4 = c // 4
     patches = math.ceil(h / patch) * math.ceil(w / patch)
     n = max(0, round(active))
@@ -76,12 +78,12 @@ def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) ->
     def conv(width: int) -> tuple[int, float]:
         # jobs of (row, segment of t pixels, output slice): per tap row and input slice, t + 2 input loads and
         # three mat4x4 loads feeding 3 * t mat-vec products of 16 multiply-adds
-        t = _row_tile(width)
+        t = _row_tile(width, pixels)
         return width * math.ceil(width / t) * c4, 3 * c4 * ((t + 2) * _LOAD + 3 * (4 * _LOAD + 16 * t))
 
     jobs1, work1 = conv(halo)
     jobs2, work2 = conv(patch)
-    wg = _block_workgroup(max(jobs1, jobs2))
+    wg = _block_workgroup(max(jobs1, jobs2), 64 if pixels > 1 else 256)
     work = (side * side * c4 * _LOAD + jobs1 * work1 + jobs2 * work2) / wg  # the gather shared by the workgroup
     block = DispatchCost(invocations=n * wg, active=n * wg, workgroups=n, work=work,
                          bytes_read=n * side * side * c * 4 + 2 * 9 * c * c * 4,
@@ -93,10 +95,17 @@ def block_costs(h: int, w: int, c: int, cell: int, patch: int, active: float) ->
 
 
 def predict_block_ns(device: Device, h: int, w: int, c: int, cell: int, patch: int, rate: float,
-                     dense: bool = False) -> float:
-    """Predicted GPU time of the block at execution patch `patch` (every patch when `dense`)."""
+                     dense: bool = False, pixels: int | None = None) -> float:
+    """Predicted GPU time of the block at execution patch `patch` (every patch when `dense`), in the decomposition
+    `pixels` (None: the one predicted fastest, best_pixels)."""
     active = math.ceil(h / patch) * math.ceil(w / patch) if dense else expected_active(h, w, cell, patch, rate)
-    return sum(predict_ns(cost, device) for cost in block_costs(h, w, c, cell, patch, active))
+    return min(sum(predict_ns(cost, device) for cost in block_costs(h, w, c, cell, patch, active, p))
+               for p in (PIXELS if pixels is None else (pixels,)))
+
+
+def best_pixels(device: Device, h: int, w: int, c: int, cell: int, patch: int, rate: float) -> int:
+    """The block kernel's decomposition predicted fastest on `device` at `rate` (PIXELS; the first on a tie)."""
+    return min(PIXELS, key=lambda p: predict_block_ns(device, h, w, c, cell, patch, rate, pixels=p))
 
 
 def choose_execution(device: Device, h: int, w: int, c: int, cell: int, rate: float, dense_ns: float,

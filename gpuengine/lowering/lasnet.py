@@ -17,12 +17,13 @@ from .kernels.base import KernelSpec
 __all__ = ["SparseBlock", "block_ops", "insert_blocks"]
 
 
-SparseBlock = tuple[MaskedBlock, int, float]  # a block, its execution patch and the activation rate expected
+# a block, its execution patch, the activation rate expected and its block kernel's decomposition (lasnet.PIXELS)
+SparseBlock = tuple[MaskedBlock, int, float, int]
 
 
 def block_ops(sparse: list[SparseBlock]) -> set[int]:
     """The ops the sparse blocks' dispatches stand for (left out of the dense lowering)."""
-    return {i for block, _, _ in sparse for i in block.ops}
+    return {i for block, *_ in sparse for i in block.ops}
 
 
 def insert_blocks(specs: list[KernelSpec], sparse: list[SparseBlock],
@@ -30,7 +31,7 @@ def insert_blocks(specs: list[KernelSpec], sparse: list[SparseBlock],
     """`specs` (the dense lowering of the other ops, in order) with each block's two dispatches inserted after the
     dispatch writing its x and before the first reading its out (priced at the active patches the rate implies)."""
     out = list(specs)
-    for block, patch, rate in sparse:
+    for block, patch, rate, pixels in sparse:
         x, y = root(block.x), root(block.out)
         writes_x = [k for k, s in enumerate(out) if any(b.writable and b.tensor is not None and root(b.tensor) == x
                                                         for b in s.bindings)]
@@ -42,5 +43,5 @@ def insert_blocks(specs: list[KernelSpec], sparse: list[SparseBlock],
                                      "written")
         h, w, _ = block.shape
         out[at:at] = lasnet.specs(block, patch, "mask", "phwc4", key=f"lasnet{block.out}",
-                                  active=expected_active(h, w, block.cell, patch, rate))
+                                  active=expected_active(h, w, block.cell, patch, rate), pixels=pixels)
     return out

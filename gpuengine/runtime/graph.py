@@ -172,7 +172,7 @@ class CompiledGraph:
         self.programs: list[Any] = []  # GpuProgram, CpuProgram, control_flow.WhileProgram / IfProgram
         for part in self.plan.partitions:
             if part.device == "gpu":
-                sparse = [(m.block, m.patch, float(options.sparse_blocks or 0.0))
+                sparse = [(m.block, m.patch, float(options.sparse_blocks or 0.0), m.pixels)
                           for i, m in sorted(self.plan.sparse.items()) if i in part.ops]
                 self.programs.append(GpuProgram(self.graph, part.ops, part.inputs, part.outputs, self.gpu,
                                                 options, tuned, self.target, self.precision,

@@ -26,7 +26,8 @@ from .device import DEVICE_LOST, GpuDevice
 class SparseBlockRunner:
     """One masked block at one execution patch size, with its own buffers (see the module docstring)."""
 
-    def __init__(self, gpu: GpuDevice, block: MaskedBlock, patch: int, mode: str = "mask") -> None:
+    def __init__(self, gpu: GpuDevice, block: MaskedBlock, patch: int, mode: str = "mask",
+                 pixels: int = lasnet.MOST_PIXELS) -> None:
         import wgpu
 
         self.gpu, self.block, self.patch, self.mode = gpu, block, patch, mode
@@ -50,7 +51,7 @@ class SparseBlockRunner:
         self.out = buffer(self.bytes, storage | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
         self.out_staging = buffer(self.bytes, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         self.args_staging = buffer(12, wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        mask, args, conv = lasnet.specs(block, patch, mode, layout="bhwc")
+        mask, args, conv = lasnet.specs(block, patch, mode, layout="bhwc", pixels=pixels)
         scratch: dict[str, Any] = {}
         constants: dict[str, Any] = {}
 

@@ -70,7 +70,7 @@ def distinct(quick: bool = False) -> tuple[dict[str, dict[str, tuple[str, str]]]
 def outside_plans() -> list[tuple[str, str, str]]:
     """(kernel, case, WGSL) of the kernels no model plan holds: the GPU decode loop's sampler (at a small, SmolLM's
     and Gemma 3's vocabulary) and the LASNet sparse block's two kernels (tests/fixtures/lasnet, every patch size and
-    mode, on the runner's BHWC buffers, and in a program's PHWC4 tensors in fp32 and fp16)."""
+    mode, on the runner's BHWC buffers, and in a program's PHWC4 tensors in fp32 and fp16, in both decompositions)."""
     from pathlib import Path
 
     from gpuengine.lowering import codegen
@@ -87,8 +87,9 @@ def outside_plans() -> list[tuple[str, str, str]]:
                     out += [(f"lasnet_{name}", f"{fixture.name} S={patch} {mode}", source)
                             for name, source in lasnet.sources(block, patch, mode).items()]
                 for precision in ("fp32", "fp16"):
-                    out += [(spec.shader, f"{fixture.name} S={patch} program {precision}",
-                             codegen.render(spec, precision)) for spec in lasnet.specs(block, patch)]
+                    for pixels in lasnet.PIXELS:
+                        out += [(spec.shader, f"{fixture.name} S={patch} pixels={pixels} program {precision}",
+                                 codegen.render(spec, precision)) for spec in lasnet.specs(block, patch, pixels=pixels)]
     return out
 
 

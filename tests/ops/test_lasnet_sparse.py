@@ -40,6 +40,7 @@ def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
     (block,) = find_masked_blocks(read_model(data).subgraphs[0])
     gpu = get_device()
     runners = {p: SparseBlockRunner(gpu, block, p) for p in (2, 4, 8)}
+    runners["4 thin"] = SparseBlockRunner(gpu, block, 4, pixels=1)  # the GPU decomposition: a pixel per invocation
     dense = SparseBlockRunner(gpu, block, 8, mode="all")
     lite = litert.Interpreter(model_content=data)
     lite.allocate_tensors()
@@ -50,10 +51,10 @@ def test_sparse_block_equals_the_dense_model_at_every_rate_and_patch() -> None:
         lite.invoke()
         want = lite.get_tensor(lite.get_output_details()[0]["index"])
         scale = float(np.abs(want).max())
-        for patch, runner in runners.items():
+        for key, runner in runners.items():
             got = runner.run(x)
-            assert np.abs(got - want).max() <= 1e-5 * scale, (rate, patch)
-            assert runner.active == active_patches(cells, patch)
+            assert np.abs(got - want).max() <= 1e-5 * scale, (rate, key)
+            assert runner.active == active_patches(cells, runner.patch)
         got = dense.run(x)
         assert np.abs(got - want).max() <= 1e-5 * scale and dense.active == dense.patches_total == 16
 

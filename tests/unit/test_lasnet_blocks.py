@@ -109,6 +109,9 @@ def test_the_program_specs_share_their_scratch_and_dispatch_the_convs_indirectly
         assert [b.tensor for b in spec.bindings if b.writable and b.tensor is not None] == [found.out]
     assert lasnet.LAYOUTS["phwc4"] in codegen.render(mask)  # the program's tensors; the runner's own are BHWC
     assert lasnet.LAYOUTS["bhwc"] in lasnet.sources(found, 4)["mask"]
+    thin = lasnet.specs(found, 4, pixels=1)[2]  # a pixel and output slice per invocation: 6 x 6 x 2 jobs, one round
+    assert thin.params["T1"] == thin.params["T2"] == 1 and thin.workgroup == (72, 1, 1)
+    assert lasnet.specs(found, 4)[2].params["T1"] == 6 and "${" not in lasnet.sources(found, 4, pixels=1)["block"]
     assert lasnet.supports(found, 8) is None  # C = 8: (144 + 100) pixels x 32 bytes
     assert "workgroup memory" in lasnet.supports(found, 16)
 

@@ -75,7 +75,7 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", posit
     if spec.shader in LASNET:  # priced as latency/sparse.py prices them, at the active patches expected
         p = spec.params
         costs = block_costs(int(p["H"]), int(p["W"]), 4 * int(p["C4"]), int(p["CELL"]), int(p["P"]),
-                            max(float(p["ACTIVE"]), 1.0 if spec.shader == LASNET[2] else 0.0))
+                            max(float(p["ACTIVE"]), 1.0 if spec.shader == LASNET[2] else 0.0), int(p["PIXELS"]))
         return dataclasses.replace(costs[LASNET.index(spec.shader)], label=spec.label)
     groups, per_group = _workgroups(spec)
     invocations = groups * per_group

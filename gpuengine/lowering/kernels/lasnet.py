@@ -30,7 +30,11 @@ from .base import Binding, KernelSpec
 PATCHES = (2, 4, 8, 16)  # execution patch sizes offered (pixels per side), where supports() allows
 MASK_WORKGROUP = 64  # the mask kernel's workgroup (one invocation per patch)
 MOST_PIXELS = 8  # pixels of a row one conv invocation computes, at most (accumulators held in registers)
-MOST_WORKGROUP = 64
+# the block kernel's decompositions: pixels of a row an invocation computes at most (8: fat invocations that reuse
+# each load, for a CPU adapter's few wide lanes; 1: a pixel and output slice each, for a GPU's many lanes); the
+# latency model picks one per block (latency/sparse.best_pixels)
+PIXELS = (MOST_PIXELS, 1)
+MOST_WORKGROUP = {MOST_PIXELS: 64, 1: 256}  # invocations of a block kernel's workgroup at most, per decomposition
 WORKGROUP_BYTES = 16384  # WebGPU's guaranteed workgroup memory (maxComputeWorkgroupStorageSize)
 MODES = ("mask", "all", "none")  # which patches run: the mask's, every one (dense), none (the cost of the rest)
 KERNELS = ("mask", "args", "block")
@@ -63,29 +67,30 @@ def geometry(block: MaskedBlock, patch: int) -> dict[str, int]:
             "cells": (h // block.cell) * (w // block.cell)}
 
 
-def row_tile(width: int) -> int:
-    """Pixels of a row one conv invocation computes: the largest divisor of the row's width up to MOST_PIXELS
-    (no invocation computes pixels past the row) when it is >= 2, else MOST_PIXELS (a prime width)."""
-    for tx in range(min(MOST_PIXELS, width), 1, -1):
+def row_tile(width: int, most: int = MOST_PIXELS) -> int:
+    """Pixels of a row one conv invocation computes: the largest divisor of the row's width up to `most` (no
+    invocation computes pixels past the row) when it is >= 2, else `most` (a prime width)."""
+    for tx in range(min(most, width), 1, -1):
         if width % tx == 0:
             return tx
-    return min(MOST_PIXELS, width)
+    return min(most, width)
 
 
-def jobs(channels: int, patch: int) -> tuple[int, int]:
+def jobs(channels: int, patch: int, pixels: int = MOST_PIXELS) -> tuple[int, int]:
     """Invocation jobs of the block kernel's two convs: (row, segment, output slice) triples."""
     c4 = channels // 4
     halo = patch + 2
-    return (halo * -(-halo // row_tile(halo)) * c4, patch * -(-patch // row_tile(patch)) * c4)
+    return (halo * -(-halo // row_tile(halo, pixels)) * c4, patch * -(-patch // row_tile(patch, pixels)) * c4)
 
 
-def block_workgroup(channels: int, patch: int) -> int:
+def block_workgroup(channels: int, patch: int, pixels: int = MOST_PIXELS) -> int:
     """The block kernel's workgroup: its largest conv's jobs in as few rounds of at most MOST_WORKGROUP invocations
     as they need, a multiple of 8 (a SIMD width of software adapters) so no invocation idles for long."""
-    most = max(jobs(channels, patch))
-    rounds = -(-most // MOST_WORKGROUP)
+    most = max(jobs(channels, patch, pixels))
+    cap = MOST_WORKGROUP[pixels]
+    rounds = -(-most // cap)
     per_round = -(-most // rounds)
-    return min(MOST_WORKGROUP, -(-per_round // 8) * 8)
+    return min(cap, -(-per_round // 8) * 8)
 
 
 def _conv_rows(t: int, weights: str, src: str, row: str, side: str) -> codegen.Code:
@@ -110,15 +115,17 @@ LAYOUTS = {  # the vec4 index of (row y, column x, channel slice s) of a tensor 
 
 
 def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phwc4", key: str = "",
-          active: float | None = None) -> list[KernelSpec]:
+          active: float | None = None, pixels: int = MOST_PIXELS) -> list[KernelSpec]:
     """The block's three dispatches at execution patch `patch`: the mask kernel, the args kernel and the block kernel
     (`indirect`: one workgroup per active patch, the count in the "args" scratch buffer the args kernel writes).
     They read tensor block.x and write tensor block.out in `layout` (LAYOUTS); their scratch (cells, the active list,
     the indirect arguments) is keyed by `key`, so the two dispatches share it. `mode`: MODES. `active`: the active
     patches expected (default: every one), param ACTIVE, which the latency model prices them at
-    (kernels/dispatch_cost.py) and no template reads."""
+    (kernels/dispatch_cost.py) and no template reads. `pixels`: the block kernel's decomposition (PIXELS)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    if pixels not in PIXELS:
+        raise ValueError(f"pixels {pixels} is not one of {PIXELS}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {tuple(LAYOUTS)}")
     reason = supports(block, patch)
@@ -130,7 +137,7 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
     key = key or f"lasnet{block.out}.{patch}.{mode}"
     consts = constants(block)
     common = {"H": h, "W": w, "C4": c // 4, "P": patch, "NPX": g["npx"], "CELL": block.cell, "NCX": g["ncx"],
-              "AT": code(LAYOUTS[layout]), "ACTIVE": float(g["np"] if active is None else active)}
+              "AT": code(LAYOUTS[layout]), "ACTIVE": float(g["np"] if active is None else active), "PIXELS": pixels}
 
     def scratch(name: str, words: int, writable: bool) -> Binding:
         return Binding(name, scratch_bytes=max(16, words * 4), scratch_key=f"{key}.{name}", writable=writable,
@@ -149,15 +156,15 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
                       (groups * MASK_WORKGROUP, 1, 1), (MASK_WORKGROUP, 1, 1), label="LASNet mask + active patches",
                       ops=list(block.ops), dispatch=(groups, 1, 1), macs=h * w * c)
     args = KernelSpec("lasnet_args", {"NP": g["np"], "ACTIVE": common["ACTIVE"], "H": h, "W": w, "C4": c // 4,
-                                      "CELL": block.cell, "P": patch},
+                                      "CELL": block.cell, "P": patch, "PIXELS": pixels},
                       [Binding("count", scratch_bytes=16, scratch_key=f"{key}.count", writable=True,
                                element="atomic<u32>"), scratch("args", 3, True)],
                       (1, 1, 1), (1, 1, 1), label="LASNet indirect count", ops=list(block.ops), dispatch=(1, 1, 1),
                       macs=1)
-    t1, t2 = row_tile(patch + 2), row_tile(patch)
+    t1, t2 = row_tile(patch + 2, pixels), row_tile(patch, pixels)
     acc = {t: (code(" ".join(f"var a{p} = b;" for p in range(t))), code(", ".join(f"a{p}" for p in range(t))))
            for t in (t1, t2)}
-    wg = block_workgroup(c, patch)
+    wg = block_workgroup(c, patch, pixels)
     conv = KernelSpec("lasnet_block", {**common, "RELU": bool(block.conv1_relu), "T1": t1, "T2": t2,
                                        "XIN": (patch + 4) ** 2 * (c // 4), "MID": (patch + 2) ** 2 * (c // 4),
                                        "ACC1": acc[t1][0], "ACCS1": acc[t1][1], "ACC2": acc[t2][0],
@@ -171,9 +178,10 @@ def specs(block: MaskedBlock, patch: int, mode: str = "mask", layout: str = "phw
     return [mask, args, conv]
 
 
-def sources(block: MaskedBlock, patch: int, mode: str = "mask") -> dict[str, str]:
-    """The three kernels' WGSL for `block` at execution patch `patch` on the runner's BHWC buffers; `mode`: MODES."""
-    return {k: codegen.render(spec) for k, spec in zip(KERNELS, specs(block, patch, mode, "bhwc"))}
+def sources(block: MaskedBlock, patch: int, mode: str = "mask", pixels: int = MOST_PIXELS) -> dict[str, str]:
+    """The three kernels' WGSL for `block` at execution patch `patch` on the runner's BHWC buffers; `mode`: MODES;
+    `pixels`: PIXELS."""
+    return {k: codegen.render(spec) for k, spec in zip(KERNELS, specs(block, patch, mode, "bhwc", pixels=pixels))}
 
 
 def mat4_weights(weights: np.ndarray) -> np.ndarray:
@@ -202,5 +210,5 @@ def macs(block: MaskedBlock, patch: int, active: int) -> int:
     return active * ((patch + 2) ** 2 + patch * patch) * 9 * c * c
 
 
-__all__ = ["KERNELS", "LAYOUTS", "MODES", "PATCHES", "block_workgroup", "constants", "geometry", "jobs", "macs",
-           "mat4_weights", "row_tile", "sources", "specs", "supports", "workgroup_bytes"]
+__all__ = ["KERNELS", "LAYOUTS", "MODES", "MOST_PIXELS", "PATCHES", "PIXELS", "block_workgroup", "constants",
+           "geometry", "jobs", "macs", "mat4_weights", "row_tile", "sources", "specs", "supports", "workgroup_bytes"]
