@@ -139,3 +139,58 @@ def test_the_interpreter_runs_the_block_sparse_inside_its_one_program():
     dense.allocate_tensors()
     assert not dense.compiled.plan.sparse
     assert "lasnet_block" not in [d.spec.shader for d in dense.compiled.sole_gpu_program.dispatches]
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Enabling `experimental_preserve_all_tensors`")
+def test_a_block_between_convs_runs_sparse_inside_their_program() -> None:
+    """A masked block whose x a conv computes and whose out a conv reads (tuning/sparse.block_model's pattern with a
+    masker bias, built here between two convs): the block's dispatches take its place in the one program, reading
+    and writing the planned PHWC4 tensors; equal to LiteRT at input scales where no cell, half and every cell is
+    active (the rates read from LiteRT's intermediate mask)."""
+    from gpuengine import Interpreter
+    from gpuengine.model.builder import ModelBuilder
+
+    rng = np.random.default_rng(3)
+    h = w = 16
+    c = 8
+    mb = ModelBuilder()
+    x_in = mb.input("in", (1, h, w, 4))
+
+    def conv(src: int, cin: int, cout: int, relu: bool) -> int:
+        weights = mb.const(f"w{len(mb.ops)}", (rng.standard_normal((cout, 3, 3, cin)) * 0.3).astype(np.float32))
+        bias = mb.const(f"b{len(mb.ops)}", (rng.standard_normal(cout) * 0.1).astype(np.float32))
+        return mb.op("CONV_2D", [src, weights, bias], (1, h, w, cout),
+                     {"padding": 0, "stride_w": 1, "stride_h": 1, "fused_activation_function": int(relu)})
+
+    x = conv(x_in, 4, c, True)
+    pooled = mb.op("AVERAGE_POOL_2D", [x], (1, h // 4, w // 4, c),
+                   {"padding": 1, "stride_w": 4, "stride_h": 4, "filter_width": 4, "filter_height": 4})
+    logit = mb.op("CONV_2D", [pooled, mb.const("mw", np.full((1, 1, 1, c), 1.0 / c, np.float32)),
+                              mb.const("mb", np.array([-1.0], np.float32))], (1, h // 4, w // 4, 1),
+                  {"padding": 1, "stride_w": 1, "stride_h": 1})
+    flag = mb.op("GREATER", [logit, mb.const("thr", np.array(0.0, np.float32))], (1, h // 4, w // 4, 1),
+                 dtype=np.bool_)
+    mask = mb.op("RESIZE_NEAREST_NEIGHBOR", [mb.op("CAST", [flag], (1, h // 4, w // 4, 1)),
+                                             mb.const("size", np.array([h, w], np.int32))], (1, h, w, 1),
+                 {"align_corners": False, "half_pixel_centers": True})
+    branch = conv(conv(x, c, c, True), c, c, False)
+    out = mb.op("ADD", [x, mb.op("MUL", [branch, mask], (1, h, w, c))], (1, h, w, c))
+    mb.output(conv(out, c, 4, False))
+    data = mb.build()
+    ours = Interpreter(model_content=data, sparse_blocks=0.2)
+    ours.allocate_tensors()
+    assert [d.spec.shader for d in ours.compiled.sole_gpu_program.dispatches] == [
+        "bhwc_to_phwc4", "conv2d_first", "lasnet_mask", "lasnet_args", "lasnet_block", "conv2d", "phwc4_to_bhwc"]
+    lite = litert.Interpreter(model_content=data, experimental_preserve_all_tensors=True)
+    lite.allocate_tensors()
+    rates = []
+    for scale in (0.5, 1.5, 3.5):
+        x_value = (rng.standard_normal((1, h, w, 4)) * scale).astype(np.float32)
+        for it in (ours, lite):
+            it.set_tensor(it.get_input_details()[0]["index"], x_value)
+            it.invoke()
+        want = lite.get_tensor(lite.get_output_details()[0]["index"])
+        got = ours.get_tensor(ours.get_output_details()[0]["index"])
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), scale
+        rates.append(float(lite.get_tensor(flag).mean()))
+    assert rates == [0.0, 0.5, 1.0]
