@@ -1,0 +1,810 @@
+"""A plan made once for a model whose input sizes are symbolic (SoD²'s symbolic plan): at a new size the host
+evaluates expressions instead of planning.
+
+Everything a new size changes in a GPU program -- the numbers each kernel reads from its `gpe_dims` buffer
+(lowering/parametric.py), each dispatch's grid, each binding's byte size, each intermediate tensor's bytes for the
+memory plan, the boundary tensors' shapes -- is an integer expression over RDP's atoms (model/symbolic.py: the
+input symbols and the sizes the shape rules make of them, such as `ceil(x[1]/2)`). The expressions are found once,
+when the model first compiles: the engine plans the model (model/shapes.py, the passes, lowering, rendering) at
+SAMPLES sizes of its symbols, reads each of those numbers there, and takes for each the simplest integer
+combination of RDP's atoms, their products and their ceil-divisions by a power of two that gives it exactly at
+every sample (`fit`); a number none gives means no symbolic plan (the model keeps planning per size, as before).
+This is interpolation, not derivation through the kernels' code: the expressions hold at the sampled sizes, and the
+plan serves only sizes inside the sampled range (`SymbolicPlan.covers`); tests hold it against the planner at sizes
+never sampled.
+
+At a new size (`SymbolicPlan.at`): the atoms evaluated once, each expression a few integer operations; memory
+planned by SoD²'s peak-outward greedy in the placement order decided at the first size (memory/peak_outward.py
+PlacementOrder); one arena buffer shared by the sizes, grown to 1.25x a size's need when it needs more than it
+holds and never shrunk; each dispatch's version chosen by its shape class; the bind groups made and the first
+invoke's command buffer recorded. Nothing is rendered, nothing compiled (a shape class's version is compiled the
+first time a size of that class comes).
+
+Shape classes (SoD²'s multi-version code): a dispatch whose kernel offers decompositions gets one version per class
+of its output's row count (the positions, every dimension but the channels): `skinny` (< 64 rows: one workgroup's
+worth), `regular` (< 4096) and `fat`. A class's version is the decomposition the engine's policy picks most often
+at the sampled sizes of that class (else the nearest class's); every decomposition is correct at every size, so the
+class decides speed only.
+
+Where planning cannot be precomputed it splits, as in SoD²: a model with a class 3 op RDP could not resolve or a
+class 4 op (value- or execution-dependent shapes), several partitions (CPU fallbacks, host-driven control flow), or
+a plan whose structure changes across the sampled sizes outside the range kept, has no symbolic plan; `inspect
+--symbolic` says which and why.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import GpuEngineError
+from ..lowering import codegen
+from ..lowering.device_fit import stored_data
+from ..lowering.kernels.base import KernelSpec
+from ..lowering.kernels.common import holds_integers
+from ..lowering.kernels.dispatch_cost import binding_bytes
+from ..lowering.kernels.resize import bilinear_table, nearest_table
+from ..lowering.parametric import ParametricKernel, hoist
+from ..memory import UsageRecord
+from ..memory.peak_outward import PlacementOrder
+from ..model.dims import is_symbolic, substitute
+from ..model.ir import Graph, Model
+from ..model.quantization import is_quantized
+from ..model.symbolic import SymbolicShapes, analyze
+from ..options import EngineOptions
+from ..planning import prepare
+from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_recorded, shared_constant
+
+# sizes each free symbol takes at the samples (paired across symbols in shifted orders): odd and even, around
+# powers of two and across them, so parity, tile counts and ceil-divisions all vary
+SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200)
+SHIFTS = (0, 7, 13, 3)
+CLASSES = (("skinny", 64), ("regular", 4096), ("fat", None))  # by a dispatch's output rows: below each bound
+DIVISORS = (*range(2, 33), 40, 48, 64, 96, 128, 192, 256)
+MAX_ATOMS = 16
+ATOM_TILES = (2, 3, 4, 8)
+PAIR_CANDIDATES = 24
+ARENA_GROWTH = 1.25
+
+
+def shape_class(rows: int) -> str:
+    """A dispatch's shape class from its output's row count (every dimension but the channels)."""
+    for name, bound in CLASSES:
+        if bound is None or rows < bound:
+            return name
+    return CLASSES[-1][0]
+
+
+# -- expressions ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Feature:
+    """ceil(product of atoms / divisor): atoms by index into the plan's atom list."""
+
+    atoms: tuple[int, ...]
+    divisor: int = 1
+
+    def value(self, atoms: list[int]) -> int:
+        product = 1
+        for a in self.atoms:
+            product *= atoms[a]
+        return product if self.divisor == 1 else -(-product // self.divisor)
+
+    def text(self, names: list[str]) -> str:
+        product = "*".join(names[a] for a in self.atoms) or "1"
+        return product if self.divisor == 1 else f"ceil({product}/{self.divisor})"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """const + sum(coefficient * feature): an integer expression over the atoms."""
+
+    terms: tuple[tuple[int, int], ...]  # (coefficient, feature index)
+    const: int
+
+    def __call__(self, features: list[int]) -> int:
+        value = self.const
+        for c, f in self.terms:
+            value += c * features[f]
+        return value
+
+    def text(self, features: list[Feature], names: list[str]) -> str:
+        parts = [("" if c == 1 else "-" if c == -1 else f"{c}*") + features[f].text(names) for c, f in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+def features_of(count: int) -> list[Feature]:
+    """Candidate features over `count` atoms, simplest first: atoms, products of two, then their ceil-divisions."""
+    monomials = [(a,) for a in range(count)] + [(a, b) for a in range(count) for b in range(a, count)]
+    return [Feature(m) for m in monomials] + [Feature(m, k) for m in monomials for k in DIVISORS]
+
+
+def fit(matrix: np.ndarray, y: np.ndarray, atom_count: int = 0) -> Expr | None:
+    """The simplest expression exact at every sample: a constant; else one feature times an integer plus one; else
+    up to three features chosen by orthogonal matching pursuit with integer coefficients. None when none is."""
+    y = y.astype(np.float64)
+    if np.all(y == y[0]):
+        return Expr((), int(y[0]))
+    x = matrix.astype(np.float64)
+    centred = x - x.mean(axis=0)
+    spread = (centred ** 2).sum(axis=0)
+    usable = spread > 0
+    target = y - y.mean()
+    slope = np.where(usable, (centred * target[:, None]).sum(axis=0) / np.where(usable, spread, 1), 0)
+    a = np.rint(slope)
+    b = np.rint((y[:, None] - a * x).mean(axis=0))
+    exact = usable & (a != 0) & np.all(a * x + b == y[:, None], axis=0)
+    if exact.any():
+        f = int(np.argmax(exact))
+        return Expr(((int(a[f]), f),), int(b[f]))
+    # pairs: the atoms themselves (parities such as 2*ceil(x/2) - x) and the features nearest the target
+    norms0 = np.sqrt(np.where(usable, spread, np.inf))
+    near = np.argsort(-np.abs(centred.T @ target) / norms0)[:PAIR_CANDIDATES]
+    pool = list(dict.fromkeys([f for f in range(atom_count) if usable[f]] + [int(f) for f in near if usable[f]]))
+    ones = np.ones(len(y))
+    for i, f in enumerate(pool):
+        for g in pool[i + 1:]:
+            design = np.column_stack([x[:, f], x[:, g], ones])
+            coef = np.rint(np.linalg.lstsq(design, y, rcond=None)[0])
+            if coef[0] != 0 and coef[1] != 0 and np.all(design @ coef == y):
+                return Expr(((int(coef[0]), f), (int(coef[1]), g)), int(coef[2]))
+    chosen: list[int] = []
+    residual = target
+    norms = np.sqrt(np.where(usable, spread, np.inf))
+    for _ in range(3):
+        score = np.abs(centred.T @ residual) / norms
+        score[chosen] = -1
+        chosen.append(int(np.argmax(score)))
+        design = np.column_stack([x[:, chosen], np.ones(len(y))])
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        coef = np.rint(coef)
+        if np.all(design @ coef == y) and np.all(coef[:-1] != 0):
+            return Expr(tuple((int(c), f) for c, f in zip(coef[:-1], chosen)), int(coef[-1]))
+        residual = y - design @ coef
+        residual = residual - residual.mean()
+    return None
+
+
+_ATOMS = [0]
+
+
+def _fit(values: np.ndarray, y: np.ndarray) -> Expr | None:
+    return fit(values, y, _ATOMS[0])
+
+
+# -- the plan ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Version:
+    """One compiled version of a dispatch: a decomposition (a shape class's), its parametric text and how each of
+    its size-dependent numbers is computed."""
+
+    name: str
+    decomposition: Any
+    workgroup: tuple[int, int, int]
+    spec: KernelSpec  # the version at the first sample: its bindings' layout
+    source: str
+    kernel: ParametricKernel | None  # None: the text does not depend on the sizes
+    dims: list[Expr]
+    floats: list[bool]  # gpe_dims words stored as f32 bits
+    grid: tuple[Expr, Expr, Expr]
+    explicit: bool  # the grid is the kernel's own workgroup count (spec.dispatch), not invocations
+    sizes: dict[int, Expr]  # bound binding position -> bytes (planned tensors and scratch)
+    tables: dict[int, tuple[Any, ...]]  # bound binding position -> (table function, align, half, IH, H, IW, W)
+    pipeline: Any = None
+
+
+@dataclass
+class SymbolicDispatch:
+    shader: str
+    rows: Expr | None  # the output's row count, for its shape class (None: one version)
+    classes: dict[str, Version]
+
+
+@dataclass
+class Evaluated:
+    """The plan evaluated at one size."""
+
+    env: dict[str, int]
+    features: list[int]
+    versions: list[Version]
+    classes: list[str]
+    records: list[UsageRecord]
+
+
+@dataclass
+class _Sample:
+    env: dict[str, int]
+    program: GpuProgram
+    shapes: dict[int, tuple[int, ...]]
+
+
+class SymbolicPlan:
+    """What a new size of a symbolic model needs, as expressions over its symbols (see the module's docstring)."""
+
+    def __init__(self, rdp: SymbolicShapes, atoms: list[Any], names: list[str], features: list[Feature],
+                 template: Any, dispatches: list[SymbolicDispatch], records: list[tuple[int, int, int, Expr]],
+                 boundary: dict[int, tuple[Expr, ...]], ranges: dict[str, tuple[int, int]], samples: int) -> None:
+        self.rdp, self.atoms, self.names, self.features = rdp, atoms, names, features
+        self.template = template  # the CompiledGraph of the first size (one GPU program)
+        self.dispatches, self.records, self.boundary, self.ranges = dispatches, records, boundary, ranges
+        self.samples = samples
+        self.order = PlacementOrder.of([UsageRecord(t, 1 + k, first, last)  # replaced at the first size
+                                        for k, (t, first, last, _) in enumerate(records)])
+        self.arena: Any = None  # the arena buffer every size's program shares, grown, never shrunk
+        self.arena_grown = 0
+        self.constants: dict[int, Any] = {}
+        self.raw_in: dict[int, Any] = {}
+        self.lock = threading.Lock()
+        self.sized = 0  # sizes served
+        self.compiled_versions = 0
+        self.last_ms: dict[str, float] = {}
+
+    # -- making it --------------------------------------------------------------------------------------------
+    @staticmethod
+    def make(model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions, template: Any
+             ) -> SymbolicPlan | str:
+        """The symbolic plan of the model whose first size compiled to `template` (a CompiledGraph), or why there
+        is none (a split: planning at each size)."""
+        graph = model.main
+        if not any(any(d < 0 for d in graph.tensors[t].shape_signature or ()) for t in graph.inputs):
+            return "static input sizes"
+        rdp = analyze(graph, model)
+        splits = [f"op {p.index} {p.code}" for p, o in zip(graph.ops, rdp.ops) if o.split]
+        if splits:
+            return f"split points (class 3 / 4 ops, sizes known only once they ran): {', '.join(splits)}"
+        free = [s for s in rdp.free if s in rdp.input_axes]
+        if not free or len(free) != len(rdp.free):
+            return "the free symbols are not all input sizes"
+        programs = template.programs
+        if len(programs) != 1 or not isinstance(programs[0], GpuProgram) or programs[0].in_place:
+            return "more than one GPU program (CPU fallbacks, control flow or caches written in place)"
+        first = programs[0]
+        atoms, names = _atoms(rdp, free)
+        features = features_of(len(atoms))
+        _ATOMS[0] = len(atoms)
+        samples: list[_Sample] = []
+        misfits: list[dict[str, int]] = []
+        base = None
+        for env in _sample_envs(free, rdp.input_env(shapes)):
+            sample_shapes = _shapes_at(graph, rdp, env)
+            try:
+                entry = prepare(graph, sample_shapes, options, model)
+                parts = entry.plan.partitions
+                if len(parts) != 1 or parts[0].device != "gpu":
+                    raise ValueError("partitions")
+                program = GpuProgram(entry.plan.graph, parts[0].ops, parts[0].inputs, parts[0].outputs, first.gpu,
+                                     dataclasses.replace(options, memory_strategy="offsets"), None, first.target,
+                                     first.precision, allocate=False)
+            except (GpuEngineError, ValueError):
+                misfits.append(env)
+                continue
+            base = base if base is not None else _signature(program)
+            if _signature(program) != base:
+                misfits.append(env)
+                continue
+            samples.append(_Sample(env, program, {t: tuple(entry.plan.graph.tensors[t].shape)
+                                                  for t in [*program.inputs, *program.outputs]}))
+        if len(samples) < 12:
+            return f"the plan's structure holds at {len(samples)} of the sampled sizes only"
+        values = np.array([[f.value([int(substitute(a, s.env)) for a in atoms]) for f in features]
+                           for s in samples], np.int64)
+        for _ in range(4):  # samples where a kernel's text takes another form (a size 1 simplified) leave the range
+            dispatches = []
+            for d in range(len(samples[0].program.sources)):
+                got = _dispatch(d, samples, values)
+                if isinstance(got, str):
+                    return got
+                if isinstance(got, set):
+                    break
+                dispatches.append(got)
+            else:
+                break
+            misfits += [samples[k].env for k in sorted(got)]
+            keep = [k for k in range(len(samples)) if k not in got]
+            if 0 not in keep or len(keep) < 12:
+                return f"dispatch {d}'s text takes other forms at {len(got)} of the sampled sizes"
+            samples, values = [samples[k] for k in keep], values[keep]
+        else:
+            return "the sampled sizes did not settle"
+        ranges = _ranges(free, samples, misfits)
+        records = []
+        for k, r in enumerate(samples[0].program.info.records):
+            expr = _fit(values, np.array([s.program.info.records[k].size for s in samples]))
+            if expr is None:
+                return f"the bytes of tensor {r.tensor} fit no expression"
+            records.append((r.tensor, r.first, r.last, expr))
+        boundary = {}
+        for t, shape in samples[0].shapes.items():
+            dims = []
+            for axis in range(len(shape)):
+                expr = _fit(values, np.array([s.shapes[t][axis] for s in samples]))
+                if expr is None:
+                    return f"the shape of boundary tensor {t} fits no expression"
+                dims.append(expr)
+            boundary[t] = tuple(dims)
+        plan = SymbolicPlan(rdp, atoms, names, features, template, dispatches, records, boundary, ranges,
+                            len(samples))
+        at_first = plan.evaluate(rdp.input_env(shapes))
+        plan.order = PlacementOrder.of(at_first.records, first.gpu.storage_alignment)
+        # the first size served once: its classes' versions compiled now (its neighbours then compile nothing) and
+        # the whole path exercised before a user's size takes it
+        if plan.at(shapes, graph) is None:
+            return "the first size is outside the sampled range"
+        plan.sized = 0
+        return plan
+
+    # -- using it ---------------------------------------------------------------------------------------------
+    def covers(self, env: dict[str, int]) -> bool:
+        return all(s in env and lo <= env[s] <= hi for s, (lo, hi) in self.ranges.items())
+
+    def evaluate(self, env: dict[str, int]) -> Evaluated:
+        atoms = [int(substitute(a, env)) for a in self.atoms]
+        features = [f.value(atoms) for f in self.features]
+        versions, classes = [], []
+        for d in self.dispatches:
+            name = shape_class(d.rows(features)) if d.rows is not None else "one"
+            versions.append(d.classes[name])
+            classes.append(name)
+        records = [UsageRecord(t, max(4, e(features)), first, last) for t, first, last, e in self.records]
+        return Evaluated(env, features, versions, classes, records)
+
+    def at(self, shapes: dict[int, tuple[int, ...]], source: Graph) -> tuple[Graph, Any] | None:
+        """The source graph with its shapes at these input sizes and its compiled graph, from the expressions
+        alone; None outside the sampled range (the caller plans that size as before)."""
+        start = time.perf_counter()
+        env = self.rdp.input_env(shapes)
+        for t, shape in shapes.items():
+            declared = self.rdp.shape(t)
+            if len(shape) != len(declared) or any(not is_symbolic(d) and d != s for d, s in zip(declared, shape)):
+                return None
+        if not self.covers(env):
+            return None
+        with self.lock:
+            evaluated = self.evaluate(env)
+            plan_done = time.perf_counter()
+            program = SizedProgram(self, evaluated)
+        compiled = copy.copy(self.template)
+        compiled.programs = [program]
+        compiled.graph = program.graph
+        compiled.parametric_kernels = 0
+        done = time.perf_counter()
+        compiled.compile_ms = (done - start) * 1e3
+        graph = _sized_source(source, self.rdp, env)
+        self.sized += 1
+        self.last_ms = {"evaluate": (plan_done - start) * 1e3, "allocate_and_record": (done - plan_done) * 1e3,
+                        "total": (time.perf_counter() - start) * 1e3}
+        return graph, compiled
+
+    def arena_for(self, need: int, dev: Any) -> Any:
+        """The shared arena, grown to ARENA_GROWTH x `need` when it holds less (never shrunk)."""
+        import wgpu
+
+        if self.arena is None or self.arena.size < need:
+            size = max(16, -(-int(need * ARENA_GROWTH) // 256) * 256)
+            self.arena = dev.create_buffer(size=size, usage=wgpu.BufferUsage.STORAGE)
+            self.arena_grown += 1
+        return self.arena
+
+    def report(self) -> dict[str, Any]:
+        """What inspect --symbolic shows: the symbols' sampled range, each dispatch's classes and versions, the
+        expressions' count."""
+        return {
+            "samples": self.samples,
+            "range": {s: list(r) for s, r in self.ranges.items()},
+            "atoms": list(self.names),
+            "expressions": sum(len(v.dims) + 3 + len(v.sizes) for d in self.dispatches for v in d.classes.values())
+            + len(self.records) + sum(len(s) for s in self.boundary.values()),
+            "memory": "peak-outward greedy arena in the first size's order (memory/peak_outward.py); one arena grown "
+                      f"to {ARENA_GROWTH}x a size's need when it needs more, never shrunk",
+            "dispatches": [{"shader": d.shader,
+                            "rows": None if d.rows is None else d.rows.text(self.features, self.names),
+                            "versions": {c: v.name for c, v in d.classes.items()}} for d in self.dispatches],
+            "sizes_served": self.sized,
+            "last_ms": dict(self.last_ms),
+        }
+
+    def describe(self) -> list[str]:
+        lines = [f"symbolic plan: made once from {self.samples} sampled sizes, valid for "
+                 + ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in self.ranges.items())
+                 + "; a new size evaluates its expressions (no planning, no rendering)",
+                 f"  memory: {self.report()['memory']}"]
+        for k, d in enumerate(self.dispatches):
+            if d.rows is None:
+                continue
+            versions = ", ".join(f"{c}: {v.name}" for c, v in d.classes.items())
+            lines.append(f"  dispatch {k} {d.shader}: shape class by rows {d.rows.text(self.features, self.names)} "
+                         f"-> {versions}")
+        return lines
+
+
+class SizedProgram(GpuProgram):
+    """A GPU program at one size, made from the symbolic plan's values (no lowering, no rendering): the same hot loop,
+    submit and read-back as GpuProgram."""
+
+    def __init__(self, plan: SymbolicPlan, at: Evaluated) -> None:  # noqa: PLR0915 - one flat allocation
+        import wgpu
+
+        start = time.perf_counter()
+        first: GpuProgram = plan.template.programs[0]
+        self.plan, self.evaluated = plan, at
+        self.gpu, self.options, self.precision, self.target = first.gpu, first.options, first.precision, first.target
+        self.inputs, self.outputs = list(first.inputs), list(first.outputs)
+        self.choices, self.root, self.tunable, self.f32 = first.choices, first.root, [], first.f32
+        self.in_place: dict[int, int] = {}
+        self.tuned = 0
+        features = at.features
+        graph = dataclasses.replace(first.graph, tensors=list(first.graph.tensors))
+        for t, dims in plan.boundary.items():
+            graph.tensors[t] = dataclasses.replace(graph.tensors[t], shape=tuple(e(features) for e in dims))
+        self.graph = graph
+        memory = plan.order.plan(at.records)
+        memory = dataclasses.replace(memory, strategy="peak_outward (symbolic plan)")
+        self.info = CompiledInfo(specs=[v.spec for v in at.versions], records=at.records, plan=memory)
+        self.use_parametric = True
+        self._rendered: dict[int, Any] = {}
+        self._lock = threading.RLock()
+        self._queue = self.gpu.device.queue
+        self._bound: dict[int, Any] = {}
+        self._resident: set[int] = set()
+        self._scratch: dict[str, Any] = {}
+        self._held: dict[int, Any] = {}
+        self._feedback: dict[int, Any] = {}
+        self._readback: frozenset[int] | None = None
+        self.uploaded: dict[int, int] = {}
+        dev = self.gpu.device
+        usage = wgpu.BufferUsage.STORAGE
+        self.objects = [plan.arena_for(memory.object_sizes[0] if memory.object_sizes else 16, dev)]
+        self.raw_in = {}
+        for t in self.inputs:  # shared by the sizes, grown when a size needs more
+            buf = plan.raw_in.get(t)
+            if buf is None or buf.size < self._raw_bytes(t):
+                buf = plan.raw_in[t] = dev.create_buffer(size=-(-int(self._raw_bytes(t) * ARENA_GROWTH) // 16) * 16,
+                                                         usage=usage | wgpu.BufferUsage.COPY_DST)
+            self.raw_in[t] = buf
+        copies = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | copies) for t in self.outputs}
+        self.out_offsets: dict[int, int] = {}
+        offset = 0
+        for t in self.outputs:
+            self.out_offsets[t] = offset
+            offset += -(-self._raw_bytes(t) // 256) * 256
+        self._slots = [Slot(dev.create_buffer(size=max(offset, 16),
+                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
+                       for _ in range(max(1, self.options.max_inflight))]
+        self._out_slices = []
+        for t in self.outputs:
+            shape = self.graph.tensors[t].shape
+            begin = self.out_offsets[t] // 4
+            self._out_slices.append((t, begin, begin + int(np.prod(shape, dtype=np.int64)), shape))
+        boundary = [*self.inputs, *self.outputs]
+        self._quantized = {t: self.graph.tensors[t] for t in boundary if is_quantized(self.graph.tensors[t])}
+        self._integers = {t: self.graph.tensors[t] for t in boundary if holds_integers(self.graph.tensors[t])}
+        self.dispatches: list[Dispatch] = []
+        self._dims: dict[int, np.ndarray] = {}
+        self._words: list[np.ndarray | None] = []
+        for k, version in enumerate(at.versions):
+            pipeline = self.compile(version)
+            words = None
+            if version.kernel is not None:
+                numbers = [e(features) for e in version.dims]
+                words = np.array([int(np.array([float(n)], np.float32).view(np.uint32)[0]) if is_float
+                                  else n & 0xFFFFFFFF for n, is_float in zip(numbers, version.floats)], np.uint32)
+                self._dims[k] = words
+            self._words.append(words)
+            grid = tuple(max(0, e(features)) for e in version.grid)
+            groups = grid if version.explicit else tuple(-(-g // w) for g, w in zip(grid, version.workgroup))
+            bind_group = self._bind_version(k, version, pipeline)
+            self.dispatches.append(Dispatch(version.spec, pipeline, bind_group, groups, version.source))  # type: ignore
+        self.parametric_dispatches = len(self._dims)
+        self._hot = [(d.pipeline, d.bind_group, *d.groups) for d in self.dispatches]
+        self.phases = Phases()
+        self._record = self._recorder()
+        self._next_slot = 0
+        self._recorded: dict[str, Any] = {"read": self._encode(self._slots[0]), "gpu_only": None}
+        self._gpu_only = Slot(None)
+        finalizer = weakref.finalize(self, _orphan_recorded, self.gpu, self._recorded)
+        finalizer.atexit = False
+        self.info.compile_ms = (time.perf_counter() - start) * 1e3
+
+    def compile(self, version: Version) -> Any:
+        """The version's pipeline, compiled the first time a size uses it (a shape class's first size)."""
+        if version.pipeline is None:
+            if version.kernel is not None:
+                if not self.compile_parametric(version.kernel, version.spec):
+                    raise GpuEngineError(f"the parametric version of {version.spec.shader} does not compile")
+                version.pipeline = version.kernel.pipeline
+            else:
+                version.pipeline = self.gpu.pipelines.get(version.source)
+                if version.pipeline is None:
+                    version.pipeline = self.gpu.pipelines[version.source] = self._pipeline(version.source,
+                                                                                           version.spec)
+            self.plan.compiled_versions += 1
+        return version.pipeline
+
+    def _bind_version(self, k: int, version: Version, pipeline: Any, inputs: dict[int, Any] | None = None) -> Any:
+        import wgpu
+
+        dev = self.gpu.device
+        features = self.evaluated.features
+        entries = []
+        words = self._words[k]
+        if words is not None:
+            buf = dev.create_buffer_with_data(data=words.tobytes(), usage=wgpu.BufferUsage.STORAGE)
+            entries.append({"binding": len(codegen.bound(version.spec)),
+                            "resource": {"buffer": buf, "offset": 0, "size": buf.size}})
+        for i, b in enumerate(codegen.bound(version.spec)):
+            if i in version.tables:  # a size-dependent table: made by its kernel's function, uploaded per size
+                fn, align, half, ih, h, iw, w = version.tables[i]
+                table = np.concatenate([fn(ih(features), h(features), align, half),
+                                        fn(iw(features), w(features), align, half)]).reshape(-1)
+                buf = dev.create_buffer_with_data(data=table.astype(np.float32).tobytes(),
+                                                  usage=wgpu.BufferUsage.STORAGE)
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.data is not None:
+                buf = self.plan.constants.get(id(b.data))
+                if buf is None:
+                    buf = self.plan.constants[id(b.data)] = shared_constant(dev, stored_data(b, self.precision))
+                self._held[id(buf)] = buf
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.scratch_bytes:
+                need = -(-version.sizes[i](features) // 16) * 16
+                buf = self._scratch.get(b.scratch_key) if b.scratch_key else None
+                if buf is None or buf.size < need:
+                    buf = dev.create_buffer(size=max(16, need), usage=wgpu.BufferUsage.STORAGE)
+                    if b.scratch_key:
+                        self._scratch[b.scratch_key] = buf
+                resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.raw and not b.writable and inputs and b.tensor in inputs:
+                resource = {"buffer": inputs[b.tensor], "offset": 0, "size": self._raw_bytes(b.tensor)}
+            elif b.raw:
+                buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
+                resource = {"buffer": buf, "offset": 0, "size": self._raw_bytes(b.tensor)}
+            else:
+                _, off = self.info.plan.placement[b.tensor]
+                resource = {"buffer": self.objects[0], "offset": off, "size": version.sizes[i](features)}
+            entries.append({"binding": i, "resource": resource})
+        return dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+
+    def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any],
+              inputs: dict[int, Any] | None = None, dims: np.ndarray | None = None) -> Any:
+        """GpuProgram.bind_input's rebinding, from the evaluated sizes (the specs hold the first sample's)."""
+        k = next(k for k, v in enumerate(self.evaluated.versions) if v.spec is spec)
+        return self._bind_version(k, self.evaluated.versions[k], pipeline, inputs)
+
+    def variant(self, index: int, workgroup: Any = None, decomposition: Any = None) -> Any:
+        raise GpuEngineError("a program made from the symbolic plan has no variants (tune at a planned size)")
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+def _atoms(rdp: SymbolicShapes, free: list[str]) -> tuple[list[Any], list[str]]:
+    """The input symbols, then the distinct symbolic sizes RDP's shapes hold (up to MAX_ATOMS)."""
+    from ..model.dims import ceil_div, symbol
+
+    atoms: list[Any] = [symbol(s) for s in free]
+    names = list(free)
+    for s in free:  # a kernel's tiles over a size: ceil(size / tile), tiles of tiles included (ceil(ceil(a/2)/2))
+        for k in ATOM_TILES:
+            atoms.append(ceil_div(symbol(s), k))
+            names.append(str(atoms[-1]))
+    for t in rdp.symbolic_tensors():
+        for d in rdp.shape(t):
+            if is_symbolic(d) and str(d) not in names and len(atoms) < MAX_ATOMS:
+                atoms.append(d)
+                names.append(str(d))
+    return atoms, names
+
+
+def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]:
+    n = len(SAMPLE_VALUES)
+    envs = [dict(first)]
+    for i in range(n):
+        env = {s: SAMPLE_VALUES[(i + SHIFTS[k % len(SHIFTS)] * (k > 0)) % n] for k, s in enumerate(free)}
+        if env not in envs:
+            envs.append(env)
+    return envs
+
+
+def _shapes_at(graph: Graph, rdp: SymbolicShapes, env: dict[str, int]) -> dict[int, tuple[int, ...]]:
+    shapes = rdp.evaluate(env)
+    return {t: shapes[t] for t in graph.inputs}
+
+
+def _sized_source(source: Graph, rdp: SymbolicShapes, env: dict[str, int]) -> Graph:
+    """The model's graph with every shape RDP gives at these sizes (what propagate would derive)."""
+    shapes = rdp.evaluate(env)
+    tensors = list(source.tensors)
+    for t in rdp.symbolic_tensors():
+        if t in shapes:
+            tensors[t] = dataclasses.replace(tensors[t], shape=shapes[t])
+    return dataclasses.replace(source, tensors=tensors)
+
+
+def _signature(program: GpuProgram) -> Any:
+    """What must not change across sizes for one plan to serve them: the dispatches' kernels and bindings, the
+    tensors' lifetimes."""
+    specs = program.sources
+    return (tuple(program.inputs), tuple(program.outputs),
+            tuple((s.shader, tuple((b.name, b.tensor, b.raw, b.writable, b.data is not None, bool(b.scratch_bytes))
+                                   for b in s.bindings)) for s, _ in specs),
+            tuple((r.tensor, r.first, r.last) for r in program.info.records))
+
+
+def _ranges(free: list[str], samples: list[_Sample], misfits: list[dict[str, int]]) -> dict[str, tuple[int, int]]:
+    """Per symbol the sampled range the plan serves: from the smallest to the largest fitting sample, cut below the
+    first size at which the structure changed (a misfit inside the box)."""
+    ranges = {s: (min(x.env[s] for x in samples), max(x.env[s] for x in samples)) for s in free} if samples else {}
+    for env in sorted(misfits, key=lambda e: max(e.values())):
+        if all(ranges[s][0] <= env[s] <= ranges[s][1] for s in free):
+            low = [s for s in free if env[s] == ranges[s][0]]
+            if low:  # a size at the bottom of the range (1: kernels simplify there)
+                ranges[low[0]] = (env[low[0]] + 1, ranges[low[0]][1])
+            else:
+                s = max(free, key=lambda s: env[s] / max(1, ranges[s][1]))
+                ranges[s] = (ranges[s][0], env[s] - 1)
+    return ranges
+
+
+def _dispatch(d: int, samples: list[_Sample], values: np.ndarray) -> SymbolicDispatch | str | set[int]:
+    """Dispatch d's versions (one per shape class where its kernel offers decompositions) with their expressions;
+    the samples whose text takes another form, when some do."""
+    specs = [s.program.sources[d][0] for s in samples]
+    shader = specs[0].shader
+    rows_expr = None
+    picks = [spec.decomposition for spec in specs]
+    out_tensor = specs[0].output_tensor
+    if specs[0].variants is not None and out_tensor is not None:
+        rows = []
+        for s in samples:
+            shape = s.program.graph.tensors[out_tensor].shape
+            rows.append(int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1)
+        rows_expr = _fit(values, np.array(rows))
+        if rows_expr is None:
+            return f"dispatch {d} ({shader}): its output's rows fit no expression"
+        by_class: dict[str, Counter] = {name: Counter() for name, _ in CLASSES}
+        for r, pick in zip(rows, picks):
+            by_class[shape_class(r)][pick] += 1
+        chosen: dict[str, Any] = {}
+        names = [name for name, _ in CLASSES]
+        for i, name in enumerate(names):
+            near = sorted(range(len(names)), key=lambda j: (abs(j - i), j))
+            source_class = next((names[j] for j in near if by_class[names[j]]), None)
+            chosen[name] = by_class[source_class].most_common(1)[0][0] if source_class else picks[0]
+    else:
+        chosen = {"one": picks[0] if specs[0].variants is not None else None}
+    versions: dict[Any, Version] = {}
+    classes = {}
+    for name, decomposition in chosen.items():
+        if decomposition not in versions:
+            got = _version(d, decomposition, samples, values)
+            if isinstance(got, set):
+                return got
+            if isinstance(got, str):
+                return f"dispatch {d} ({shader}): {got}"
+            versions[decomposition] = got
+        classes[name] = versions[decomposition]
+    return SymbolicDispatch(shader, rows_expr, classes)
+
+
+def _describe(decomposition: Any, workgroup: tuple[int, int, int]) -> str:
+    if decomposition is None:
+        return f"workgroup {'x'.join(map(str, workgroup))}"
+    d = decomposition
+    return f"tile {'x'.join(map(str, d.tile))} split {d.split} group {d.group}" + (" subgroup" if d.subgroup else "")
+
+
+def _version(d: int, decomposition: Any, samples: list[_Sample], values: np.ndarray) -> Version | str | set[int]:
+    """The dispatch at every sample put in `decomposition` (and one workgroup size), its size-dependent numbers
+    hoisted and each fitted."""
+    first_spec = samples[0].program.sources[d][0]
+    fixed = tuple(first_spec.workgroup) if decomposition is None else None
+    # small constants in buffers, not the text: a table the sizes decide (a resize's coordinates) is then data
+    ours = samples[0].program.as_version(first_spec, decomposition, fixed, True)
+    if ours is None:
+        return "its version cannot be made at the first sample"
+    workgroup = tuple(ours.workgroup)
+    versions, texts = [], []
+    for s in samples:
+        spec = s.program.as_version(s.program.sources[d][0], decomposition, workgroup, True)
+        if spec is None:
+            return f"no version in {_describe(decomposition, workgroup)} at {s.env}"
+        versions.append(spec)
+        texts.append(s.program.render(spec))
+    binding = len(codegen.bound(ours))
+    kernel = hoist(ours.shader, workgroup, decomposition, texts[0], texts[1:], binding)  # type: ignore[arg-type]
+    dims: list[Expr] = []
+    floats: list[bool] = []
+    if kernel is not None:
+        words = [kernel.values(text) for text in texts]
+        if any(w is None for w in words):
+            return {k for k, w in enumerate(words) if w is None}
+        for slot, k in enumerate(kernel.hoisted):
+            digits, suffix = kernel.numbers[k]
+            is_float = any(c in digits for c in ".eE") or suffix in ("f", "h")
+            column = [w[slot] for w in words]  # type: ignore[index]
+            if is_float:
+                numbers = np.array(column, np.uint32).view(np.float32).astype(np.float64)
+                if not np.all(numbers == np.rint(numbers)):
+                    return "a size-dependent float that is not an integer"
+                column = numbers.astype(np.int64)
+            else:
+                column = np.array(column, np.int64)
+                column = np.where(column >= 2 ** 31, column - 2 ** 32, column)  # i32 bit patterns
+            expr = _fit(values, np.asarray(column))
+            if expr is None:
+                return f"gpe_dims word {slot} fits no expression"
+            dims.append(expr)
+            floats.append(is_float)
+    explicit = ours.dispatch is not None
+    grid = []
+    for axis in range(3):
+        column = np.array([(v.dispatch if explicit else v.grid)[axis] for v in versions])
+        expr = _fit(values, column)
+        if expr is None:
+            return f"its grid's axis {axis} fits no expression"
+        grid.append(expr)
+    sizes = {}
+    for i, b in enumerate(codegen.bound(ours)):
+        if b.data is not None or (b.raw and not b.scratch_bytes):
+            continue
+        column = np.array([b2.scratch_bytes if b.scratch_bytes else
+                           binding_bytes(b2, s.program.graph, s.program.precision)
+                           for s, v in zip(samples, versions) for b2 in [codegen.bound(v)[i]]])
+        expr = _fit(values, column)
+        if expr is None:
+            return f"the bytes of binding {b.name} fit no expression"
+        sizes[i] = expr
+    tables: dict[int, tuple[Any, ...]] = {}
+    for i, b in enumerate(codegen.bound(ours)):
+        if b.data is None or all(np.array_equal(codegen.bound(v)[i].data, b.data) for v in versions):
+            continue
+        got = _table(ours, i, samples, versions, values)
+        if isinstance(got, str):
+            return got
+        tables[i] = got
+    source = kernel.source if kernel is not None else texts[0]
+    return Version(_describe(decomposition, workgroup), decomposition, workgroup, ours, source, kernel, dims,
+                   floats, tuple(grid), explicit, sizes, tables)  # type: ignore[arg-type]
+
+
+# kernels whose size-dependent constant the symbolic plan computes with the kernel's own function: per output row
+# and column, the source coordinates (lowering/kernels/resize.py), from its sizes' expressions
+TABLES = {"resize_bilinear": bilinear_table, "resize_nearest": nearest_table}
+
+
+def _table(ours: KernelSpec, i: int, samples: list[_Sample], versions: list[KernelSpec],
+           values: np.ndarray) -> tuple[Any, ...] | str:
+    """How binding i's size-dependent table is made at a size: its kernel's table function and the expressions of
+    the sizes it takes; a reason when the kernel has none (a constant that depends on the sizes)."""
+    table = TABLES.get(ours.shader)
+    if table is None:
+        return f"its constant {codegen.bound(ours)[i].name} depends on the sizes"
+    op = samples[0].program.graph.ops[ours.ops[0]]
+    align, half = bool(op.opt("align_corners", False)), bool(op.opt("half_pixel_centers", False))
+    sizes = []
+    for name in ("IH", "H", "IW", "W"):
+        expr = _fit(values, np.array([int(v.params[name]) for v in versions]))  # type: ignore[arg-type]
+        if expr is None:
+            return f"its table's size {name} fits no expression"
+        sizes.append(expr)
+    for v in versions:  # the function at the fitted sizes gives every sample's table
+        ih, h, iw, w = (int(v.params[n]) for n in ("IH", "H", "IW", "W"))  # type: ignore[arg-type]
+        made = np.concatenate([table(ih, h, align, half), table(iw, w, align, half)]).reshape(-1)
+        if not np.array_equal(made, codegen.bound(v)[i].data):
+            return "its table is not its kernel's table function of its sizes"
+    return (table, align, half, *sizes)
+
+
+__all__ = ["CLASSES", "SymbolicPlan", "SizedProgram", "fit", "shape_class"]
+
