@@ -227,6 +227,7 @@ class _Sample:
     env: dict[str, int]
     program: GpuProgram
     shapes: dict[int, tuple[int, ...]]
+    source: dict[int, tuple[int, ...]]  # the model's tensors with symbolic shapes, as propagate derives them
 
 
 class SymbolicPlan:
@@ -236,6 +237,8 @@ class SymbolicPlan:
                  template: Any, dispatches: list[SymbolicDispatch], records: list[tuple[int, int, int, Expr]],
                  boundary: dict[int, tuple[Expr, ...]], ranges: dict[str, tuple[int, int]], samples: int) -> None:
         self.rdp, self.atoms, self.names, self.features = rdp, atoms, names, features
+        self.used: list[int] = list(range(len(features)))  # the features some expression reads
+        self.source: dict[int, tuple[Expr, ...]] = {}  # the model's symbolic tensors' shapes
         self.template = template  # the CompiledGraph of the first size (one GPU program)
         self.dispatches, self.records, self.boundary, self.ranges = dispatches, records, boundary, ranges
         self.samples = samples
@@ -276,6 +279,7 @@ class SymbolicPlan:
         samples: list[_Sample] = []
         misfits: list[dict[str, int]] = []
         base = None
+        symbolic = rdp.symbolic_tensors()
         for env in _sample_envs(free, rdp.input_env(shapes)):
             sample_shapes = _shapes_at(graph, rdp, env)
             try:
@@ -294,11 +298,12 @@ class SymbolicPlan:
                 misfits.append(env)
                 continue
             samples.append(_Sample(env, program, {t: tuple(entry.plan.graph.tensors[t].shape)
-                                                  for t in [*program.inputs, *program.outputs]}))
+                                                  for t in [*program.inputs, *program.outputs]},
+                                   {t: tuple(entry.graph.tensors[t].shape) for t in symbolic}))
         if len(samples) < 12:
             return f"the plan's structure holds at {len(samples)} of the sampled sizes only"
-        values = np.array([[f.value([int(substitute(a, s.env)) for a in atoms]) for f in features]
-                           for s in samples], np.int64)
+        atom_values = [[int(substitute(a, s.env)) for a in atoms] for s in samples]
+        values = np.array([[f.value(v) for f in features] for v in atom_values], np.int64)
         for _ in range(4):  # samples where a kernel's text takes another form (a size 1 simplified) leave the range
             dispatches = []
             for d in range(len(samples[0].program.sources)):
@@ -333,14 +338,34 @@ class SymbolicPlan:
                     return f"the shape of boundary tensor {t} fits no expression"
                 dims.append(expr)
             boundary[t] = tuple(dims)
+        source = {}
+        for t, shape in samples[0].source.items():
+            dims = []
+            for axis in range(len(shape)):
+                expr = _fit(values, np.array([s.source[t][axis] for s in samples]))
+                if expr is None:
+                    return f"the shape of tensor {t} fits no expression"
+                dims.append(expr)
+            source[t] = tuple(dims)
         plan = SymbolicPlan(rdp, atoms, names, features, template, dispatches, records, boundary, ranges,
                             len(samples))
+        plan.source = source
+        exprs = [e for d in dispatches for v in d.classes.values()
+                 for e in [*v.dims, *v.grid, *v.sizes.values(), *[x for t in v.tables.values() for x in t[3:]]]]
+        exprs += [d.rows for d in dispatches if d.rows is not None] + [r[3] for r in records]
+        exprs += [e for dims in [*boundary.values(), *source.values()] for e in dims]
+        plan.used = sorted({f for e in exprs for _, f in e.terms})
         at_first = plan.evaluate(rdp.input_env(shapes))
         plan.order = PlacementOrder.of(at_first.records, first.gpu.storage_alignment)
         # the first size served once: its classes' versions compiled now (its neighbours then compile nothing) and
         # the whole path exercised before a user's size takes it
-        if plan.at(shapes, graph) is None:
+        got = plan.at(shapes, graph)
+        if got is None:
             return "the first size is outside the sampled range"
+        program = got[1].programs[0]
+        for d in dispatches:  # every class's version compiled once, now: no size in the range compiles
+            for version in d.classes.values():
+                program.compile(version)
         plan.sized = 0
         return plan
 
@@ -350,7 +375,9 @@ class SymbolicPlan:
 
     def evaluate(self, env: dict[str, int]) -> Evaluated:
         atoms = [int(substitute(a, env)) for a in self.atoms]
-        features = [f.value(atoms) for f in self.features]
+        features = [0] * len(self.features)
+        for f in self.used:
+            features[f] = self.features[f].value(atoms)
         versions, classes = [], []
         for d in self.dispatches:
             name = shape_class(d.rows(features)) if d.rows is not None else "one"
@@ -380,7 +407,10 @@ class SymbolicPlan:
         compiled.parametric_kernels = 0
         done = time.perf_counter()
         compiled.compile_ms = (done - start) * 1e3
-        graph = _sized_source(source, self.rdp, env)
+        tensors = list(source.tensors)
+        for t, dims in self.source.items():
+            tensors[t] = dataclasses.replace(tensors[t], shape=tuple(e(evaluated.features) for e in dims))
+        graph = dataclasses.replace(source, tensors=tensors)
         self.sized += 1
         self.last_ms = {"evaluate": (plan_done - start) * 1e3, "allocate_and_record": (done - plan_done) * 1e3,
                         "total": (time.perf_counter() - start) * 1e3}
@@ -619,16 +649,6 @@ def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]
 def _shapes_at(graph: Graph, rdp: SymbolicShapes, env: dict[str, int]) -> dict[int, tuple[int, ...]]:
     shapes = rdp.evaluate(env)
     return {t: shapes[t] for t in graph.inputs}
-
-
-def _sized_source(source: Graph, rdp: SymbolicShapes, env: dict[str, int]) -> Graph:
-    """The model's graph with every shape RDP gives at these sizes (what propagate would derive)."""
-    shapes = rdp.evaluate(env)
-    tensors = list(source.tensors)
-    for t in rdp.symbolic_tensors():
-        if t in shapes:
-            tensors[t] = dataclasses.replace(tensors[t], shape=shapes[t])
-    return dataclasses.replace(source, tensors=tensors)
 
 
 def _signature(program: GpuProgram) -> Any:
