@@ -71,6 +71,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     subgraph = runner.subgraph_index if getattr(args, "signature", None) else 0
     return {
         "symbolic": analyze(model.subgraphs[subgraph], model).to_json(),
+        "symbolic_plan": symbolic_plan_report(it.symbolic_plan),
         "signature": getattr(args, "signature", None),
         "ops_in_file": ops_in_file,
         "ops_total": len(graph.ops),
@@ -147,6 +148,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
               f"{len(report['dispatch_list']) - len(baked)} of {len(report['dispatch_list'])}; baked (a text the sizes "
               f"do not change, or one compiled again where they do): "
               f"{', '.join(sorted({d['kernel'] for d in baked})) or 'none'}")
+        print_symbolic_plan(report["symbolic_plan"], args.symbolic)
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
@@ -155,6 +157,31 @@ def cmd_inspect(args: argparse.Namespace) -> int:
               + (f": {d['label'].rsplit(' [', 1)[0]}" if d["kernel"] in described or "silu(gate)" in d["label"]
                  else ""))
     return 0
+
+
+def symbolic_plan_report(plan: Any) -> dict[str, Any]:
+    """The symbolic plan new sizes are evaluated from (runtime/symbolic_plan.py), or why the model has none."""
+    if plan is None:
+        return {"made": False, "why": "the model's input sizes are static"}
+    if isinstance(plan, str):
+        return {"made": False, "why": plan}
+    return {"made": True, **plan.report()}
+
+
+def print_symbolic_plan(plan: dict[str, Any], every_dispatch: bool) -> None:
+    """One line, and with --symbolic each dispatch's shape classes and versions."""
+    if not plan["made"]:
+        print(f"symbolic plan: none ({plan['why']}): each new size is planned (as LiteRT re-plans)")
+        return
+    ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in plan["range"].items())
+    print(f"symbolic plan: made once from {plan['samples']} sampled sizes, {plan['expressions']} expressions over "
+          f"{', '.join(plan['atoms'])}; serves {ranges} by evaluating them (no planning, no rendering, no compile)")
+    print(f"  memory at run time: {plan['memory']}")
+    for k, d in enumerate(plan["dispatches"]):
+        if every_dispatch or d["rows"] is not None:
+            classes = ", ".join(f"{c}: {v}" for c, v in d["versions"].items())
+            rows = f"shape class by rows {d['rows']}" if d["rows"] is not None else "one version"
+            print(f"  dispatch {k} {d['shader']}: {rows} -> {classes}")
 
 
 def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:

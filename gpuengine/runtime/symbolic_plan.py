@@ -67,6 +67,7 @@ from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_r
 # powers of two and across them, so parity, tile counts and ceil-divisions all vary
 SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200)
 SHIFTS = (0, 7, 13, 3)
+LARGE = (72, 150)
 CLASSES = (("skinny", 64), ("regular", 4096), ("fat", None))  # by a dispatch's output rows: below each bound
 DIVISORS = (*range(2, 33), 40, 48, 64, 96, 128, 192, 256)
 MAX_ATOMS = 16
@@ -639,6 +640,8 @@ def _atoms(rdp: SymbolicShapes, free: list[str]) -> tuple[list[Any], list[str]]:
 def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]:
     n = len(SAMPLE_VALUES)
     envs = [dict(first)]
+    for value in LARGE:  # every symbol large together: the fat class's sizes
+        envs.append({s: value for s in free})
     for i in range(n):
         env = {s: SAMPLE_VALUES[(i + SHIFTS[k % len(SHIFTS)] * (k > 0)) % n] for k, s in enumerate(free)}
         if env not in envs:

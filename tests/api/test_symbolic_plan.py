@@ -1,0 +1,122 @@
+"""The symbolic plan (runtime/symbolic_plan.py): a new input size of the FCN and the encoder evaluated from
+expressions made once -- no planning, no rendering, no shader compile -- equal to LiteRT at sizes in every shape
+class, its records equal to the planner's at that size, its arena (peak-outward greedy) held against the exact
+planner, and grown only when a size needs more."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from builders import encoder_model, fcn_model
+from helpers import relative_error
+
+from gpuengine import Interpreter
+from gpuengine.memory.exact import plan_offsets
+from gpuengine.planning import prepare
+from gpuengine.runtime.program import GpuProgram
+from gpuengine.runtime.symbolic_plan import SizedProgram, SymbolicPlan, shape_class
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+CASES = {
+    # sizes after the first: five new ones, then ones whose shape classes differ (skinny 3x3, fat 150x120)
+    "fcn": (fcn_model, [(1, 12, 10, 3), (1, 16, 16, 3), (1, 7, 21, 3), (1, 30, 9, 3), (1, 24, 32, 3), (1, 3, 3, 3),
+                        (1, 150, 120, 3)]),
+    "encoder": (encoder_model, [(1, 5, 16), (1, 13, 16), (1, 3, 16), (1, 20, 16), (1, 11, 16), (1, 150, 16)]),
+}
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from wgpu.backends.wgpu_native import GPUDevice
+
+    compiles: list[str] = []
+    for name in ("create_shader_module", "create_compute_pipeline"):
+        original = getattr(GPUDevice, name)
+
+        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            compiles.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(GPUDevice, name, counted)
+    return compiles
+
+
+def _planned_records(it: Interpreter, shape: tuple[int, ...]) -> list[Any]:
+    """The usage records the planner gives at this size (what the symbolic plan's expressions must reproduce)."""
+    model = it.parsed_model
+    entry = prepare(model.main, {model.main.inputs[0]: shape}, it.engine_options, model)
+    part = entry.plan.partitions[0]
+    first = it.symbolic_plan.template.programs[0]
+    program = GpuProgram(entry.plan.graph, part.ops, part.inputs, part.outputs, first.gpu,
+                         dataclasses.replace(it.engine_options, memory_strategy="offsets"), None, first.target,
+                         first.precision, allocate=False)
+    return program.info.records
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_new_sizes_are_evaluated_not_planned_and_match_litert(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    build, shapes = CASES[name]
+    data = build()
+    ours, theirs = Interpreter(model_content=data), litert.Interpreter(model_content=data)
+    ours.allocate_tensors()
+    plan = ours.symbolic_plan
+    assert isinstance(plan, SymbolicPlan), plan
+    compiles = _counting(monkeypatch)
+    classes: set[tuple[str, ...]] = set()
+    ratios = []
+    for k, shape in enumerate(shapes):
+        for it in (ours, theirs):
+            it.resize_tensor_input(0, list(shape))
+            it.allocate_tensors()
+        program = ours.compiled.programs[0]
+        assert isinstance(program, SizedProgram)  # from the expressions: nothing planned for this size
+        classes.add(tuple(program.evaluated.classes))
+        x = np.random.default_rng(k).uniform(-1, 1, shape).astype(np.float32)
+        for it in (ours, theirs):
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+        for d in theirs.get_output_details():
+            got, ref = ours.get_tensor(d["index"]), theirs.get_tensor(d["index"])
+            assert got.shape == ref.shape and relative_error(got, ref) <= 1e-4, (shape, d["name"])
+        # the evaluated records are the planner's at this size, tensor for tensor
+        planned = _planned_records(ours, shape)
+        assert [(r.tensor, r.size, r.first, r.last) for r in program.info.records] == \
+            [(r.tensor, r.size, r.first, r.last) for r in planned]
+        exact = plan_offsets(planned, program.gpu.storage_alignment).total_bytes
+        ratios.append(program.info.plan.total_bytes / exact)
+    assert compiles == []  # every class's version compiled once, when the plan was made
+    assert len(classes) > 1  # the sizes crossed shape classes
+    assert max(ratios) <= 1.5, ratios  # peak-outward in the first size's order against the exact arena
+
+
+def test_the_arena_grows_and_never_shrinks() -> None:
+    ours = Interpreter(model_content=fcn_model())
+    ours.allocate_tensors()
+    plan = ours.symbolic_plan
+    assert isinstance(plan, SymbolicPlan), plan
+    sizes = []
+    for shape in [(1, 40, 40, 3), (1, 10, 10, 3), (1, 120, 90, 3), (1, 20, 20, 3)]:
+        ours.resize_tensor_input(0, list(shape))
+        ours.allocate_tensors()
+        program = ours.compiled.programs[0]
+        assert program.objects[0] is plan.arena and plan.arena.size >= program.info.plan.total_bytes
+        sizes.append(plan.arena.size)
+    assert sizes[1] == sizes[0] and sizes[2] > sizes[1] and sizes[3] == sizes[2]
+
+
+def test_sizes_outside_the_sampled_range_are_planned_as_before() -> None:
+    ours = Interpreter(model_content=encoder_model())
+    ours.allocate_tensors()
+    plan = ours.symbolic_plan
+    assert isinstance(plan, SymbolicPlan), plan
+    low = plan.ranges["x[1]"][0]
+    ours.resize_tensor_input(0, [1, low - 1, 16])
+    ours.allocate_tensors()
+    assert not isinstance(ours.compiled.programs[0], SizedProgram)
+
+
+def test_shape_classes_are_named_by_rows() -> None:
+    assert [shape_class(r) for r in (1, 63, 64, 4095, 4096, 10 ** 6)] == \
+        ["skinny", "skinny", "regular", "regular", "fat", "fat"]
