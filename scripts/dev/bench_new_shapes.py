@@ -1,6 +1,7 @@
 """A new input size, before and after one compile for many shapes (docs/design/symbolic-shapes.md): for the FCN
 and the encoder of tests/builders.py, the time of resize_tensor_input + allocate_tensors (the host's planning part)
-and of that plus the first invoke at five new sizes after the first, and the shader modules compiled there. Run it on another checkout with PYTHONPATH to measure that one.
+and of that plus the first invoke at five new sizes after the first, and the shader modules compiled there. Run it
+on another checkout with PYTHONPATH to measure that one.
 
     .venv/bin/python scripts/dev/bench_new_shapes.py
 """
@@ -60,7 +61,8 @@ def main() -> None:
         evaluated = f"; symbolic plan: {plan.last_ms['evaluate']:.2f} ms evaluating the expressions at the last" \
             if plan is not None and not isinstance(plan, str) else ""
         print(f"{name}: first allocation {first_ms:.0f} ms, {first_compiles} shader modules; new sizes: "
-              f"allocate_tensors median {statistics.median(times):.1f} ms (each {', '.join(f'{t:.1f}' for t in times)}),"
+              f"allocate_tensors median {statistics.median(times):.1f} ms "
+              f"(each {', '.join(f'{t:.1f}' for t in times)}),"
               f" resize + allocate + first invoke median {statistics.median(invokes):.1f} ms, shader modules "
               f"{sum(compiles)} ({', '.join(map(str, compiles))}){evaluated}")
 
