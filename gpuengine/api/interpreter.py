@@ -9,11 +9,13 @@ limits).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,7 @@ from ..planning import ShapeCache, describe_control, prepare, probe_shapes
 from ..runtime.bounds import IndexChecks
 from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
 from ..runtime.program import GpuProgram
-from ..runtime.symbolic_plan import SymbolicPlan
+from ..runtime.symbolic_plan import Buffers, SymbolicPlan, plan_for
 from ..runtime.webgpu import is_buffer
 from .tensor_buffer import TensorBuffer
 
@@ -146,6 +148,8 @@ class Interpreter:
         self._shape_cache = ShapeCache()  # plans per input shapes: a shape seen before compiles nothing again
         self._probed = False  # parametric kernels made (or found needless) for this model
         self._symbolic_plan: SymbolicPlan | str | None = None  # made once: new sizes evaluated, not planned
+        self._plan_buffers = Buffers()  # the arena and input buffers this interpreter's sizes share
+        self._model_source = model_content if model_content is not None else model_path  # the plan cache's key
         self._compiled: CompiledGraph | None = None
         # what allocate_tensors built for the last few input shapes, so going back to one builds nothing
         self._compiled_by_shape: OrderedDict[Any, tuple[Graph, CompiledGraph, IndexChecks]] = OrderedDict()
@@ -225,7 +229,7 @@ class Interpreter:
         plan = self._symbolic_plan
         if not isinstance(plan, SymbolicPlan) or not plan.template.gpu.alive():
             return None
-        got = plan.at(self._shapes, self._model.main)
+        got = plan.at(self._shapes, self._model.main, self._plan_buffers)
         if got is None:
             return None
         graph, compiled = got
@@ -237,7 +241,10 @@ class Interpreter:
         if self._symbolic_plan is not None or not compiled.symbolic_inputs:
             return
         try:
-            self._symbolic_plan = SymbolicPlan.make(self._model, self._shapes, self._options, compiled)
+            source = self._model_source
+            content = source if isinstance(source, bytes | bytearray) else Path(source).read_bytes()  # type: ignore
+            digest = hashlib.blake2b(bytes(content), digest_size=16).digest()
+            self._symbolic_plan = plan_for(digest, self._model, self._shapes, self._options, compiled)
         except GpuEngineError as e:
             self._symbolic_plan = f"making it failed: {e}"
 

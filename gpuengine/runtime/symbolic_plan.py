@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import threading
 import time
 import weakref
@@ -48,6 +49,7 @@ import numpy as np
 from ..errors import GpuEngineError
 from ..lowering import codegen
 from ..lowering.device_fit import stored_data
+from ..lowering.dispatches import dispatch_macs
 from ..lowering.kernels.base import KernelSpec
 from ..lowering.kernels.common import holds_integers
 from ..lowering.kernels.dispatch_cost import binding_bytes
@@ -67,9 +69,14 @@ from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_r
 # powers of two and across them, so parity, tile counts and ceil-divisions all vary
 SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200)
 SHIFTS = (0, 7, 13, 3)
+SHIFTS_AGAIN = (0, 3, 11, 5)
+DENSE = 40  # a model with one symbol is also sampled at every size up to this
+VALIDATION = (11, 27, 58, 83, 110, 126, 177)
+ROUNDS = 3
 LARGE = (72, 150)
 CLASSES = (("skinny", 64), ("regular", 4096), ("fat", None))  # by a dispatch's output rows: below each bound
-DIVISORS = (*range(2, 33), 40, 48, 64, 96, 128, 192, 256)
+DIVISORS = (*range(2, 17), 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
+MULTIPLIERS = (1, 2, 3, 5, 6, 7)
 MAX_ATOMS = 16
 ATOM_TILES = (2, 3, 4, 8)
 PAIR_CANDIDATES = 24
@@ -88,19 +95,20 @@ def shape_class(rows: int) -> str:
 
 @dataclass(frozen=True)
 class Feature:
-    """ceil(product of atoms / divisor): atoms by index into the plan's atom list."""
+    """ceil(multiplier * product of atoms / divisor): atoms by index into the plan's atom list."""
 
     atoms: tuple[int, ...]
     divisor: int = 1
+    multiplier: int = 1
 
     def value(self, atoms: list[int]) -> int:
-        product = 1
+        product = self.multiplier
         for a in self.atoms:
             product *= atoms[a]
         return product if self.divisor == 1 else -(-product // self.divisor)
 
     def text(self, names: list[str]) -> str:
-        product = "*".join(names[a] for a in self.atoms) or "1"
+        product = "*".join(([str(self.multiplier)] if self.multiplier != 1 else []) + [names[a] for a in self.atoms])
         return product if self.divisor == 1 else f"ceil({product}/{self.divisor})"
 
 
@@ -125,62 +133,109 @@ class Expr:
 
 
 def features_of(count: int) -> list[Feature]:
-    """Candidate features over `count` atoms, simplest first: atoms, products of two, then their ceil-divisions."""
+    """Candidate features over `count` atoms, simplest first: atoms, products of two, then ceil(c * those / k) (tile
+    counts: c tiles per row, k rows per workgroup), c and k coprime."""
     monomials = [(a,) for a in range(count)] + [(a, b) for a in range(count) for b in range(a, count)]
-    return [Feature(m) for m in monomials] + [Feature(m, k) for m in monomials for k in DIVISORS]
+    # powers of two first (workgroup and tile sizes are), then the rest; small multipliers first
+    divisors = sorted(DIVISORS, key=lambda k: (k & (k - 1) != 0, k))
+    fractions = [(c, k) for k in divisors for c in MULTIPLIERS if c < k and math.gcd(c, k) == 1]
+    return [Feature(m) for m in monomials] + [Feature(m, k, c) for c, k in fractions for m in monomials]
+
+
+def feature_matrix(features: list[Feature], atom_values: list[list[int]]) -> np.ndarray:
+    """Every feature's value at every sample (rows), computed by monomial and fraction at once."""
+    atoms = np.array(atom_values, np.int64)
+    out = np.empty((len(atom_values), len(features)), np.int64)
+    products: dict[tuple[int, ...], np.ndarray] = {}
+    for j, f in enumerate(features):
+        product = products.get(f.atoms)
+        if product is None:
+            product = products[f.atoms] = np.prod(atoms[:, list(f.atoms)], axis=1)
+        out[:, j] = -(-(f.multiplier * product) // f.divisor)
+    return out
+
+
+class Fitter:
+    """Fits columns of values at the samples against a fixed feature matrix (the centring done once; a column seen
+    before answered from memory)."""
+
+    def __init__(self, matrix: np.ndarray, atom_count: int) -> None:
+        self.source = matrix
+        self.x = matrix.astype(np.float64)
+        self.centred = self.x - self.x.mean(axis=0)
+        spread = (self.centred ** 2).sum(axis=0)
+        self.usable = spread > 0
+        self.spread = np.where(self.usable, spread, 1.0)
+        self.norms = np.sqrt(np.where(self.usable, spread, np.inf))
+        self.atom_count = atom_count
+        self.monomials = atom_count + atom_count * (atom_count + 1) // 2  # features_of puts them first
+        self.memo: dict[bytes, Expr | None] = {}
+
+    def __call__(self, y: np.ndarray) -> Expr | None:
+        key = np.asarray(y, np.int64).tobytes()
+        if key not in self.memo:
+            self.memo[key] = self.fit(np.asarray(y, np.float64))
+        return self.memo[key]
+
+    def fit(self, y: np.ndarray) -> Expr | None:
+        """The simplest expression exact at every sample: a constant; else an integer times one feature plus one;
+        else two features (atoms and products first: parities such as 2*ceil(x/2) - x); else up to three chosen
+        by orthogonal matching pursuit. None when none is."""
+        if np.all(y == y[0]):
+            return Expr((), int(y[0]))
+        x, centred = self.x, self.centred
+        target = y - y.mean()
+        correlation = centred.T @ target
+        a = np.rint(np.where(self.usable, correlation / self.spread, 0))
+        b = np.rint(y.mean() - a * x.mean(axis=0))
+        few = min(4, len(y))  # screen on a few samples, then check the survivors on all
+        maybe = np.flatnonzero(self.usable & (a != 0) & np.all(a * x[:few] + b == y[:few, None], axis=0))
+        for f in maybe:
+            if np.all(a[f] * x[:, f] + b[f] == y):
+                return Expr(((int(a[f]), int(f)),), int(b[f]))
+        score = np.abs(correlation) / self.norms
+        by_score = np.argsort(-score)
+        monomials = [int(f) for f in by_score if f < self.monomials][:PAIR_CANDIDATES // 2]
+        pool = list(dict.fromkeys([f for f in range(self.atom_count) if self.usable[f]] + monomials
+                                  + [int(f) for f in by_score[:PAIR_CANDIDATES // 2] if self.usable[f]]))
+        ones = np.ones(len(y))
+        for i, f in enumerate(pool):
+            for g in pool[i + 1:]:
+                design = np.column_stack([x[:, f], x[:, g], ones])
+                coef = np.rint(np.linalg.lstsq(design, y, rcond=None)[0])
+                if coef[0] != 0 and coef[1] != 0 and np.all(design @ coef == y):
+                    return Expr(((int(coef[0]), f), (int(coef[1]), g)), int(coef[2]))
+        chosen: list[int] = []
+        residual = target
+        for _ in range(3):
+            score = np.abs(centred.T @ residual) / self.norms
+            score[chosen] = -1
+            chosen.append(int(np.argmax(score)))
+            design = np.column_stack([x[:, chosen], ones])
+            coef = np.rint(np.linalg.lstsq(design, y, rcond=None)[0])
+            if np.all(design @ coef == y) and np.all(coef[:-1] != 0):
+                return Expr(tuple((int(c), f) for c, f in zip(coef[:-1], chosen)), int(coef[-1]))
+            residual = y - design @ coef
+            residual = residual - residual.mean()
+        return None
 
 
 def fit(matrix: np.ndarray, y: np.ndarray, atom_count: int = 0) -> Expr | None:
-    """The simplest expression exact at every sample: a constant; else one feature times an integer plus one; else
-    up to three features chosen by orthogonal matching pursuit with integer coefficients. None when none is."""
-    y = y.astype(np.float64)
-    if np.all(y == y[0]):
-        return Expr((), int(y[0]))
-    x = matrix.astype(np.float64)
-    centred = x - x.mean(axis=0)
-    spread = (centred ** 2).sum(axis=0)
-    usable = spread > 0
-    target = y - y.mean()
-    slope = np.where(usable, (centred * target[:, None]).sum(axis=0) / np.where(usable, spread, 1), 0)
-    a = np.rint(slope)
-    b = np.rint((y[:, None] - a * x).mean(axis=0))
-    exact = usable & (a != 0) & np.all(a * x + b == y[:, None], axis=0)
-    if exact.any():
-        f = int(np.argmax(exact))
-        return Expr(((int(a[f]), f),), int(b[f]))
-    # pairs: the atoms themselves (parities such as 2*ceil(x/2) - x) and the features nearest the target
-    norms0 = np.sqrt(np.where(usable, spread, np.inf))
-    near = np.argsort(-np.abs(centred.T @ target) / norms0)[:PAIR_CANDIDATES]
-    pool = list(dict.fromkeys([f for f in range(atom_count) if usable[f]] + [int(f) for f in near if usable[f]]))
-    ones = np.ones(len(y))
-    for i, f in enumerate(pool):
-        for g in pool[i + 1:]:
-            design = np.column_stack([x[:, f], x[:, g], ones])
-            coef = np.rint(np.linalg.lstsq(design, y, rcond=None)[0])
-            if coef[0] != 0 and coef[1] != 0 and np.all(design @ coef == y):
-                return Expr(((int(coef[0]), f), (int(coef[1]), g)), int(coef[2]))
-    chosen: list[int] = []
-    residual = target
-    norms = np.sqrt(np.where(usable, spread, np.inf))
-    for _ in range(3):
-        score = np.abs(centred.T @ residual) / norms
-        score[chosen] = -1
-        chosen.append(int(np.argmax(score)))
-        design = np.column_stack([x[:, chosen], np.ones(len(y))])
-        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-        coef = np.rint(coef)
-        if np.all(design @ coef == y) and np.all(coef[:-1] != 0):
-            return Expr(tuple((int(c), f) for c, f in zip(coef[:-1], chosen)), int(coef[-1]))
-        residual = y - design @ coef
-        residual = residual - residual.mean()
-    return None
+    """The simplest exact expression of `y` over the features (Fitter.fit)."""
+    return Fitter(matrix, atom_count)(y)
 
 
-_ATOMS = [0]
+_FITTER: list[Fitter | None] = [None]
 
 
 def _fit(values: np.ndarray, y: np.ndarray) -> Expr | None:
-    return fit(values, y, _ATOMS[0])
+    fitter = _FITTER[0]
+    if fitter is None or fitter.source is not values:  # one fitter per sample set
+        fitter = _FITTER[0] = Fitter(values, _ATOMS[0])
+    return fitter(y)
+
+
+_ATOMS = [0]
 
 
 # -- the plan ---------------------------------------------------------------------------------------------------
@@ -196,13 +251,37 @@ class Version:
     spec: KernelSpec  # the version at the first sample: its bindings' layout
     source: str
     kernel: ParametricKernel | None  # None: the text does not depend on the sizes
-    dims: list[Expr]
+    dims: list[Expr | int]  # per gpe_dims word: its expression, or the axis whose workgroup count it is
     floats: list[bool]  # gpe_dims words stored as f32 bits
-    grid: tuple[Expr, Expr, Expr]
+    grid_exprs: tuple[Expr, Expr, Expr]
     explicit: bool  # the grid is the kernel's own workgroup count (spec.dispatch), not invocations
     sizes: dict[int, Expr]  # bound binding position -> bytes (planned tensors and scratch)
     tables: dict[int, tuple[Any, ...]]  # bound binding position -> (table function, align, half, IH, H, IW, W)
+    macs: Expr | None  # multiply-accumulates (reports only); None where no expression fits
     pipeline: Any = None
+
+    def words(self, features: list[int]) -> np.ndarray | None:
+        """gpe_dims' contents at a size (None: the text reads none)."""
+        if self.kernel is None:
+            return None
+        groups = self.groups(features)
+        numbers = [groups[e] if isinstance(e, int) else e(features) for e in self.dims]
+        return np.array([int(np.array([float(n)], np.float32).view(np.uint32)[0]) if is_float else n & 0xFFFFFFFF
+                         for n, is_float in zip(numbers, self.floats)], np.uint32)
+
+    def grid(self, features: list[int]) -> tuple[int, int, int]:
+        return tuple(max(0, e(features)) for e in self.grid_exprs)  # type: ignore[return-value]
+
+    def groups(self, features: list[int]) -> tuple[int, int, int]:
+        """Workgroups dispatched at a size."""
+        grid = self.grid(features)
+        return grid if self.explicit else tuple(-(-g // w) for g, w in zip(grid, self.workgroup))  # type: ignore
+
+    def table(self, i: int, features: list[int]) -> np.ndarray:
+        """Binding i's size-dependent table at a size, made by its kernel's function."""
+        fn, align, half, ih, h, iw, w = self.tables[i]
+        return np.concatenate([fn(ih(features), h(features), align, half),
+                               fn(iw(features), w(features), align, half)]).reshape(-1)
 
 
 @dataclass
@@ -231,6 +310,35 @@ class _Sample:
     source: dict[int, tuple[int, ...]]  # the model's tensors with symbolic shapes, as propagate derives them
 
 
+class Buffers:
+    """The buffers the sizes of one interpreter share (never shared between interpreters: their invokes may
+    interleave): the arena of intermediates and the input buffers, each grown to ARENA_GROWTH x a size's need when
+    that size needs more than it holds, never shrunk."""
+
+    def __init__(self) -> None:
+        self.arena: Any = None
+        self.raw_in: dict[int, Any] = {}
+        self.grown = 0
+
+    def arena_for(self, need: int, dev: Any) -> Any:
+        import wgpu
+
+        if self.arena is None or self.arena.size < need:
+            size = max(16, -(-int(need * ARENA_GROWTH) // 256) * 256)
+            self.arena = dev.create_buffer(size=size, usage=wgpu.BufferUsage.STORAGE)
+            self.grown += 1
+        return self.arena
+
+    def input_for(self, t: int, need: int, dev: Any) -> Any:
+        import wgpu
+
+        buf = self.raw_in.get(t)
+        if buf is None or buf.size < need:
+            buf = self.raw_in[t] = dev.create_buffer(size=-(-int(need * ARENA_GROWTH) // 16) * 16,
+                                                     usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+        return buf
+
+
 class SymbolicPlan:
     """What a new size of a symbolic model needs, as expressions over its symbols (see the module's docstring)."""
 
@@ -240,15 +348,14 @@ class SymbolicPlan:
         self.rdp, self.atoms, self.names, self.features = rdp, atoms, names, features
         self.used: list[int] = list(range(len(features)))  # the features some expression reads
         self.source: dict[int, tuple[Expr, ...]] = {}  # the model's symbolic tensors' shapes
+        self.signature: Any = None  # the structure every size it serves keeps (_signature)
+        self.validated = 0  # sizes never sampled at which every expression was checked against the planner
         self.template = template  # the CompiledGraph of the first size (one GPU program)
         self.dispatches, self.records, self.boundary, self.ranges = dispatches, records, boundary, ranges
         self.samples = samples
         self.order = PlacementOrder.of([UsageRecord(t, 1 + k, first, last)  # replaced at the first size
                                         for k, (t, first, last, _) in enumerate(records)])
-        self.arena: Any = None  # the arena buffer every size's program shares, grown, never shrunk
-        self.arena_grown = 0
         self.constants: dict[int, Any] = {}
-        self.raw_in: dict[int, Any] = {}
         self.lock = threading.Lock()
         self.sized = 0  # sizes served
         self.compiled_versions = 0
@@ -259,7 +366,26 @@ class SymbolicPlan:
     def make(model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions, template: Any
              ) -> SymbolicPlan | str:
         """The symbolic plan of the model whose first size compiled to `template` (a CompiledGraph), or why there
-        is none (a split: planning at each size)."""
+        is none (a split: planning at each size). Fitted at the sampled sizes, then checked against the planner at
+        VALIDATION sizes no sample has; a size where an expression fails joins the samples and the plan is fitted
+        again (up to ROUNDS times), else there is no plan."""
+        extra: list[dict[str, int]] = []
+        for _ in range(ROUNDS):
+            plan = SymbolicPlan.fitted(model, shapes, options, template, extra)
+            if isinstance(plan, str):
+                return plan
+            failed = [env for env in _validation_envs(list(plan.ranges))
+                      if plan.covers(env) and plan.check(_shapes_at(model.main, plan.rdp, env), model, options)]
+            if not failed:
+                plan.validated = len(_validation_envs(list(plan.ranges)))
+                return plan
+            extra += failed
+        return f"expressions still failed at {len(failed)} validation sizes after {ROUNDS} rounds of fitting"
+
+    @staticmethod
+    def fitted(model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions, template: Any,
+               extra: list[dict[str, int]]) -> SymbolicPlan | str:
+        """The plan fitted at the sampled sizes and `extra` ones."""
         graph = model.main
         if not any(any(d < 0 for d in graph.tensors[t].shape_signature or ()) for t in graph.inputs):
             return "static input sizes"
@@ -281,7 +407,7 @@ class SymbolicPlan:
         misfits: list[dict[str, int]] = []
         base = None
         symbolic = rdp.symbolic_tensors()
-        for env in _sample_envs(free, rdp.input_env(shapes)):
+        for env in _sample_envs(free, rdp.input_env(shapes)) + extra:
             sample_shapes = _shapes_at(graph, rdp, env)
             try:
                 entry = prepare(graph, sample_shapes, options, model)
@@ -304,7 +430,7 @@ class SymbolicPlan:
         if len(samples) < 12:
             return f"the plan's structure holds at {len(samples)} of the sampled sizes only"
         atom_values = [[int(substitute(a, s.env)) for a in atoms] for s in samples]
-        values = np.array([[f.value(v) for f in features] for v in atom_values], np.int64)
+        values = feature_matrix(features, atom_values)
         for _ in range(4):  # samples where a kernel's text takes another form (a size 1 simplified) leave the range
             dispatches = []
             for d in range(len(samples[0].program.sources)):
@@ -351,8 +477,11 @@ class SymbolicPlan:
         plan = SymbolicPlan(rdp, atoms, names, features, template, dispatches, records, boundary, ranges,
                             len(samples))
         plan.source = source
+        plan.signature = base
         exprs = [e for d in dispatches for v in d.classes.values()
-                 for e in [*v.dims, *v.grid, *v.sizes.values(), *[x for t in v.tables.values() for x in t[3:]]]]
+                 for e in [*[x for x in v.dims if not isinstance(x, int)], *v.grid_exprs,
+                           *([v.macs] if v.macs else []), *v.sizes.values(),
+                           *[x for t in v.tables.values() for x in t[3:]]]]
         exprs += [d.rows for d in dispatches if d.rows is not None] + [r[3] for r in records]
         exprs += [e for dims in [*boundary.values(), *source.values()] for e in dims]
         plan.used = sorted({f for e in exprs for _, f in e.terms})
@@ -360,7 +489,7 @@ class SymbolicPlan:
         plan.order = PlacementOrder.of(at_first.records, first.gpu.storage_alignment)
         # the first size served once: its classes' versions compiled now (its neighbours then compile nothing) and
         # the whole path exercised before a user's size takes it
-        got = plan.at(shapes, graph)
+        got = plan.at(shapes, graph, Buffers())
         if got is None:
             return "the first size is outside the sampled range"
         program = got[1].programs[0]
@@ -387,7 +516,7 @@ class SymbolicPlan:
         records = [UsageRecord(t, max(4, e(features)), first, last) for t, first, last, e in self.records]
         return Evaluated(env, features, versions, classes, records)
 
-    def at(self, shapes: dict[int, tuple[int, ...]], source: Graph) -> tuple[Graph, Any] | None:
+    def at(self, shapes: dict[int, tuple[int, ...]], source: Graph, buffers: Buffers) -> tuple[Graph, Any] | None:
         """The source graph with its shapes at these input sizes and its compiled graph, from the expressions
         alone; None outside the sampled range (the caller plans that size as before)."""
         start = time.perf_counter()
@@ -401,7 +530,7 @@ class SymbolicPlan:
         with self.lock:
             evaluated = self.evaluate(env)
             plan_done = time.perf_counter()
-            program = SizedProgram(self, evaluated)
+            program = SizedProgram(self, evaluated, buffers)
         compiled = copy.copy(self.template)
         compiled.programs = [program]
         compiled.graph = program.graph
@@ -417,24 +546,66 @@ class SymbolicPlan:
                         "total": (time.perf_counter() - start) * 1e3}
         return graph, compiled
 
-    def arena_for(self, need: int, dev: Any) -> Any:
-        """The shared arena, grown to ARENA_GROWTH x `need` when it holds less (never shrunk)."""
-        import wgpu
-
-        if self.arena is None or self.arena.size < need:
-            size = max(16, -(-int(need * ARENA_GROWTH) // 256) * 256)
-            self.arena = dev.create_buffer(size=size, usage=wgpu.BufferUsage.STORAGE)
-            self.arena_grown += 1
-        return self.arena
+    def check(self, shapes: dict[int, tuple[int, ...]], model: Model, options: EngineOptions) -> list[str]:
+        """Where this plan's values at `shapes` differ from what the planner gives there (each dispatch rendered in
+        the version the size's class picks): empty when every expression holds. For tests at sizes never sampled;
+        a new size never pays for this."""
+        at = self.evaluate(self.rdp.input_env(shapes))
+        first: GpuProgram = self.template.programs[0]
+        entry = prepare(model.main, shapes, options, model)
+        part = entry.plan.partitions[0]
+        program = GpuProgram(entry.plan.graph, part.ops, part.inputs, part.outputs, first.gpu,
+                             dataclasses.replace(options, memory_strategy="offsets"), None, first.target,
+                             first.precision, allocate=False)
+        if _signature(program) != self.signature:
+            return ["the plan's structure differs"]
+        problems = []
+        features = at.features
+        for d, version in enumerate(at.versions):
+            spec = program.as_version(program.sources[d][0], version.decomposition, version.workgroup, True)
+            if spec is None:
+                problems.append(f"dispatch {d}: no version")
+                continue
+            text = program.render(spec)
+            words = version.words(features)
+            if version.kernel is None and text != version.source:
+                problems.append(f"dispatch {d}: its text changed")
+            elif version.kernel is not None:
+                planned = version.kernel.values(text)
+                if planned is None or list(planned) != list(words):  # type: ignore[arg-type]
+                    problems.append(f"dispatch {d}: gpe_dims {words} != planned {planned}")
+            planned_grid = tuple(spec.dispatch if version.explicit else spec.grid)  # type: ignore[arg-type]
+            if planned_grid != version.grid(features):
+                problems.append(f"dispatch {d}: grid {version.grid(features)} != planned {planned_grid}")
+            bound = codegen.bound(spec)
+            for i, e in version.sizes.items():
+                b = bound[i]
+                planned_bytes = b.scratch_bytes or binding_bytes(b, program.graph, program.precision)
+                if e(features) != planned_bytes:
+                    problems.append(f"dispatch {d} binding {b.name}: {e(features)} bytes != planned {planned_bytes}")
+            for i in version.tables:
+                if not np.array_equal(version.table(i, features), bound[i].data):
+                    problems.append(f"dispatch {d}: table {bound[i].name} differs")
+        if [(r.tensor, r.size, r.first, r.last) for r in at.records] != \
+                [(r.tensor, r.size, r.first, r.last) for r in program.info.records]:
+            problems.append("usage records differ")
+        for t, dims in self.boundary.items():
+            if tuple(e(features) for e in dims) != tuple(program.graph.tensors[t].shape):
+                problems.append(f"boundary tensor {t}'s shape differs")
+        for t, dims in self.source.items():
+            if tuple(e(features) for e in dims) != tuple(entry.graph.tensors[t].shape):
+                problems.append(f"tensor {t}'s shape differs")
+        return problems
 
     def report(self) -> dict[str, Any]:
         """What inspect --symbolic shows: the symbols' sampled range, each dispatch's classes and versions, the
         expressions' count."""
         return {
             "samples": self.samples,
+            "validated": self.validated,
             "range": {s: list(r) for s, r in self.ranges.items()},
             "atoms": list(self.names),
-            "expressions": sum(len(v.dims) + 3 + len(v.sizes) for d in self.dispatches for v in d.classes.values())
+            "expressions": sum(len(v.dims) + 4 + len(v.sizes) for d in self.dispatches for v in d.classes.values())
             + len(self.records) + sum(len(s) for s in self.boundary.values()),
             "memory": "peak-outward greedy arena in the first size's order (memory/peak_outward.py); one arena grown "
                       f"to {ARENA_GROWTH}x a size's need when it needs more, never shrunk",
@@ -459,11 +630,26 @@ class SymbolicPlan:
         return lines
 
 
+# made plans per device: interpreters of one model (its bytes) with the same options share one (its expressions,
+# versions and pipelines; each interpreter keeps its own buffers)
+_PLANS: weakref.WeakKeyDictionary[Any, dict[Any, SymbolicPlan | str]] = weakref.WeakKeyDictionary()
+
+
+def plan_for(digest: bytes, model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions,
+             template: Any) -> SymbolicPlan | str:
+    """The symbolic plan of the model whose bytes hash to `digest`, made once per device and options."""
+    plans = _PLANS.setdefault(template.gpu.device, {})
+    key = (digest, repr(options), template.precision)
+    if key not in plans:
+        plans[key] = SymbolicPlan.make(model, shapes, options, template)
+    return plans[key]
+
+
 class SizedProgram(GpuProgram):
     """A GPU program at one size, made from the symbolic plan's values (no lowering, no rendering): the same hot loop,
     submit and read-back as GpuProgram."""
 
-    def __init__(self, plan: SymbolicPlan, at: Evaluated) -> None:  # noqa: PLR0915 - one flat allocation
+    def __init__(self, plan: SymbolicPlan, at: Evaluated, buffers: Buffers) -> None:
         import wgpu
 
         start = time.perf_counter()
@@ -495,14 +681,9 @@ class SizedProgram(GpuProgram):
         self.uploaded: dict[int, int] = {}
         dev = self.gpu.device
         usage = wgpu.BufferUsage.STORAGE
-        self.objects = [plan.arena_for(memory.object_sizes[0] if memory.object_sizes else 16, dev)]
-        self.raw_in = {}
-        for t in self.inputs:  # shared by the sizes, grown when a size needs more
-            buf = plan.raw_in.get(t)
-            if buf is None or buf.size < self._raw_bytes(t):
-                buf = plan.raw_in[t] = dev.create_buffer(size=-(-int(self._raw_bytes(t) * ARENA_GROWTH) // 16) * 16,
-                                                         usage=usage | wgpu.BufferUsage.COPY_DST)
-            self.raw_in[t] = buf
+        self.buffers = buffers
+        self.objects = [buffers.arena_for(memory.object_sizes[0] if memory.object_sizes else 16, dev)]
+        self.raw_in = {t: buffers.input_for(t, self._raw_bytes(t), dev) for t in self.inputs}
         copies = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | copies) for t in self.outputs}
         self.out_offsets: dict[int, int] = {}
@@ -526,15 +707,11 @@ class SizedProgram(GpuProgram):
         self._words: list[np.ndarray | None] = []
         for k, version in enumerate(at.versions):
             pipeline = self.compile(version)
-            words = None
-            if version.kernel is not None:
-                numbers = [e(features) for e in version.dims]
-                words = np.array([int(np.array([float(n)], np.float32).view(np.uint32)[0]) if is_float
-                                  else n & 0xFFFFFFFF for n, is_float in zip(numbers, version.floats)], np.uint32)
+            words = version.words(features)
+            if words is not None:
                 self._dims[k] = words
             self._words.append(words)
-            grid = tuple(max(0, e(features)) for e in version.grid)
-            groups = grid if version.explicit else tuple(-(-g // w) for g, w in zip(grid, version.workgroup))
+            groups = version.groups(features)
             bind_group = self._bind_version(k, version, pipeline)
             self.dispatches.append(Dispatch(version.spec, pipeline, bind_group, groups, version.source))  # type: ignore
         self.parametric_dispatches = len(self._dims)
@@ -576,9 +753,7 @@ class SizedProgram(GpuProgram):
                             "resource": {"buffer": buf, "offset": 0, "size": buf.size}})
         for i, b in enumerate(codegen.bound(version.spec)):
             if i in version.tables:  # a size-dependent table: made by its kernel's function, uploaded per size
-                fn, align, half, ih, h, iw, w = version.tables[i]
-                table = np.concatenate([fn(ih(features), h(features), align, half),
-                                        fn(iw(features), w(features), align, half)]).reshape(-1)
+                table = version.table(i, features)
                 buf = dev.create_buffer_with_data(data=table.astype(np.float32).tobytes(),
                                                   usage=wgpu.BufferUsage.STORAGE)
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
@@ -613,6 +788,14 @@ class SizedProgram(GpuProgram):
         k = next(k for k, v in enumerate(self.evaluated.versions) if v.spec is spec)
         return self._bind_version(k, self.evaluated.versions[k], pipeline, inputs)
 
+    def launched(self, index: int) -> int:
+        return int(np.prod(self.dispatches[index].groups)) * int(np.prod(self.evaluated.versions[index].workgroup))
+
+    def macs(self, index: int) -> int:
+        """Multiply-accumulates at this size; 0 where the count fits no expression (a report figure only)."""
+        expr = self.evaluated.versions[index].macs
+        return expr(self.evaluated.features) if expr is not None else 0
+
     def variant(self, index: int, workgroup: Any = None, decomposition: Any = None) -> Any:
         raise GpuEngineError("a program made from the symbolic plan has no variants (tune at a planned size)")
 
@@ -638,15 +821,26 @@ def _atoms(rdp: SymbolicShapes, free: list[str]) -> tuple[list[Any], list[str]]:
 
 
 def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]:
+    """The first size, every symbol large together (the fat class), then SAMPLE_VALUES paired across the symbols
+    in shifted orders (one symbol: every size up to DENSE too)."""
     n = len(SAMPLE_VALUES)
     envs = [dict(first)]
-    for value in LARGE:  # every symbol large together: the fat class's sizes
+    for value in LARGE:
         envs.append({s: value for s in free})
-    for i in range(n):
-        env = {s: SAMPLE_VALUES[(i + SHIFTS[k % len(SHIFTS)] * (k > 0)) % n] for k, s in enumerate(free)}
-        if env not in envs:
-            envs.append(env)
+    pairings = (SHIFTS,) if len(free) == 1 else (SHIFTS, SHIFTS_AGAIN)
+    for shifts in pairings:
+        for i in range(n):
+            env = {s: SAMPLE_VALUES[(i + shifts[k % len(shifts)] * (k > 0)) % n] for k, s in enumerate(free)}
+            if env not in envs:
+                envs.append(env)
+    if len(free) == 1:
+        envs += [{free[0]: v} for v in range(1, DENSE + 1) if {free[0]: v} not in envs]
     return envs
+
+
+def _validation_envs(free: list[str]) -> list[dict[str, int]]:
+    """Sizes no sample has, to check the fitted expressions against the planner."""
+    return [{s: VALIDATION[(i + 3 * k) % len(VALIDATION)] for k, s in enumerate(free)} for i in range(len(VALIDATION))]
 
 
 def _shapes_at(graph: Graph, rdp: SymbolicShapes, env: dict[str, int]) -> dict[int, tuple[int, ...]]:
@@ -746,7 +940,16 @@ def _version(d: int, decomposition: Any, samples: list[_Sample], values: np.ndar
         texts.append(s.program.render(spec))
     binding = len(codegen.bound(ours))
     kernel = hoist(ours.shader, workgroup, decomposition, texts[0], texts[1:], binding)  # type: ignore[arg-type]
-    dims: list[Expr] = []
+    explicit = ours.dispatch is not None
+    grid = []
+    for axis in range(3):
+        column = np.array([(v.dispatch if explicit else v.grid)[axis] for v in versions])
+        expr = _fit(values, column)
+        if expr is None:
+            return f"its grid's axis {axis} fits no expression"
+        grid.append(expr)
+    counts = np.array([codegen.dispatch_size(v) for v in versions], np.int64)
+    dims: list[Expr | int] = []  # an int: the workgroup count on that axis
     floats: list[bool] = []
     if kernel is not None:
         words = [kernel.values(text) for text in texts]
@@ -764,19 +967,16 @@ def _version(d: int, decomposition: Any, samples: list[_Sample], values: np.ndar
             else:
                 column = np.array(column, np.int64)
                 column = np.where(column >= 2 ** 31, column - 2 ** 32, column)  # i32 bit patterns
+            groups = [k for k in range(3) if np.array_equal(np.asarray(column), counts[:, k])]
+            if groups:  # a workgroup count (a folded grid's width): from the grid's expression, exactly
+                dims.append(groups[0])
+                floats.append(is_float)
+                continue
             expr = _fit(values, np.asarray(column))
             if expr is None:
                 return f"gpe_dims word {slot} fits no expression"
             dims.append(expr)
             floats.append(is_float)
-    explicit = ours.dispatch is not None
-    grid = []
-    for axis in range(3):
-        column = np.array([(v.dispatch if explicit else v.grid)[axis] for v in versions])
-        expr = _fit(values, column)
-        if expr is None:
-            return f"its grid's axis {axis} fits no expression"
-        grid.append(expr)
     sizes = {}
     for i, b in enumerate(codegen.bound(ours)):
         if b.data is not None or (b.raw and not b.scratch_bytes):
@@ -796,9 +996,11 @@ def _version(d: int, decomposition: Any, samples: list[_Sample], values: np.ndar
         if isinstance(got, str):
             return got
         tables[i] = got
+    # for reports only (inspect, profile): None where no expression fits
+    macs = _fit(values, np.array([dispatch_macs(v, s.program.graph) for s, v in zip(samples, versions)]))
     source = kernel.source if kernel is not None else texts[0]
     return Version(_describe(decomposition, workgroup), decomposition, workgroup, ours, source, kernel, dims,
-                   floats, tuple(grid), explicit, sizes, tables)  # type: ignore[arg-type]
+                   floats, tuple(grid), explicit, sizes, tables, macs)  # type: ignore[arg-type]
 
 
 # kernels whose size-dependent constant the symbolic plan computes with the kernel's own function: per output row
@@ -829,5 +1031,5 @@ def _table(ours: KernelSpec, i: int, samples: list[_Sample], versions: list[Kern
     return (table, align, half, *sizes)
 
 
-__all__ = ["CLASSES", "SymbolicPlan", "SizedProgram", "fit", "shape_class"]
+__all__ = ["CLASSES", "Buffers", "SizedProgram", "SymbolicPlan", "fit", "plan_for", "shape_class"]
 
