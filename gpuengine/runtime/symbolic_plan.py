@@ -70,7 +70,7 @@ from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_r
 SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200)
 SHIFTS = (0, 7, 13, 3)
 SHIFTS_AGAIN = (0, 3, 11, 5)
-DENSE = 40  # a model with one symbol is also sampled at every size up to this
+DENSE = 24  # a model with one symbol is also sampled at every size up to this
 VALIDATION = (11, 27, 58, 83, 110, 126, 177)
 ROUNDS = 3
 LARGE = (72, 150)
@@ -370,8 +370,9 @@ class SymbolicPlan:
         VALIDATION sizes no sample has; a size where an expression fails joins the samples and the plan is fitted
         again (up to ROUNDS times), else there is no plan."""
         extra: list[dict[str, int]] = []
+        planned: dict[Any, Any] = {}
         for _ in range(ROUNDS):
-            plan = SymbolicPlan.fitted(model, shapes, options, template, extra)
+            plan = SymbolicPlan.fitted(model, shapes, options, template, extra, planned)
             if isinstance(plan, str):
                 return plan
             failed = [env for env in _validation_envs(list(plan.ranges))
@@ -384,8 +385,8 @@ class SymbolicPlan:
 
     @staticmethod
     def fitted(model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions, template: Any,
-               extra: list[dict[str, int]]) -> SymbolicPlan | str:
-        """The plan fitted at the sampled sizes and `extra` ones."""
+               extra: list[dict[str, int]], planned: dict[Any, Any]) -> SymbolicPlan | str:
+        """The plan fitted at the sampled sizes and `extra` ones (`planned`: the sizes planned in earlier rounds)."""
         graph = model.main
         if not any(any(d < 0 for d in graph.tensors[t].shape_signature or ()) for t in graph.inputs):
             return "static input sizes"
@@ -408,18 +409,23 @@ class SymbolicPlan:
         base = None
         symbolic = rdp.symbolic_tensors()
         for env in _sample_envs(free, rdp.input_env(shapes)) + extra:
-            sample_shapes = _shapes_at(graph, rdp, env)
-            try:
-                entry = prepare(graph, sample_shapes, options, model)
-                parts = entry.plan.partitions
-                if len(parts) != 1 or parts[0].device != "gpu":
-                    raise ValueError("partitions")
-                program = GpuProgram(entry.plan.graph, parts[0].ops, parts[0].inputs, parts[0].outputs, first.gpu,
-                                     dataclasses.replace(options, memory_strategy="offsets"), None, first.target,
-                                     first.precision, allocate=False)
-            except (GpuEngineError, ValueError):
+            key = tuple(sorted(env.items()))
+            if key not in planned:  # each size planned once across the rounds of fitting
+                try:
+                    entry = prepare(graph, _shapes_at(graph, rdp, env), options, model)
+                    parts = entry.plan.partitions
+                    if len(parts) != 1 or parts[0].device != "gpu":
+                        raise ValueError("partitions")
+                    planned[key] = (entry, GpuProgram(
+                        entry.plan.graph, parts[0].ops, parts[0].inputs, parts[0].outputs, first.gpu,
+                        dataclasses.replace(options, memory_strategy="offsets"), None, first.target, first.precision,
+                        allocate=False))
+                except (GpuEngineError, ValueError):
+                    planned[key] = None
+            if planned[key] is None:
                 misfits.append(env)
                 continue
+            entry, program = planned[key]
             base = base if base is not None else _signature(program)
             if _signature(program) != base:
                 misfits.append(env)
