@@ -143,3 +143,26 @@ def test_sizes_outside_the_sampled_range_are_planned_as_before() -> None:
 def test_shape_classes_are_named_by_rows() -> None:
     assert [shape_class(r) for r in (1, 63, 64, 4095, 4096, 10 ** 6)] == \
         ["skinny", "skinny", "regular", "regular", "fat", "fat"]
+
+
+def test_the_versions_compile_with_naga_and_tint() -> None:
+    """Every version of the two plans (parametric texts in each shape class's decomposition) is taken by naga
+    (wgpu-native) and by Tint (Dawn), each text with its implementation's enable directives."""
+    pytest.importorskip("wgpudawn", reason="the Dawn compile check needs wgpudawn (pip install 'gpuengine[dawn]')")
+    from gpuengine.lowering import codegen
+    from gpuengine.runtime.device import get_device
+    from gpuengine.runtime.webgpu import compile_error
+
+    texts = {}
+    for build in (fcn_model, encoder_model):
+        it = Interpreter(model_content=build())
+        it.allocate_tensors()
+        plan = it.symbolic_plan
+        assert isinstance(plan, SymbolicPlan), plan
+        texts.update({v.source: d.shader for d in plan.dispatches for v in d.classes.values()})
+    assert len(texts) >= 10
+    for webgpu in ("wgpu", "dawn"):
+        device = get_device(webgpu=webgpu).device
+        for source, shader in texts.items():
+            text = codegen.enable_directives(source, False, webgpu) + source
+            assert compile_error(device, text, pipeline=webgpu == "dawn") is None, (webgpu, shader)
