@@ -192,7 +192,8 @@ def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:
     symbolic = [o for o in ops if o["symbolic"]]
     splits = [o for o in ops if o["split"]]
     print(f"symbolic shapes (RDP, {rdp['rounds']} rounds): symbols {', '.join(rdp['symbols']) or 'none'}; ops by "
-          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size re-plans them); "
+          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size evaluates the symbolic plan, or "
+          f"re-plans where there is none); "
           f"{len(splits)} split points")
     for name, value in rdp["bindings"].items():
         print(f"  {name} = {value} (found by propagation)")
