@@ -229,7 +229,12 @@ class Interpreter:
         plan = self._symbolic_plan
         if not isinstance(plan, SymbolicPlan) or not plan.template.gpu.alive():
             return None
-        got = plan.at(self._shapes, self._model.main, self._plan_buffers)
+        try:
+            got = plan.at(self._shapes, self._model.main, self._plan_buffers)
+        except (GpuEngineError, ValueError, TypeError, ArithmeticError, LookupError) as e:
+            # never a crash for a plan that cannot serve a size: this interpreter plans each size from now on
+            self._symbolic_plan = f"it failed at input shapes {self._shapes}: {type(e).__name__}: {e}"
+            return None
         if got is None:
             return None
         graph, compiled = got
@@ -238,6 +243,8 @@ class Interpreter:
     def _make_symbolic_plan(self, compiled: CompiledGraph) -> None:
         """Once, after the first size of a model with symbolic input sizes compiled: its symbolic plan, or why it
         has none (the reason inspect shows)."""
+        if isinstance(self._symbolic_plan, SymbolicPlan) and not self._symbolic_plan.template.gpu.alive():
+            self._symbolic_plan, self._plan_buffers = None, Buffers()  # the device was lost: made on the new one
         if self._symbolic_plan is not None or not compiled.symbolic_inputs:
             return
         try:
@@ -245,8 +252,8 @@ class Interpreter:
             content = source if isinstance(source, bytes | bytearray) else Path(source).read_bytes()  # type: ignore
             digest = hashlib.blake2b(bytes(content), digest_size=16).digest()
             self._symbolic_plan = plan_for(digest, self._model, self._shapes, self._options, compiled)
-        except GpuEngineError as e:
-            self._symbolic_plan = f"making it failed: {e}"
+        except (GpuEngineError, ValueError, TypeError, ArithmeticError, LookupError, np.linalg.LinAlgError) as e:
+            self._symbolic_plan = f"making it failed: {type(e).__name__}: {e}"  # each size planned, as before
 
     @property
     def symbolic_plan(self) -> SymbolicPlan | str | None:
