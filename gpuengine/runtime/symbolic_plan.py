@@ -435,8 +435,7 @@ class SymbolicPlan:
                                    {t: tuple(entry.graph.tensors[t].shape) for t in symbolic}))
         if len(samples) < 12:
             return f"the plan's structure holds at {len(samples)} of the sampled sizes only"
-        atom_values = [[int(substitute(a, s.env)) for a in atoms] for s in samples]
-        values = feature_matrix(features, atom_values)
+        values = feature_matrix(features, [atom_values(atoms, s.env) for s in samples])
         for _ in range(4):  # samples where a kernel's text takes another form (a size 1 simplified) leave the range
             dispatches = []
             for d in range(len(samples[0].program.sources)):
@@ -510,7 +509,7 @@ class SymbolicPlan:
         return all(s in env and lo <= env[s] <= hi for s, (lo, hi) in self.ranges.items())
 
     def evaluate(self, env: dict[str, int]) -> Evaluated:
-        atoms = [int(substitute(a, env)) for a in self.atoms]
+        atoms = atom_values(self.atoms, env)
         features = [0] * len(self.features)
         for f in self.used:
             features[f] = self.features[f].value(atoms)
@@ -812,18 +811,23 @@ def _atoms(rdp: SymbolicShapes, free: list[str]) -> tuple[list[Any], list[str]]:
     """The input symbols, then the distinct symbolic sizes RDP's shapes hold (up to MAX_ATOMS)."""
     from ..model.dims import ceil_div, symbol
 
-    atoms: list[Any] = [symbol(s) for s in free]
+    atoms: list[Any] = [(s, 1) for s in free]  # (symbol, k): ceil(symbol / k), computed directly
     names = list(free)
     for s in free:  # a kernel's tiles over a size: ceil(size / tile), tiles of tiles included (ceil(ceil(a/2)/2))
         for k in ATOM_TILES:
-            atoms.append(ceil_div(symbol(s), k))
-            names.append(str(atoms[-1]))
+            atoms.append((s, k))
+            names.append(str(ceil_div(symbol(s), k)))
     for t in rdp.symbolic_tensors():
         for d in rdp.shape(t):
             if is_symbolic(d) and str(d) not in names and len(atoms) < MAX_ATOMS:
-                atoms.append(d)
+                atoms.append(d)  # any other size RDP holds: evaluated by substitution
                 names.append(str(d))
     return atoms, names
+
+
+def atom_values(atoms: list[Any], env: dict[str, int]) -> list[int]:
+    """The atoms' values at a size."""
+    return [-(-env[a[0]] // a[1]) if isinstance(a, tuple) else int(substitute(a, env)) for a in atoms]
 
 
 def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]:
