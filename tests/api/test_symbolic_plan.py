@@ -166,3 +166,21 @@ def test_the_versions_compile_with_naga_and_tint() -> None:
         for source, shader in texts.items():
             text = codegen.enable_directives(source, False, webgpu) + source
             assert compile_error(device, text, pipeline=webgpu == "dawn") is None, (webgpu, shader)
+
+
+def test_a_value_dependent_shape_splits_the_plan_and_inspect_says_so() -> None:
+    """A RESHAPE to a target read from an input (class 3, values known only at run time) is a split point: no
+    symbolic plan, each size planned (LiteRT runs the part after it), and the reason is the split."""
+    from gpuengine.model.builder import ModelBuilder
+    from gpuengine.tools.inspect import symbolic_plan_report
+
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 6), shape_signature=(-1, 6))
+    target = mb.input("target", (2,), np.int32)
+    r = mb.op("RELU", [x], (2, 6), shape_signature=(-1, 6))
+    y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
+    mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
+    it = Interpreter(model_content=mb.build())
+    it.allocate_tensors()
+    report = symbolic_plan_report(it.symbolic_plan)
+    assert not report["made"] and "split points" in report["why"] and "RESHAPE" in report["why"], report
