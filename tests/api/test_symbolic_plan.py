@@ -171,8 +171,9 @@ def test_the_versions_compile_with_naga_and_tint() -> None:
 def test_a_value_dependent_shape_splits_the_plan_and_inspect_says_so() -> None:
     """A RESHAPE to a target read from an input (class 3, values known only at run time) is a split point: no
     symbolic plan, each size planned (LiteRT runs the part after it), and the reason is the split."""
-    from gpuengine.model.builder import ModelBuilder
     from gpuengine.tools.inspect import symbolic_plan_report
+
+    from gpuengine.model.builder import ModelBuilder
 
     mb = ModelBuilder()
     x = mb.input("x", (2, 6), shape_signature=(-1, 6))
