@@ -73,6 +73,7 @@ SHIFTS_AGAIN = (0, 3, 11, 5)
 DENSE = 24  # a model with one symbol is also sampled at every size up to this
 VALIDATION = (11, 27, 58, 83, 110, 126, 177)
 ROUNDS = 3
+SAMPLING_BUDGET_S = 20.0  # the planning of the samples a plan may take, once per model and device
 LARGE = (72, 150)
 CLASSES = (("skinny", 64), ("regular", 4096), ("fat", None))  # by a dispatch's output rows: below each bound
 DIVISORS = (*range(2, 17), 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
@@ -408,7 +409,13 @@ class SymbolicPlan:
         misfits: list[dict[str, int]] = []
         base = None
         symbolic = rdp.symbolic_tensors()
-        for env in _sample_envs(free, rdp.input_env(shapes)) + extra:
+        envs = _sample_envs(free, rdp.input_env(shapes)) + extra
+        start = time.perf_counter()
+        for n, env in enumerate(envs):
+            spent = time.perf_counter() - start
+            if n and spent / n * len(envs) > SAMPLING_BUDGET_S:  # a large model: its plan per size is too slow
+                return (f"planning it at {len(envs)} sampled sizes would take about {spent / n * len(envs):.0f} s "
+                        f"(budget {SAMPLING_BUDGET_S:.0f} s)")
             key = tuple(sorted(env.items()))
             if key not in planned:  # each size planned once across the rounds of fitting
                 try:
@@ -638,16 +645,18 @@ class SymbolicPlan:
 # made plans per device: interpreters of one model (its bytes) with the same options share one (its expressions,
 # versions and pipelines; each interpreter keeps its own buffers)
 _PLANS: weakref.WeakKeyDictionary[Any, dict[Any, SymbolicPlan | str]] = weakref.WeakKeyDictionary()
+_MAKING = threading.Lock()
 
 
 def plan_for(digest: bytes, model: Model, shapes: dict[int, tuple[int, ...]], options: EngineOptions,
              template: Any) -> SymbolicPlan | str:
     """The symbolic plan of the model whose bytes hash to `digest`, made once per device and options."""
-    plans = _PLANS.setdefault(template.gpu.device, {})
-    key = (digest, repr(options), template.precision)
-    if key not in plans:
-        plans[key] = SymbolicPlan.make(model, shapes, options, template)
-    return plans[key]
+    with _MAKING:  # one at a time: the fitting's state (_FITTER, _ATOMS) is the module's
+        plans = _PLANS.setdefault(template.gpu.device, {})
+        key = (digest, repr(options), template.precision)
+        if key not in plans:
+            plans[key] = SymbolicPlan.make(model, shapes, options, template)
+        return plans[key]
 
 
 class SizedProgram(GpuProgram):
