@@ -786,7 +786,8 @@ class SizedProgram(GpuProgram):
                         self._scratch[b.scratch_key] = buf
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
             elif b.raw and not b.writable and inputs and b.tensor in inputs:
-                resource = {"buffer": inputs[b.tensor], "offset": 0, "size": self._raw_bytes(b.tensor)}
+                buf = inputs[b.tensor]  # a user's buffer: the tensor's bytes, not necessarily rounded up to 16
+                resource = {"buffer": buf, "offset": 0, "size": min(self._raw_bytes(b.tensor), buf.size)}
             elif b.raw:
                 buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
                 resource = {"buffer": buf, "offset": 0, "size": self._raw_bytes(b.tensor)}

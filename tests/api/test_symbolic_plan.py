@@ -185,3 +185,26 @@ def test_a_value_dependent_shape_splits_the_plan_and_inspect_says_so() -> None:
     it.allocate_tensors()
     report = symbolic_plan_report(it.symbolic_plan)
     assert not report["made"] and "split points" in report["why"] and "RESHAPE" in report["why"], report
+
+
+def test_a_served_size_reads_its_input_from_a_gpu_buffer() -> None:
+    """set_input_buffer at a size the plan served rebinds from the evaluated sizes (SizedProgram._bind): the same
+    outputs as the host upload."""
+    import wgpu
+
+    ours = Interpreter(model_content=fcn_model())
+    ours.allocate_tensors()
+    shape = (1, 14, 11, 3)
+    ours.resize_tensor_input(0, list(shape))
+    ours.allocate_tensors()
+    assert isinstance(ours.compiled.programs[0], SizedProgram)
+    x = np.random.default_rng(3).uniform(-1, 1, shape).astype(np.float32)
+    ours.set_tensor(ours.get_input_details()[0]["index"], x)
+    ours.invoke()
+    want = [ours.get_tensor(d["index"]).copy() for d in ours.get_output_details()]
+    device = ours.compiled.device
+    buffer = device.create_buffer_with_data(data=x.tobytes(), usage=wgpu.BufferUsage.STORAGE)
+    ours.set_input_buffer(0, buffer)
+    ours.invoke()
+    for d, w in zip(ours.get_output_details(), want):
+        np.testing.assert_array_equal(ours.get_tensor(d["index"]), w)
