@@ -3,22 +3,23 @@ evaluates expressions instead of planning.
 
 Everything a new size changes in a GPU program -- the numbers each kernel reads from its `gpe_dims` buffer
 (lowering/parametric.py), each dispatch's grid, each binding's byte size, each intermediate tensor's bytes for the
-memory plan, the boundary tensors' shapes -- is an integer expression over RDP's atoms (model/symbolic.py: the
-input symbols and the sizes the shape rules make of them, such as `ceil(x[1]/2)`). The expressions are found once,
-when the model first compiles: the engine plans the model (model/shapes.py, the passes, lowering, rendering) at
-SAMPLES sizes of its symbols, reads each of those numbers there, and takes for each the simplest integer
-combination of RDP's atoms, their products and their ceil-divisions by a power of two that gives it exactly at
-every sample (`fit`); a number none gives means no symbolic plan (the model keeps planning per size, as before).
-This is interpolation, not derivation through the kernels' code: the expressions hold at the sampled sizes, and the
-plan serves only sizes inside the sampled range (`SymbolicPlan.covers`); tests hold it against the planner at sizes
-never sampled.
+memory plan, the boundary tensors' and the model's own shapes -- is an integer expression over atoms: the input
+symbols, their tiles `ceil(s/k)` and the symbolic sizes RDP's shapes hold (model/symbolic.py, such as
+`ceil(x[1]/2)`). The expressions are found once, when the model first compiles: the engine plans the model
+(model/shapes.py, the passes, lowering, rendering) at sampled sizes of its symbols, reads each of those numbers
+there, and takes for each the simplest integer combination of features (atoms, their products, `ceil(c*m/k)` of
+those) exact at every sample (`Fitter`). Then it checks the plan against the planner at validation sizes no sample
+has (`SymbolicPlan.check`), and fits again with the failures among the samples. A number no expression fits means
+no symbolic plan (the model keeps planning per size, as before). This is interpolation checked against the planner,
+not derivation through the kernels' code; the plan serves only sizes inside the sampled range
+(`SymbolicPlan.covers`).
 
-At a new size (`SymbolicPlan.at`): the atoms evaluated once, each expression a few integer operations; memory
-planned by SoD²'s peak-outward greedy in the placement order decided at the first size (memory/peak_outward.py
-PlacementOrder); one arena buffer shared by the sizes, grown to 1.25x a size's need when it needs more than it
-holds and never shrunk; each dispatch's version chosen by its shape class; the bind groups made and the first
-invoke's command buffer recorded. Nothing is rendered, nothing compiled (a shape class's version is compiled the
-first time a size of that class comes).
+At a new size (`SymbolicPlan.at`): the atoms and the features the expressions use evaluated once, each expression a
+few integer operations; memory planned by SoD²'s peak-outward greedy in the placement order decided at the first size
+(memory/peak_outward.py PlacementOrder) into the interpreter's arena (`Buffers`: grown to 1.25x a size's need when it
+needs more than it holds, never shrunk); each dispatch's version chosen by its shape class; the bind groups made and
+the first invoke's command buffer recorded (`SizedProgram`). Nothing is rendered, nothing compiled: every class's
+version is compiled when the plan is made.
 
 Shape classes (SoD²'s multi-version code): a dispatch whose kernel offers decompositions gets one version per class
 of its output's row count (the positions, every dimension but the channels): `skinny` (< 64 rows: one workgroup's
