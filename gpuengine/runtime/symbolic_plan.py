@@ -542,6 +542,8 @@ class SymbolicPlan:
             return None
         with self.lock:
             evaluated = self.evaluate(env)
+            if not self.fits(evaluated):
+                return None  # planned as before: the planner names the limit
             plan_done = time.perf_counter()
             program = SizedProgram(self, evaluated, buffers)
         compiled = copy.copy(self.template)
@@ -558,6 +560,16 @@ class SymbolicPlan:
         self.last_ms = {"evaluate": (plan_done - start) * 1e3, "allocate_and_record": (done - plan_done) * 1e3,
                         "total": (time.perf_counter() - start) * 1e3}
         return graph, compiled
+
+    def fits(self, at: Evaluated) -> bool:
+        """Whether the device takes this size's arena and bindings (lowering/device_fit.py checks them when a size
+        is planned; a size past them is planned, which names the limit)."""
+        limits = self.template.gpu.device_limits
+        arena = sum(r.size for r in at.records)  # at least the arena's size
+        boundary = [4 * math.prod(e(at.features) for e in dims) for dims in self.boundary.values()]
+        if arena * ARENA_GROWTH > limits.buffer_bytes or any(b * ARENA_GROWTH > limits.buffer_bytes for b in boundary):
+            return False
+        return all(e(at.features) <= limits.storage_binding_bytes for v in at.versions for e in v.sizes.values())
 
     def check(self, shapes: dict[int, tuple[int, ...]], model: Model, options: EngineOptions) -> list[str]:
         """Where this plan's values at `shapes` differ from what the planner gives there (each dispatch rendered in
