@@ -68,14 +68,14 @@ from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_r
 
 # sizes each free symbol takes at the samples (paired across symbols in shifted orders): odd and even, around
 # powers of two and across them, so parity, tile counts and ceil-divisions all vary
-SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200)
+SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200, 257, 384, 512)
 SHIFTS = (0, 7, 13, 3)
 SHIFTS_AGAIN = (0, 3, 11, 5)
 DENSE = 24  # a model with one symbol is also sampled at every size up to this
-VALIDATION = (11, 27, 58, 83, 110, 126, 177)
+VALIDATION = (11, 27, 58, 83, 126, 177, 300, 451)
 ROUNDS = 3
 SAMPLING_BUDGET_S = 20.0  # the planning of the samples a plan may take, once per model and device
-LARGE = (72, 150)
+LARGE = (72, 150, 320)
 CLASSES = (("skinny", 64), ("regular", 4096), ("fat", None))  # by a dispatch's output rows: below each bound
 DIVISORS = (*range(2, 17), 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
 MULTIPLIERS = (1, 2, 3, 5, 6, 7)

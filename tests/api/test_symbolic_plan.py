@@ -24,7 +24,7 @@ litert = pytest.importorskip("ai_edge_litert.interpreter")
 CASES = {
     # sizes after the first: five new ones, then ones whose shape classes differ (skinny 3x3, fat 150x120)
     "fcn": (fcn_model, [(1, 12, 10, 3), (1, 16, 16, 3), (1, 7, 21, 3), (1, 30, 9, 3), (1, 24, 32, 3), (1, 3, 3, 3),
-                        (1, 150, 120, 3)]),
+                        (1, 150, 120, 3), (1, 224, 224, 3)]),
     "encoder": (encoder_model, [(1, 5, 16), (1, 13, 16), (1, 3, 16), (1, 20, 16), (1, 11, 16), (1, 150, 16)]),
 }
 
