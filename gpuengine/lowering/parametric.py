@@ -34,7 +34,7 @@ _NUMBER = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-
 _FIXED_CONTEXTS = ("const ", "override ", "array<", "@workgroup_size", "case ", "var<workgroup>")
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)  # a version's sampled texts (about 50) at a time
 def _split(text: str) -> tuple[list[str], list[tuple[str, str]]]:
     """text as its pieces between numbers, and the numbers (digits, suffix); remembered (the symbolic plan splits
     each sampled text twice, hoisting and reading it). Callers never change the lists."""
