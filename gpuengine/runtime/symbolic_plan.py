@@ -70,8 +70,7 @@ from .program import CompiledInfo, Dispatch, GpuProgram, Phases, Slot, _orphan_r
 # powers of two and across them, so parity, tile counts and ceil-divisions all vary
 SAMPLE_VALUES = (1, 2, 3, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 40, 47, 64, 65, 96, 129, 200, 257, 384, 512)
 SHIFTS = (0, 7, 13, 3)
-SHIFTS_AGAIN = (0, 3, 11, 5)
-DENSE = 24  # a model with one symbol is also sampled at every size up to this
+DENSE = 12  # a model with one symbol is also sampled at every size up to this
 VALIDATION = (11, 27, 58, 83, 126, 177, 300, 451)
 ROUNDS = 3
 SAMPLING_BUDGET_S = 20.0  # the planning of the samples a plan may take, once per model and device
@@ -855,17 +854,15 @@ def atom_values(atoms: list[Any], env: dict[str, int]) -> list[int]:
 
 def _sample_envs(free: list[str], first: dict[str, int]) -> list[dict[str, int]]:
     """The first size, every symbol large together (the fat class), then SAMPLE_VALUES paired across the symbols
-    in shifted orders (one symbol: every size up to DENSE too)."""
+    in shifted orders (one symbol: every size up to DENSE too). The validation sizes add what these miss."""
     n = len(SAMPLE_VALUES)
     envs = [dict(first)]
     for value in LARGE:
         envs.append({s: value for s in free})
-    pairings = (SHIFTS,) if len(free) == 1 else (SHIFTS, SHIFTS_AGAIN)
-    for shifts in pairings:
-        for i in range(n):
-            env = {s: SAMPLE_VALUES[(i + shifts[k % len(shifts)] * (k > 0)) % n] for k, s in enumerate(free)}
-            if env not in envs:
-                envs.append(env)
+    for i in range(n):
+        env = {s: SAMPLE_VALUES[(i + SHIFTS[k % len(SHIFTS)] * (k > 0)) % n] for k, s in enumerate(free)}
+        if env not in envs:
+            envs.append(env)
     if len(free) == 1:
         envs += [{free[0]: v} for v in range(1, DENSE + 1) if {free[0]: v} not in envs]
     return envs
