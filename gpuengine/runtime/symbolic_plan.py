@@ -377,7 +377,7 @@ class SymbolicPlan:
             if isinstance(plan, str):
                 return plan
             failed = [env for env in _validation_envs(list(plan.ranges))
-                      if plan.covers(env) and plan.check(_shapes_at(model.main, plan.rdp, env), model, options)]
+                      if plan.covers(env) and plan.differs(env, model, options)]
             if not failed:
                 plan.validated = len(_validation_envs(list(plan.ranges)))
                 return plan
@@ -559,6 +559,13 @@ class SymbolicPlan:
         self.last_ms = {"evaluate": (plan_done - start) * 1e3, "allocate_and_record": (done - plan_done) * 1e3,
                         "total": (time.perf_counter() - start) * 1e3}
         return graph, compiled
+
+    def differs(self, env: dict[str, int], model: Model, options: EngineOptions) -> bool:
+        """Whether the planner at these sizes gives anything else than the plan (or cannot plan them)."""
+        try:
+            return bool(self.check(_shapes_at(model.main, self.rdp, env), model, options))
+        except (GpuEngineError, ValueError):
+            return True
 
     def fits(self, at: Evaluated) -> bool:
         """Whether the device takes this size's arena and bindings (lowering/device_fit.py checks them when a size
