@@ -71,6 +71,7 @@ def inspect_report(data: bytes, args: argparse.Namespace) -> dict[str, Any]:
     subgraph = runner.subgraph_index if getattr(args, "signature", None) else 0
     return {
         "symbolic": analyze(model.subgraphs[subgraph], model).to_json(),
+        "symbolic_plan": symbolic_plan_report(it.symbolic_plan),
         "signature": getattr(args, "signature", None),
         "ops_in_file": ops_in_file,
         "ops_total": len(graph.ops),
@@ -146,6 +147,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
               f"{len(report['dispatch_list']) - len(baked)} of {len(report['dispatch_list'])}; baked (a text the sizes "
               f"do not change, or one compiled again where they do): "
               f"{', '.join(sorted({d['kernel'] for d in baked})) or 'none'}")
+        print_symbolic_plan(report["symbolic_plan"], args.symbolic)
     print(f"{'#':>4} {'kernel':<22} {'workgroup':<12} {'grid':<16} {'invocations':>11} {'MACs':>11}  ops")
     for k, d in enumerate(report["dispatch_list"]):
         print(f"{k:>4} {d['kernel']:<22} {'x'.join(map(str, d['workgroup'])):<12} "
@@ -156,6 +158,31 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def symbolic_plan_report(plan: Any) -> dict[str, Any]:
+    """The symbolic plan new sizes are evaluated from (runtime/symbolic_plan.py), or why the model has none."""
+    if plan is None:
+        return {"made": False, "why": "the model's input sizes are static"}
+    if isinstance(plan, str):
+        return {"made": False, "why": plan}
+    return {"made": True, **plan.report()}
+
+
+def print_symbolic_plan(plan: dict[str, Any], every_dispatch: bool) -> None:
+    """One line, and with --symbolic each dispatch's shape classes and versions."""
+    if not plan["made"]:
+        print(f"symbolic plan: none ({plan['why']}): each new size is planned (as LiteRT re-plans)")
+        return
+    ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in plan["range"].items())
+    print(f"symbolic plan: made once from {plan['samples']} sampled sizes, {plan['expressions']} expressions over "
+          f"{', '.join(plan['atoms'])}; serves {ranges} by evaluating them (no planning, no rendering, no compile)")
+    print(f"  memory at run time: {plan['memory']}")
+    for k, d in enumerate(plan["dispatches"]):
+        if every_dispatch or d["rows"] is not None:
+            classes = ", ".join(f"{c}: {v}" for c, v in d["versions"].items())
+            rows = f"shape class by rows {d['rows']}" if d["rows"] is not None else "one version"
+            print(f"  dispatch {k} {d['shader']}: {rows} -> {classes}")
+
+
 def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:
     """Rank and Dimension Propagation (model/symbolic.py): the symbols, and per op its class (SoD²) and symbolic
     output shapes; the ops where planning splits (class 3 with run-time values, class 4) are marked."""
@@ -164,7 +191,8 @@ def print_symbolic(rdp: dict[str, Any], every_op: bool) -> None:
     symbolic = [o for o in ops if o["symbolic"]]
     splits = [o for o in ops if o["split"]]
     print(f"symbolic shapes (RDP, {rdp['rounds']} rounds): symbols {', '.join(rdp['symbols']) or 'none'}; ops by "
-          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size re-plans them); "
+          f"class {classes}; {len(symbolic)} ops with symbolic sizes (a new size evaluates the symbolic plan, or "
+          f"re-plans where there is none); "
           f"{len(splits)} split points")
     for name, value in rdp["bindings"].items():
         print(f"  {name} = {value} (found by propagation)")

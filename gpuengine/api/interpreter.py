@@ -9,11 +9,13 @@ limits).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ from ..planning import ShapeCache, describe_control, prepare, probe_shapes
 from ..runtime.bounds import IndexChecks
 from ..runtime.graph import CompiledGraph, InvokeJob, for_adapter
 from ..runtime.program import GpuProgram
+from ..runtime.symbolic_plan import Buffers, SymbolicPlan, plan_for
 from ..runtime.webgpu import is_buffer
 from .tensor_buffer import TensorBuffer
 
@@ -144,6 +147,9 @@ class Interpreter:
         self._shapes = {t: tuple(self._graph.tensors[t].shape) for t in self._graph.inputs}  # as resized
         self._shape_cache = ShapeCache()  # plans per input shapes: a shape seen before compiles nothing again
         self._probed = False  # parametric kernels made (or found needless) for this model
+        self._symbolic_plan: SymbolicPlan | str | None = None  # made once: new sizes evaluated, not planned
+        self._plan_buffers = Buffers()  # the arena and input buffers this interpreter's sizes share
+        self._model_source = model_content if model_content is not None else model_path  # the plan cache's key
         self._compiled: CompiledGraph | None = None
         # what allocate_tensors built for the last few input shapes, so going back to one builds nothing
         self._compiled_by_shape: OrderedDict[Any, tuple[Graph, CompiledGraph, IndexChecks]] = OrderedDict()
@@ -197,13 +203,16 @@ class Interpreter:
         self._release_bindings()
         if self._compiled is None:
             self._options = for_adapter(self._options)  # fusions decided for the adapter's latency description
-            entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
             key = shape_key(self._shapes)
             built = self._compiled_by_shape.get(key)
             if built is None or (built[1].gpu is not None and not built[1].gpu.alive()):
+                built = self._from_symbolic_plan()
+            if built is None or (built[1].gpu is not None and not built[1].gpu.alive()):
+                entry = prepare(self._model.main, self._shapes, self._options, self._model, self._shape_cache)
                 compiled = CompiledGraph(entry.graph, self._options, self._num_threads, model=self._model,
                                          plan=entry.plan, probes=self._probe_plans())
                 built = (entry.graph, compiled, IndexChecks(entry.graph))
+                self._make_symbolic_plan(compiled)
             self._compiled_by_shape[key] = built
             self._compiled_by_shape.move_to_end(key)
             while len(self._compiled_by_shape) > COMPILED_SHAPES:
@@ -213,6 +222,44 @@ class Interpreter:
             tensor = self._graph.tensors[t]
             if t not in self._values or self._values[t].shape != tensor.shape:
                 self._values[t] = np.zeros(tensor.shape, tensor.dtype)
+
+    def _from_symbolic_plan(self) -> tuple[Graph, CompiledGraph, IndexChecks] | None:
+        """A new size of a model with a symbolic plan (runtime/symbolic_plan.py): its expressions evaluated, no
+        planning; None without a plan, on a lost device, or outside the plan's sampled range."""
+        plan = self._symbolic_plan
+        if not isinstance(plan, SymbolicPlan) or not plan.template.gpu.alive():
+            return None
+        try:
+            got = plan.at(self._shapes, self._model.main, self._plan_buffers)
+        except (GpuEngineError, ValueError, TypeError, ArithmeticError, LookupError) as e:
+            # never a crash for a plan that cannot serve a size: this interpreter plans each size from now on
+            self._symbolic_plan = f"it failed at input shapes {self._shapes}: {type(e).__name__}: {e}"
+            return None
+        if got is None:
+            return None
+        graph, compiled = got
+        return graph, compiled, IndexChecks(graph)
+
+    def _make_symbolic_plan(self, compiled: CompiledGraph) -> None:
+        """Once, after the first size of a model with symbolic input sizes compiled: its symbolic plan, or why it
+        has none (the reason inspect shows)."""
+        if isinstance(self._symbolic_plan, SymbolicPlan) and not self._symbolic_plan.template.gpu.alive():
+            self._symbolic_plan, self._plan_buffers = None, Buffers()  # the device was lost: made on the new one
+        if self._symbolic_plan is not None or not compiled.symbolic_inputs:
+            return
+        try:
+            source = self._model_source
+            content = source if isinstance(source, bytes | bytearray) else Path(source).read_bytes()  # type: ignore
+            digest = hashlib.blake2b(bytes(content), digest_size=16).digest()
+            self._symbolic_plan = plan_for(digest, self._model, self._shapes, self._options, compiled)
+        except (GpuEngineError, ValueError, TypeError, ArithmeticError, LookupError, np.linalg.LinAlgError) as e:
+            self._symbolic_plan = f"making it failed: {type(e).__name__}: {e}"  # each size planned, as before
+
+    @property
+    def symbolic_plan(self) -> SymbolicPlan | str | None:
+        """The plan new input sizes are evaluated from (runtime/symbolic_plan.py), why the model has none (a
+        string), or None before a model with symbolic input sizes compiled."""
+        return self._symbolic_plan
 
     def _probe_plans(self) -> list[Any]:
         """The first time a model with symbolic input sizes compiles: its plans at other sizes, from which its

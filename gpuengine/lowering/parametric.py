@@ -19,6 +19,7 @@ read the buffer as u32, i32 literals (`3i` and unsuffixed integers) bitcast it, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -33,8 +34,10 @@ _NUMBER = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-
 _FIXED_CONTEXTS = ("const ", "override ", "array<", "@workgroup_size", "case ", "var<workgroup>")
 
 
+@functools.lru_cache(maxsize=128)  # a version's sampled texts (about 50) at a time
 def _split(text: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """text as its pieces between numbers, and the numbers (digits, suffix)."""
+    """text as its pieces between numbers, and the numbers (digits, suffix); remembered (the symbolic plan splits
+    each sampled text twice, hoisting and reading it). Callers never change the lists."""
     pieces: list[str] = []
     numbers: list[tuple[str, str]] = []
     last = 0

@@ -455,7 +455,8 @@ class GpuProgram:
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
             elif b.raw and not b.writable and inputs and b.tensor in inputs:
                 buf = inputs[b.tensor]
-                resource = {"buffer": buf, "offset": 0, "size": self._raw_bytes(b.tensor)}
+                # a user's buffer holds the tensor's bytes, not necessarily rounded up to 16 as ours are
+                resource = {"buffer": buf, "offset": 0, "size": min(self._raw_bytes(b.tensor), buf.size)}
             elif b.raw:
                 buf = (self.raw_in if b.tensor in self.raw_in and not b.writable else self.raw_out)[b.tensor]
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}

@@ -1,6 +1,7 @@
 """A new input size, before and after one compile for many shapes (docs/design/symbolic-shapes.md): for the FCN
-and the encoder of tests/builders.py, the time of resize_tensor_input + allocate_tensors at five new sizes after
-the first, and the shader modules compiled there. Run it on another checkout with PYTHONPATH to measure that one.
+and the encoder of tests/builders.py, the time of resize_tensor_input + allocate_tensors (the host's planning part)
+and of that plus the first invoke at five new sizes after the first, and the shader modules compiled there. Run it
+on another checkout with PYTHONPATH to measure that one.
 
     .venv/bin/python scripts/dev/bench_new_shapes.py
 """
@@ -44,19 +45,26 @@ def main() -> None:
         t0 = time.perf_counter()
         it.allocate_tensors()
         first_ms, first_compiles = (time.perf_counter() - t0) * 1e3, COMPILES[0] - start
-        times, compiles = [], []
+        times, compiles, invokes = [], [], []
         for shape in shapes:
             start = COMPILES[0]
             t0 = time.perf_counter()
             it.resize_tensor_input(0, list(shape))
-            it.allocate_tensors()
-            times.append((time.perf_counter() - t0) * 1e3)
-            compiles.append(COMPILES[0] - start)
+            it.allocate_tensors()  # the host's planning part (a symbolic plan: evaluating it)
+            t1 = time.perf_counter()
             it.set_tensor(0, np.zeros(shape, np.float32))
             it.invoke()
-        print(f"{name}: first allocation {first_ms:.0f} ms, {first_compiles} shader modules; new sizes: median "
-              f"{statistics.median(times):.0f} ms (each {', '.join(f'{t:.0f}' for t in times)}), shader modules "
-              f"{sum(compiles)} ({', '.join(map(str, compiles))})")
+            times.append((t1 - t0) * 1e3)
+            invokes.append((time.perf_counter() - t0) * 1e3)
+            compiles.append(COMPILES[0] - start)
+        plan = getattr(it, "symbolic_plan", None)
+        evaluated = f"; symbolic plan: {plan.last_ms['evaluate']:.2f} ms evaluating the expressions at the last" \
+            if plan is not None and not isinstance(plan, str) else ""
+        print(f"{name}: first allocation {first_ms:.0f} ms, {first_compiles} shader modules; new sizes: "
+              f"allocate_tensors median {statistics.median(times):.1f} ms "
+              f"(each {', '.join(f'{t:.1f}' for t in times)}),"
+              f" resize + allocate + first invoke median {statistics.median(invokes):.1f} ms, shader modules "
+              f"{sum(compiles)} ({', '.join(map(str, compiles))}){evaluated}")
 
 
 if __name__ == "__main__":

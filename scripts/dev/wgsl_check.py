@@ -64,7 +64,34 @@ def distinct(quick: bool = False) -> tuple[dict[str, dict[str, tuple[str, str]]]
     for kernel, case, source in outside_plans():
         for found in texts.values():  # one text for both implementations (no subgroups, no f16)
             found.setdefault(source, (kernel, case))
+    for kernel, case, source in symbolic_plan_sources():
+        for webgpu, found in texts.items():
+            found.setdefault(codegen.enable_directives(source, False, webgpu) + source, (kernel, case))
     return texts, n_cases, n_dispatches
+
+
+def symbolic_plan_sources() -> list[tuple[str, str, str]]:
+    """(kernel, case, WGSL as rendered for wgpu-native) of every version the symbolic plans of the FCN and the
+    encoder of tests/builders.py hold (runtime/symbolic_plan.py: parametric texts in each shape class's
+    decomposition, with gpe_dims); made on this machine's adapter."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+    from builders import encoder_model, fcn_model
+
+    from gpuengine import Interpreter
+
+    out = []
+    for name, build in (("fcn [1,-1,-1,3]", fcn_model), ("encoder [1,-1,16]", encoder_model)):
+        it = Interpreter(model_content=build())
+        it.allocate_tensors()
+        plan = it.symbolic_plan
+        if isinstance(plan, str) or plan is None:
+            raise RuntimeError(f"{name}: no symbolic plan ({plan})")
+        for d in plan.dispatches:
+            for cls, version in d.classes.items():
+                out.append((d.shader, f"symbolic plan of {name}, {cls}: {version.name}", version.source))
+    return out
 
 
 def outside_plans() -> list[tuple[str, str, str]]:
