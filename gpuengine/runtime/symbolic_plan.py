@@ -12,7 +12,8 @@ those) exact at every sample (`Fitter`). Then it checks the plan against the pla
 has (`SymbolicPlan.check`), and fits again with the failures among the samples. A number no expression fits means
 no symbolic plan (the model keeps planning per size, as before). This is interpolation checked against the planner,
 not derivation through the kernels' code; the plan serves only sizes inside the sampled range
-(`SymbolicPlan.covers`).
+(`SymbolicPlan.covers`), and at each size the fitted shapes of the model's tensors are held against RDP's, which
+are derived from the ops' rules: a size where one differs is planned as before (`SymbolicPlan.disagreed`).
 
 At a new size (`SymbolicPlan.at`): the atoms and the features the expressions use evaluated once, each expression a
 few integer operations; memory planned by SoD²'s peak-outward greedy in the placement order decided at the first size
@@ -349,6 +350,7 @@ class SymbolicPlan:
         self.rdp, self.atoms, self.names, self.features = rdp, atoms, names, features
         self.used: list[int] = list(range(len(features)))  # the features some expression reads
         self.source: dict[int, tuple[Expr, ...]] = {}  # the model's symbolic tensors' shapes
+        self.disagreed = 0  # sizes where a fitted shape differed from RDP's (planned as before)
         self.signature: Any = None  # the structure every size it serves keeps (_signature)
         self.validated = 0  # sizes never sampled at which every expression was checked against the planner
         self.template = template  # the CompiledGraph of the first size (one GPU program)
@@ -543,6 +545,11 @@ class SymbolicPlan:
             evaluated = self.evaluate(env)
             if not self.fits(evaluated):
                 return None  # planned as before: the planner names the limit
+            fitted = {t: tuple(e(evaluated.features) for e in dims) for t, dims in self.source.items()}
+            # RDP's shapes are derived from the ops' rules, not fitted: a fitted shape that disagrees is a misfit
+            if any(tuple(substitute(d, env) for d in self.rdp.shape(t)) != shape for t, shape in fitted.items()):
+                self.disagreed += 1
+                return None  # an expression fitted wrong at this size: planned as before
             plan_done = time.perf_counter()
             program = SizedProgram(self, evaluated, buffers)
         compiled = copy.copy(self.template)
@@ -552,8 +559,8 @@ class SymbolicPlan:
         done = time.perf_counter()
         compiled.compile_ms = (done - start) * 1e3
         tensors = list(source.tensors)
-        for t, dims in self.source.items():
-            tensors[t] = dataclasses.replace(tensors[t], shape=tuple(e(evaluated.features) for e in dims))
+        for t, shape in fitted.items():
+            tensors[t] = dataclasses.replace(tensors[t], shape=shape)
         graph = dataclasses.replace(source, tensors=tensors)
         self.sized += 1
         self.last_ms = {"evaluate": (plan_done - start) * 1e3, "allocate_and_record": (done - plan_done) * 1e3,
