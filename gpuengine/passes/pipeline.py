@@ -53,6 +53,7 @@ from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
+from .fuse_kv_write_into_projection import fuse_kv_write_into_projection
 from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
 from .fuse_rope import fuse_rope
@@ -74,6 +75,7 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
                                             attention_kv_group, fuse_rope, fold_attention_operands,
                                             kv_cache_in_place, fold_position_math, choose_attention_split,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
+                                            fuse_kv_write_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,
                                             merge_channel_pad, pool_to_mean, fuse_input_expression,
@@ -82,7 +84,8 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
 
 # Given the latency model's description of the device the plan is for: fusions that trade a dispatch for
 # recomputation, decided by predicted time.
-WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split}
+WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split,
+                                           fuse_kv_write_into_projection}
 
 # Always applied first, given the model: passes that read the subgraphs other ops reference.
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]

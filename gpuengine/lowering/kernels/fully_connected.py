@@ -35,12 +35,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import GATED_OPTION, HYBRID_ARITHMETIC, NORM, OUT_VIEW
+from ...model.ops import GATED_OPTION, HYBRID_ARITHMETIC, KV_EPILOGUE, NORM, OUT_VIEW, SCATTER_PAIRS
 from ...model.ops import MATMUL_VIEWS as VIEW_OPTIONS
 from ...model.quantization import is_hybrid
 from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
-from . import layout_view, packed_int8, tiling
+from . import kv_epilogue, layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
     EXACT_LIMIT,
@@ -98,6 +98,8 @@ class FullyConnectedKernel:
     def supports(self, op: Op, graph: Graph) -> str | None:
         if op.code == "BATCH_MATMUL":
             return _bmm_supports(op, graph)
+        if op.opt(KV_EPILOGUE):  # a KV cache write in its store (kernels/kv_epilogue.py)
+            return kv_epilogue.supports(op, graph, self)
         if len(op.inputs) < 2 or len(op.outputs) != 1:
             return "expects input, weights[, bias] and 1 output"
         reason = float_tensors(op, graph) or activation_supported(op)
@@ -140,6 +142,8 @@ class FullyConnectedKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == "BATCH_MATMUL":
             return [_bmm_build(op, graph)]
+        if op.opt(KV_EPILOGUE):
+            return kv_epilogue.build(op, graph, self)
         if is_hybrid(op, graph):
             return [_hybrid_build(op, graph)]
         x, out = op.inputs[0], op.outputs[0]
@@ -174,7 +178,7 @@ class FullyConnectedKernel:
                 inverse = codegen.literal(rq.inverse_scales[0])
                 taps = [f"let s_{t} = round(vec4<f32>({v}) * {inverse});" for t, v in enumerate(src)] + taps
                 taps += [f"acc_{j}_{t} += mat4x4<f32>(w_{j}) * s_{t};" for j in range(st) for t in range(rt)]
-            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
+            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated, op)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             if norm:  # the prologue's reduction used the lanes first
                 shared["REDUCE"] = codegen.lane_reduce(accumulators(d.tile), d, first=False)
@@ -208,8 +212,9 @@ class FullyConnectedKernel:
             """A mat4x4 step; a norm prologue adds its pass's load and each value's scale and offset per row."""
             return tiling.mat_step(tile) + (3 * tile[0] * tiling.LOAD if norm else 0.0)
 
-        tiles = _tiles(rows, so, gated, wide=bool(norm))
+        tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
         numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {}),
+                   **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
                    **({"norm": 1} if norm else {})}
         return [tiling.variants("fully_connected", numbers, tiles, depth, count, step, make, rows * i * o)]
 
@@ -240,9 +245,12 @@ def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[in
             and (not gated or st % 2 == 0)]
 
 
-def _stores(values: list[list[str]], gated: bool) -> list[str]:
+def _stores(values: list[list[str]], gated: bool, op: Op | None = None) -> list[str]:
     """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
-    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL)."""
+    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL); a projection
+    carrying a KV cache write (SCATTER_PAIRS): each pair of slices scattered (kernels/kv_epilogue.py)."""
+    if op is not None and op.opt(SCATTER_PAIRS):
+        return kv_epilogue.scatter_stores(values)
     if gated:
         return [f"store(gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
                 for j in range(0, len(values), 2) for t in range(len(values[j]))]
@@ -382,7 +390,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si,
                                                                      symmetric, packed.block, ic)
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        store = _stores(values, gated)
+        store = _stores(values, gated, op)
         bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
                     Binding("dst", tensor=out, writable=True)]
@@ -408,12 +416,13 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         loads = row_loads * rt * tiling.LOAD + st * 4 * tiling.LOAD
         return loads + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
 
-    tiles = _tiles(rows, so, gated, wide=bool(norm))
+    tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
     # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
     int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
                                                     "norm": int(bool(norm)), **int4_numbers,
+                                                    **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
                                                     **({"float": 1} if in_float else {})},
                            tiles, words, count, step, make, rows * i * o)
 
