@@ -9,6 +9,7 @@ no fusable producer still merge among themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..model.ir import Graph, Op
@@ -79,11 +80,19 @@ def _build_to_fit(op: Op, kernel: object, graph: Graph, max_bindings: int | None
             isinstance(item, KernelSpec) and len(bound(item)) > max_bindings for item in _specs(items)):
         # a projection carrying a KV cache write: the projection, then the write (itself split to fit)
         fc, write = kv_epilogue.split(op)
+
+        def labelled(spec: KernelSpec) -> KernelSpec:
+            if SPLIT_TO_FIT not in (spec.label or ""):
+                spec.label = f"{spec.label or ''} [{SPLIT_TO_FIT}: {max_bindings}]"
+            return spec
+
         split = []
         for item in [*kernel.build(fc, graph), *_build_to_fit(write, registry.kernel_for(write), graph,  # type: ignore
                                                                 max_bindings)]:
-            if isinstance(item, KernelSpec) and SPLIT_TO_FIT not in (item.label or ""):
-                item.label = f"{item.label or ''} [{SPLIT_TO_FIT}: {max_bindings}]"
+            if isinstance(item, Variants):
+                item = dataclasses.replace(item, make=lambda d, make=item.make: labelled(make(d)))
+            elif isinstance(item, KernelSpec):
+                item = labelled(item)
             split.append(item)
         return split
     if max_bindings is None or op.code != KV_CACHE_WRITE or not op.opt(GROUPS) or not any(

@@ -298,9 +298,9 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
         eps_code = codegen.literal(float(eps))
         inv = f"1.0 / (sqrt({mean}) + {eps_code})" if eps_outside else f"inverseSqrt({mean} + {eps_code})"
         code.append(f"let ninv_{t} = {inv};")
-    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_scale[sl] + norm_offset[sl])" for t, r in enumerate(raw)]
-    bindings = [Binding("norm_scale", data=padded(scale_t), element="vec4<f32>"),
-                Binding("norm_offset", data=padded(offset_t), element="vec4<f32>")]
+    # scale and offset in one binding (one storage buffer fewer: kernels/kv_epilogue.py appends its table too)
+    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_affine[sl] + norm_affine[{s}u + sl])" for t, r in enumerate(raw)]
+    bindings = [Binding("norm_affine", data=np.concatenate([padded(scale_t), padded(offset_t)]), element="vec4<f32>")]
     return src, Code("\n  ".join(code)), bindings
 
 

@@ -11,7 +11,9 @@ rotates the lanes (cos / sin of the position, as the write computes them: kernel
 writes each value where the write would have put it: a cache element (a static index plus the clamped position
 times the cache's stride along its position axis) or an element of the rotated query's PHWC4 tensor. A table
 bound beside the weights (4 vec4<u32> a pair: both slices' destinations, the lanes' rotation index, group and
-whether it rotates) says where; the projection's own output is never written.
+whether it rotates) says where, and, where the rotation's angles are the position times constant frequencies, each
+lane's frequency instead of its index (one storage buffer fewer: the plan fits WebGPU's default 8 where the
+decoders' plans do). The projection's own output is never written.
 
 Only for a single-row projection (a decode step), float or hybrid int8 / int4 weights, without an activation,
 where every group reads distinct channels of its output and writes at offsets from the position, rotating without a
@@ -21,6 +23,7 @@ row norm (a query / key RMS norm needs the whole head's sum, which no tile holds
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,8 +49,11 @@ from .kv_cache import logical_update, writes
 from .rope import angles_of, rotation_tables, table_shapes
 from .wgsl_math import helpers_for
 
-NONE = 0xFFFFFFFF  # a padding lane: written nowhere
-PAIR_WORDS = 16  # u32 a pair in the scatter table: dest lo [4], dest hi [4], rotation index [4], group, rotates
+NONE = -1  # a padding lane's destination: written nowhere
+EXACT = 1 << 24  # destinations are held as f32: exact below this
+# the scatter table, 4 vec4<f32> a pair of slices: destinations lo, destinations hi, each lane's rotation index (or
+# frequency), (group, rotates, 0, 0)
+PAIR_VEC4S = 4
 
 
 def split(op: Op) -> tuple[Op, Op]:
@@ -78,7 +84,7 @@ class Group:
 @dataclass
 class Scatter:
     """The permutation of the projection's outputs and where each goes: `order[k]` is the output channel computed
-    as slot k (-1: padding), `table` the scatter table (PAIR_WORDS u32 a pair of slices)."""
+    as slot k (-1: padding), `table` the scatter table (PAIR_VEC4S vec4<f32> a pair of slices, integers exact)."""
 
     order: np.ndarray
     table: np.ndarray
@@ -121,7 +127,7 @@ def plan(op: Op, graph: Graph) -> Scatter | str:
     o = int(out.shape[-1]) if out.shape else 1
     if out.size != o:
         return "the projection must compute one row (a decode step)"
-    if out.size >= 1 << 24 or any(graph.tensors[t].size >= NONE for t in kv.outputs):
+    if out.size >= EXACT or any(graph.tensors[t].size >= EXACT for t in kv.outputs):
         return "tensors too large for the scatter table"
     channels = np.arange(o, dtype=np.int64).reshape(out.shape)
     groups: list[Group] = []
@@ -209,10 +215,10 @@ def plan(op: Op, graph: Graph) -> Scatter | str:
         return "the writes read a channel of the projection twice"
     pairs = len(lo_all)
     order = np.stack([lo_all[:, 0], hi_all[:, 0]], axis=1).reshape(-1)
-    table = np.zeros((pairs, PAIR_WORDS), np.int64)
+    table = np.zeros((pairs, 4 * PAIR_VEC4S), np.float64)
     table[:, 0:4], table[:, 4:8], table[:, 8:12] = lo_all[:, 1], hi_all[:, 1], freq_all
     table[:, 12], table[:, 13] = owner, rotates
-    return Scatter(order, table.astype(np.uint32).reshape(-1), groups, tables, half)
+    return Scatter(order, table.astype(np.float32), groups, tables, half)
 
 
 def supports(op: Op, graph: Graph, kernel: object) -> str | None:
@@ -285,11 +291,11 @@ def scatter_stores(values: list[list[str]]) -> list[str]:
     return [f"scatter({values[j][0]}, {values[j + 1][0]}, (os0 + {j}u) / 2u);" for j in range(0, len(values), 2)]
 
 
-def _scatter_fn(op: Op, graph: Graph, scatter: Scatter) -> tuple[Code, list[Binding]]:
-    """`fn scatter(lo, hi, pair)` and the bindings it reads and writes (after the projection's own)."""
-    _, kv = split(op)
+def _scatter_fn(op: Op, graph: Graph, scatter: Scatter) -> tuple[np.ndarray, Callable[[str, int], Code], list[Binding]]:
+    """The scatter table, `fn scatter(lo, hi, pair)` given where the table lies (a vec4<f32> binding's name and the
+    first vec4 of the table in it), and the other bindings it reads and writes (after the projection's own)."""
     names: dict[int, str] = {}
-    bindings: list[Binding] = [Binding("scatter_table", data=scatter.table, element="u32")]
+    bindings: list[Binding] = []
 
     def bind(t: int, prefix: str) -> str:
         if t not in names:
@@ -297,65 +303,78 @@ def _scatter_fn(op: Op, graph: Graph, scatter: Scatter) -> tuple[Code, list[Bind
             bindings.append(_source(graph, t, names[t]))
         return names[t]
 
+    table = scatter.table.copy()
     shifts, puts = [], []
     for g, group in enumerate(scatter.groups):
         if group.query:
-            puts.append(f"case {g}u: {{ dst[at / 4u][at % 4u] = D4(vec4<f32>(v)).x; }}")
+            puts.append(f"case {g}u: {{ dst[i / 4u][i % 4u] = D4(vec4<f32>(v)).x; }}")
             continue
         start = bind(group.position, "pos")
         shape = tuple(graph.tensors[group.position].shape)
         shifts.append(f"case {g}u: {{ {_index(start, shape, [Ix.const(0)], group.limit, 'p')} "
                       f"shift = p * {group.stride}u; }}")
-        puts.append(f"case {g}u: {{ cache{g}[at] = v; }}")
-    rotation = ""
+        puts.append(f"case {g}u: {{ cache{g}[i] = v; }}")
+    rotation: list[str] = []
     if scatter.tables is not None:
         rotating = next(g for g in scatter.groups if g.rotates)
         first = 1 if rotating.query else 3
-        cos, sin = bind(scatter.tables[0], "tab"), bind(scatter.tables[1], "tab")
-        shapes = table_shapes(rotating.op, graph, first)
-        rows = [Ix.const(0)] * (len(shapes[1]) - 1)
-        lines = rotation_tables(cos, sin, shapes[0], shapes[1], rows, scatter.half,
-                                angles_of(rotating.op, graph, first))
-        rotation = ("if (rotates) {\n      let j = scatter_table[base + 8u + l];\n      "
-                    + "\n      ".join(lines) + "\n      let ra = a * cs - b * sn;\n      b = b * cs + a * sn;\n"
-                    "      a = ra;\n    }")
+        angles = angles_of(rotating.op, graph, first)
+        if angles is True:  # position and constant frequencies: each lane's frequency in the table
+            frequencies = np.asarray(graph.tensors[scatter.tables[1]].data, np.float32).reshape(-1)
+            rotated = table[:, 13] != 0
+            table[rotated, 8:12] = frequencies[table[rotated, 8:12].astype(np.int64)]
+            lines = [f"let ang = turns4(vec4<f32>(f32({bind(scatter.tables[0], 'pos')}[0]) * turns[l]));",
+                     "let cs = cos(ang).x;", "let sn = sin(ang).x;"]
+        else:
+            cos, sin = bind(scatter.tables[0], "tab"), bind(scatter.tables[1], "tab")
+            shapes = table_shapes(rotating.op, graph, first)
+            rows = [Ix.const(0)] * (len(shapes[1]) - 1)
+            lines = ["let j = u32(turns[l]);",
+                     *rotation_tables(cos, sin, shapes[0], shapes[1], rows, scatter.half, angles)]
+        rotation = ["if (rotates) {", *(f"  {line}" for line in lines), "  let ra = a * cs - b * sn;",
+                    "  b = b * cs + a * sn;", "  a = ra;", "}"]
     for g, group in enumerate(scatter.groups):
         if not group.query:
             cache = graph.tensors[group.op.inputs[0]]
             bindings.append(Binding(f"cache{g}", tensor=group.op.outputs[0], writable=True, raw=True, element="f32",
                                     touched=Touched(int(np.prod(logical_update(group.op, graph), dtype=np.int64)),
                                                     cache.size)))
-    del kv
-    code = f"""fn scatter_put(g: u32, at: u32, v: f32) {{
-  if (at == {NONE}u) {{ return; }}
+    indent = "\n      "
+
+    def code(name: str, base: int) -> Code:
+        return Code(f"""fn scatter_put(g: u32, at: f32, shift: u32, v: f32) {{
+  if (at < 0.0) {{ return; }}
+  let i = u32(at) + shift;
   switch g {{
-    {chr(10).join('    ' + p for p in puts).strip()}
+    {indent[:-2].join(puts)}
     default: {{}}
   }}
 }}
 
 fn scatter(lo: vec4<f32>, hi: vec4<f32>, pair: u32) {{
   if (pair >= {scatter.pairs}u) {{ return; }}
-  let base = pair * {PAIR_WORDS}u;
-  let g = scatter_table[base + 12u];
-  let rotates = scatter_table[base + 13u] != 0u;
+  let base = {base}u + pair * {PAIR_VEC4S}u;
+  let at_lo = {name}[base];
+  let at_hi = {name}[base + 1u];
+  let turns = {name}[base + 2u];
+  let g = u32({name}[base + 3u].x);
+  let rotates = {name}[base + 3u].y != 0.0;
   var shift = 0u;
   switch g {{
-    {chr(10).join('    ' + s for s in shifts).strip()}
+    {indent[:-2].join(shifts)}
     default: {{}}
   }}
   for (var l = 0u; l < 4u; l++) {{
     var a = lo[l];
     var b = hi[l];
-    {rotation}
-    let at_lo = scatter_table[base + l];
-    let at_hi = scatter_table[base + 4u + l];
-    scatter_put(g, select(at_lo + shift, at_lo, at_lo == {NONE}u), a);
-    scatter_put(g, select(at_hi + shift, at_hi, at_hi == {NONE}u), b);
+    {indent[:-2].join(rotation)}
+    scatter_put(g, at_lo[l], shift, a);
+    scatter_put(g, at_hi[l], shift, b);
   }}
 }}
-"""
-    return Code(code), bindings
+""")
+
+    return table.reshape(-1), code, bindings
 
 
 def build(op: Op, graph: Graph, kernel: object) -> list:
@@ -364,7 +383,7 @@ def build(op: Op, graph: Graph, kernel: object) -> list:
     assert not isinstance(scatter, str), scatter
     plain, inner = derived(op, graph, scatter)
     query = next(g for g in scatter.groups if g.query).op.outputs[0]
-    code, extra = _scatter_fn(op, graph, scatter)
+    table, code, extra = _scatter_fn(op, graph, scatter)
     what = "+".join(sorted({"ROPE" if g.rotates else "" for g in scatter.groups} - {""}))
     label = f" + {KV_CACHE_WRITE}{'+' + what if what else ''} epilogue ({len(scatter.groups)} writes)"
 
@@ -372,8 +391,18 @@ def build(op: Op, graph: Graph, kernel: object) -> list:
         for b in spec.bindings:
             if b.name == "dst":
                 b.tensor = query
-        spec.bindings += [dataclasses.replace(b) for b in extra]
-        spec.functions = [*spec.functions, code, *(Code(h) for h in helpers_for(code))]
+        # the table rides in the norm prologue's constants where there is one (storage buffers are few: 8 by default)
+        host = next((b for b in spec.bindings if b.name == "norm_affine"), None)
+        if host is not None:
+            base = host.data.size // 4
+            host.data = np.concatenate([host.data, table])
+            fn = code(host.name, base)
+            own = []
+        else:
+            fn = code("scatter_table", 0)
+            own = [Binding("scatter_table", data=table, element="vec4<f32>")]
+        spec.bindings += [*own, *(dataclasses.replace(b) for b in extra)]
+        spec.functions = [*spec.functions, fn, *(Code(h) for h in helpers_for(fn))]
         spec.out_channels = int(graph.tensors[query].shape[-1])
         spec.label = (spec.label or "").replace(" [", label + " [", 1)
         return spec
