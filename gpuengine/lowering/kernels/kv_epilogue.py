@@ -291,7 +291,8 @@ def scatter_stores(values: list[list[str]]) -> list[str]:
     return [f"scatter({values[j][0]}, {values[j + 1][0]}, (os0 + {j}u) / 2u);" for j in range(0, len(values), 2)]
 
 
-def _scatter_fn(op: Op, graph: Graph, scatter: Scatter) -> tuple[np.ndarray, Callable[[str, int], Code], list[Binding]]:
+def scatter_function(op: Op, graph: Graph, scatter: Scatter,
+                     ) -> tuple[np.ndarray, Callable[[str, int], Code], list[Binding]]:
     """The scatter table, `fn scatter(lo, hi, pair)` given where the table lies (a vec4<f32> binding's name and the
     first vec4 of the table in it), and the other bindings it reads and writes (after the projection's own)."""
     names: dict[int, str] = {}
@@ -383,7 +384,7 @@ def build(op: Op, graph: Graph, kernel: object) -> list:
     assert not isinstance(scatter, str), scatter
     plain, inner = derived(op, graph, scatter)
     query = next(g for g in scatter.groups if g.query).op.outputs[0]
-    table, code, extra = _scatter_fn(op, graph, scatter)
+    table, code, extra = scatter_function(op, graph, scatter)
     what = "+".join(sorted({"ROPE" if g.rotates else "" for g in scatter.groups} - {""}))
     label = f" + {KV_CACHE_WRITE}{'+' + what if what else ''} epilogue ({len(scatter.groups)} writes)"
 
