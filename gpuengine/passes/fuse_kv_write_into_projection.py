@@ -45,7 +45,8 @@ def fuse_kv_write_into_projection(graph: Graph, device: Device | None = None) ->
             continue
         t = updates.pop()
         k = producers.get(t)
-        if k is None or graph.ops[k].code != "FULLY_CONNECTED" or graph.ops[k].opt(KV_EPILOGUE):
+        if k is None or graph.ops[k].code != "FULLY_CONNECTED" or graph.ops[k].opt(KV_EPILOGUE) or \
+                len(graph.ops[k].outputs) != 1:
             continue
         if set(readers.get(t, [])) != {w} or t in graph.outputs:
             continue

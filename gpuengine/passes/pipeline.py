@@ -56,6 +56,7 @@ from .fuse_input_expression import fuse_input_expression
 from .fuse_kv_write_into_projection import fuse_kv_write_into_projection
 from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
+from .fuse_residual_norm import fuse_residual_norm
 from .fuse_rope import fuse_rope
 from .hybrid_arithmetic import hybrid_arithmetic
 from .inline_composites import inline_composites
@@ -75,7 +76,7 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
                                             attention_kv_group, fuse_rope, fold_attention_operands,
                                             kv_cache_in_place, fold_position_math, choose_attention_split,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
-                                            fuse_kv_write_into_projection,
+                                            fuse_residual_norm, fuse_kv_write_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,
                                             merge_channel_pad, pool_to_mean, fuse_input_expression,
@@ -85,7 +86,7 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
 # Given the latency model's description of the device the plan is for: fusions that trade a dispatch for
 # recomputation, decided by predicted time.
 WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split,
-                                           fuse_kv_write_into_projection}
+                                           fuse_residual_norm, fuse_kv_write_into_projection}
 
 # Always applied first, given the model: passes that read the subgraphs other ops reference.
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]
