@@ -118,3 +118,48 @@ def test_the_scatter_stores_what_the_write_would(tiny):
     heads = rows[:, :groups * d].reshape(c.heads, d)
     np.testing.assert_allclose(query.reshape(c.heads, d), rotate_half(heads, position * inv_freq), rtol=1e-5,
                                atol=1e-5)
+
+
+GEMMA = DecoderConfig(layers=2, width=64, heads=2, kv_heads=1, head_dim=16, mlp=64, vocab=32, cache=8, prefill=2,
+                      gemma=True)
+
+
+def gemma_before_residual(device=None):
+    """Gemma's decode graph through every pass up to fuse_residual_norm."""
+    from gpuengine.passes.fuse_residual_norm import fuse_residual_norm
+
+    model = read_model(decoder(GEMMA, seed=3))
+    graph = model.subgraphs[{s.key: s.subgraph for s in model.signatures}["decode"]]
+    for with_model in pipeline.WITH_MODEL:
+        graph = with_model(graph, model)
+    for p in [*pipeline.REQUIRED, *pipeline.OPTIONAL[:pipeline.OPTIONAL.index(fuse_residual_norm)]]:
+        graph = p(graph, device) if p in pipeline.WITH_DEVICE else p(graph)
+    return graph, fuse_residual_norm
+
+
+def test_sandwich_norms_become_the_next_projections_prologue():
+    """Each post-attention and post-MLP RMSNorm + residual ADD goes into the normed projection reading the sum (the
+    gate/up, the next layer's QKV, the LM head), which writes the sum where the next residual ADD reads it."""
+    from gpuengine.model.ops import RESIDUAL_NORM, RMS_NORM
+
+    graph, fuse_residual_norm = gemma_before_residual()
+    norms = [op for op in graph.ops if op.code == RMS_NORM]
+    assert len(norms) == 2 * GEMMA.layers  # the post norms; the pre norms are prologues already
+    after = fuse_residual_norm(graph)
+    fused = [op for op in after.ops if op.opt(RESIDUAL_NORM)]
+    assert len(fused) == 2 * GEMMA.layers and not [op for op in after.ops if op.code == RMS_NORM]
+    assert all(kernel_support.check(op, after) is None for op in fused)
+    assert [len(op.outputs) for op in fused] == [2] * (2 * GEMMA.layers - 1) + [1]  # the LM head's sum: no reader
+    assert len(after.ops) == len(graph.ops) - 4 * GEMMA.layers  # each norm and its ADD
+
+
+def test_the_latency_model_decides_the_residual_prologue(monkeypatch):
+    from gpuengine.model.ops import RESIDUAL_NORM
+
+    graph, fuse_residual_norm = gemma_before_residual(H100)
+    real = kernel_support.op_ns
+    monkeypatch.setattr(kernel_support, "op_ns", lambda op, g, device: (
+        real(op, g, device)[0] + (1e6 if op.opt(RESIDUAL_NORM) else 0.0), 1))
+    after = fuse_residual_norm(graph, H100)
+    assert not [op for op in after.ops if op.opt(RESIDUAL_NORM)]
+    assert any("kept apart from the normed FULLY_CONNECTED" in r for r in after.remarks), after.remarks
