@@ -14,7 +14,10 @@ math (RoPE angles, the mask row, the cache offsets) into the writes and attentio
 exist); flash-decoding or one dispatch for each decode attention, by the latency model (after the folds, so it
 predicts the op as it will run); a gated MLP's gate and up
 projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an
-RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
+RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); a post-norm
+and its residual ADD (Gemma's sandwich norms) into the normed projection reading the sum, and a decode step's KV
+cache write (with the rotated query) into the QKV projection computing its rows as its epilogue (both after the
+RMSNorm prologue, so the latency model weighs the projections as they will run); collapse
 SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its
 batch-norm MUL/ADD); fold scales into convs (changes weights, must precede the padding merge that changes the
 conv's options); merge spatial PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which
