@@ -51,6 +51,8 @@ def fuse_residual_norm(graph: Graph, device: Device | None = None) -> Graph:
         if producers.get(x, -1) >= i or producers.get(o, -1) >= i:
             continue
         label = f"{RMS_NORM}({'+'.join(norm.opt(SOURCE_OPS) or ())})+ADD"
+        if any(r < i for r in readers.get(h, []) if r != i):
+            continue  # read before the projection, which would now make it
         others = [r for r in readers.get(h, []) if r != i] or h in graph.outputs
         bias = op.inputs[2] if len(op.inputs) > 2 else -1
         fused = with_fields(op, [x, op.inputs[1], bias, o], **{

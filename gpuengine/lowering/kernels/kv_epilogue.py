@@ -274,10 +274,11 @@ def derived(op: Op, graph: Graph, scatter: Scatter) -> tuple[Op, Graph]:
     n = len(graph.tensors)
     w = _permuted(graph.tensors[fc.inputs[1]], scatter.order, n)
     tensors = [*graph.tensors, w]
-    inputs = [fc.inputs[0], n]
+    bias = -1
     if len(fc.inputs) > 2 and fc.inputs[2] >= 0:
         tensors.append(_permuted(graph.tensors[fc.inputs[2]], scatter.order, len(tensors)))
-        inputs.append(len(tensors) - 1)
+        bias = len(tensors) - 1
+    inputs = [fc.inputs[0], n, bias, *fc.inputs[3:]]  # a prologue's operands after the bias, as they were
     out = graph.tensors[fc.outputs[0]]
     tensors.append(dataclasses.replace(out, index=len(tensors), shape=(*out.shape[:-1], len(scatter.order))))
     plain = Op(index=op.index, code=fc.code, inputs=inputs, outputs=[len(tensors) - 1],
