@@ -85,7 +85,8 @@ def variant_notes(specs: list[KernelSpec], limits: DeviceLimits) -> list[str]:
     notes = []
     separate = sum(SPLIT_TO_FIT in s.label for s in specs)
     if separate:
-        notes.append(f"{separate} KV cache writes / query rotations as their own dispatches (one shared dispatch "
+        notes.append(f"{separate} KV cache writes / query rotations (and QKV projections they would be the epilogue "
+                     f"of) as their own dispatches (one shared dispatch "
                      f"would bind more than the device's {limits.storage_buffers} storage buffers)")
     splits = [s for s in specs if s.decomposition is not None and s.decomposition.split > 1]
     if not splits:

@@ -19,11 +19,11 @@ from ..latency.defaults import default_workgroup
 from ..latency.limits import BASELINE, DeviceLimits
 from ..latency.target import Target
 from ..model.ir import Graph
-from ..model.ops import KV_CACHE_WRITE
+from ..model.ops import KV_CACHE_WRITE, KV_EPILOGUE
 from . import codegen
 from . import lasnet as lasnet_lowering
 from .fusion import lower
-from .kernels import convert, tiling
+from .kernels import convert, kv_epilogue, tiling
 from .kernels.base import Decomposition, KernelSpec, Variants
 from .kernels.kv_cache import writes
 from .kernels.tuned import Tuned
@@ -152,6 +152,8 @@ def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: lis
     pairs = {}
     for i in ops:
         op = graph.ops[i]
+        if op.opt(KV_EPILOGUE):  # a projection writing the caches in its store (kernels/kv_epilogue.py)
+            op = kv_epilogue.split(op)[1]
         for write in writes(op) if op.code == KV_CACHE_WRITE else []:
             if write.code != KV_CACHE_WRITE:  # a rotated query written beside the caches
                 continue

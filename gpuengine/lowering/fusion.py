@@ -9,13 +9,14 @@ no fusable producer still merge among themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..model.ir import Graph, Op
-from ..model.ops import GROUPS, KV_CACHE_WRITE
+from ..model.ops import GROUPS, KV_CACHE_WRITE, KV_EPILOGUE
 from ..model.quantization import is_quantized
 from .codegen import bound, has_epilogue, is_baked
-from .kernels import registry
+from .kernels import kv_epilogue, registry
 from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
 from .kernels.common import fake_quant, holds_integers
 from .kernels.kv_cache import writes
@@ -75,6 +76,25 @@ def _build_to_fit(op: Op, kernel: object, graph: Graph, max_bindings: int | None
     rotated query) would bind more storage buffers than the device allows, each write as its own dispatch instead:
     the same arithmetic, since the writes store disjoint outputs and read only the op's inputs."""
     items = kernel.build(op, graph)  # type: ignore[attr-defined]
+    if max_bindings is not None and op.opt(KV_EPILOGUE) and any(
+            isinstance(item, KernelSpec) and len(bound(item)) > max_bindings for item in _specs(items)):
+        # a projection carrying a KV cache write: the projection, then the write (itself split to fit)
+        fc, write = kv_epilogue.split(op)
+
+        def labelled(spec: KernelSpec) -> KernelSpec:
+            if SPLIT_TO_FIT not in (spec.label or ""):
+                spec.label = f"{spec.label or ''} [{SPLIT_TO_FIT}: {max_bindings}]"
+            return spec
+
+        split = []
+        for item in [*kernel.build(fc, graph), *_build_to_fit(write, registry.kernel_for(write), graph,  # type: ignore
+                                                                max_bindings)]:
+            if isinstance(item, Variants):
+                item = dataclasses.replace(item, make=lambda d, make=item.make: labelled(make(d)))
+            elif isinstance(item, KernelSpec):
+                item = labelled(item)
+            split.append(item)
+        return split
     if max_bindings is None or op.code != KV_CACHE_WRITE or not op.opt(GROUPS) or not any(
             isinstance(item, KernelSpec) and len(bound(item)) > max_bindings for item in items):
         return items
@@ -85,6 +105,13 @@ def _build_to_fit(op: Op, kernel: object, graph: Graph, max_bindings: int | None
                 item.label = f"{item.label or single.code} [{SPLIT_TO_FIT}: {max_bindings}]"
             split.append(item)
     return split
+
+
+def _specs(items: list) -> list[KernelSpec]:
+    """The specs of a lowering, a Variants as its first decomposition (the storage buffers it binds are the same in
+    every one)."""
+    return [item.make(item.candidates[0]) if isinstance(item, Variants) else item for item in items
+            if isinstance(item, (Variants, KernelSpec))]
 
 
 def _move_to_end(specs: list[KernelSpec], writer: dict[int, int], index: int) -> None:

@@ -56,6 +56,18 @@ MATMUL_VIEWS = ("view_a", "view_b")  # ViewSteps from the stored operands (passe
 HYBRID_ARITHMETIC = "hybrid_arithmetic"  # passes/hybrid_arithmetic.py: "float", else integer arithmetic
 GATED_OPTION = "gated"  # act(gate) * up of interleaved rows: "SILU", "GELU_TANH" or "GELU"
 NORM = "norm"  # (scale tensor, offset tensor, epsilon, eps_outside, label) of an RMS_NORM of the input
+# FULLY_CONNECTED with a NORM (passes/fuse_residual_norm.py): its input row is x + RMS_NORM(o) (a post-norm and the
+# residual ADD, Gemma's sandwich norms), computed in the prologue: (input index of o, scale tensor, offset tensor,
+# epsilon, eps_outside, label); input 0 is x; output 1, where the op has one, is the row x + RMS_NORM(o) itself
+RESIDUAL_NORM = "residual_norm"
+# FULLY_CONNECTED (passes/fuse_kv_write_into_projection.py): the KV_CACHE_WRITE reading the projection's output
+# computed in its store: (the projection's own output tensor, how many of the op's inputs are the projection's,
+# the write's option fields as sorted (key, value) pairs); the op's other inputs (-1 where the write read the
+# projection's output) and its outputs are the write's
+KV_EPILOGUE = "kv_epilogue"
+# FULLY_CONNECTED, internal to lowering (kernels/kv_epilogue.py): the output slices come in pairs that the store
+# hands together to `scatter(lo, hi, pair)`
+SCATTER_PAIRS = "scatter_pairs"
 
 # LAYER_NORM / RMS_NORM
 EPSILON = "epsilon"  # the constant added to the variance (or to its square root)

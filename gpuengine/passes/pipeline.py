@@ -14,7 +14,10 @@ math (RoPE angles, the mask row, the cache offsets) into the writes and attentio
 exist); flash-decoding or one dispatch for each decode attention, by the latency model (after the folds, so it
 predicts the op as it will run); a gated MLP's gate and up
 projections and their SiLU gating into one FULLY_CONNECTED (before elementwise fusion takes its LOGISTIC, MULs); an
-RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); collapse
+RMSNorm into the one projection reading it (after that merge, so the merged MLP projection takes it); a post-norm
+and its residual ADD (Gemma's sandwich norms) into the normed projection reading the sum, and a decode step's KV
+cache write (with the rotated query) into the QKV projection computing its rows as its epilogue (both after the
+RMSNorm prologue, so the latency model weighs the projections as they will run); collapse
 SPACE_TO_BATCH -> conv -> BATCH_TO_SPACE into one dilated conv (so the scale fold below sees the conv next to its
 batch-norm MUL/ADD); fold scales into convs (changes weights, must precede the padding merge that changes the
 conv's options); merge spatial PAD into convs; 1x1 convs on 1x1 maps -> FULLY_CONNECTED (after the merges, which
@@ -53,8 +56,10 @@ from .fold_scale_into_conv import fold_scale_into_conv
 from .fuse_attention import fuse_attention
 from .fuse_elementwise_tree import fuse_elementwise_tree
 from .fuse_input_expression import fuse_input_expression
+from .fuse_kv_write_into_projection import fuse_kv_write_into_projection
 from .fuse_norm_into_projection import fuse_norm_into_projection
 from .fuse_normalization import fuse_normalization
+from .fuse_residual_norm import fuse_residual_norm
 from .fuse_rope import fuse_rope
 from .hybrid_arithmetic import hybrid_arithmetic
 from .inline_composites import inline_composites
@@ -74,6 +79,7 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
                                             attention_kv_group, fuse_rope, fold_attention_operands,
                                             kv_cache_in_place, fold_position_math, choose_attention_split,
                                             merge_projections, merge_gated_projections, fuse_norm_into_projection,
+                                            fuse_residual_norm, fuse_kv_write_into_projection,
                                             dilated_conv,
                                             fold_scale_into_conv, merge_padding, conv_to_fully_connected,
                                             merge_channel_pad, pool_to_mean, fuse_input_expression,
@@ -82,7 +88,8 @@ OPTIONAL: list[Callable[[Graph], Graph]] = [remove_noops, fold_gather_dequantize
 
 # Given the latency model's description of the device the plan is for: fusions that trade a dispatch for
 # recomputation, decided by predicted time.
-WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split}
+WITH_DEVICE: set[Callable[..., Graph]] = {fuse_norm_into_projection, choose_attention_split,
+                                           fuse_residual_norm, fuse_kv_write_into_projection}
 
 # Always applied first, given the model: passes that read the subgraphs other ops reference.
 WITH_MODEL: list[Callable[[Graph, Model | None], Graph]] = [inline_composites]

@@ -18,7 +18,11 @@ on ../shared/models/smollm_4l_int8.tflite and toy_decoder_kv.tflite):
   check (LESS, ADD, SELECT, GREATER_EQUAL, LESS_EQUAL, LOGICAL_AND, REDUCE_ALL, SELECT_V2 with NaN), the cache
   written by DYNAMIC_UPDATE_SLICE at PACK(0, input_pos[0], 0, 0);
 - FULLY_CONNECTED hybrid (f32 input, int8 weights with per-channel symmetric scales, no bias, keep_num_dims,
-  version 5) or f32; a gated SiLU MLP (LOGISTIC, MUL, MUL).
+  version 5) or f32; a gated SiLU MLP (LOGISTIC, MUL, MUL);
+- optionally Gemma 3's forms (`gemma=True`, as litert-torch writes tests/fixtures/litert_torch/gemma3_*): the
+  embedding times sqrt(width), an RMSNorm over each query and key head before the rotation, "sandwich" norms (an
+  RMSNorm of the attention's and of the MLP's output before each residual ADD) and a GELU-tanh gated MLP (GELU
+  approximate, MUL). Gemma's sliding-window layers are not written (every layer attends the whole cache).
 Weights are seeded and scaled so activations stay sane: RMSNorm'd inputs, Xavier-like projections, query and key
 scaled up so attention rows are peaked but not one-hot, the tied embedding scaled so logits spread over several
 units (tests/models/test_decoder_zoo.py checks both).
@@ -59,6 +63,7 @@ class DecoderConfig:
     kv_layout: str = "btnh"
     rope_base: float = 10000.0
     epsilon: float = 1e-5
+    gemma: bool = False
 
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
@@ -117,6 +122,13 @@ class _Weights:
                 "norm1": (1.0 + rng.normal(0.0, 0.1, c.width)).astype(np.float32),
                 "norm2": (1.0 + rng.normal(0.0, 0.1, c.width)).astype(np.float32),
             })
+            if c.gemma:  # query / key norms over a head, post-attention and post-MLP norms over the width
+                self.layers[-1].update({
+                    "q_norm": (1.0 + rng.normal(0.0, 0.1, c.head_dim)).astype(np.float32),
+                    "k_norm": (1.0 + rng.normal(0.0, 0.1, c.head_dim)).astype(np.float32),
+                    "post_attention": (1.0 + rng.normal(0.0, 0.1, c.width)).astype(np.float32),
+                    "post_mlp": (1.0 + rng.normal(0.0, 0.1, c.width)).astype(np.float32),
+                })
         self.final_norm = (1.0 + rng.normal(0.0, 0.1, c.width)).astype(np.float32)
         # Quantize each weight once so both signatures (and the LM head and the embedding) share the same bytes.
         self.quantized: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -188,7 +200,7 @@ class _Signature:
         row = shape[:-1]
         sq = sub.op("MUL", [xi, xi], shape)
         axis = sub.const("axis", np.array([len(shape) - 1], np.int32))
-        if self.t == 1:  # litert-torch's one-row form: keep_dims, no RESHAPE
+        if int(np.prod(row)) == 1:  # litert-torch's one-row form: keep_dims, no RESHAPE
             mean = sub.op("MEAN", [sq, axis], (*row, 1), {"keep_dims": True})
             var = sub.op("ADD", [mean, sub.const("epsilon", np.full((*row, 1), self.c.epsilon, np.float32))],
                          (*row, 1))
@@ -279,6 +291,9 @@ class _Signature:
 
         ids = self.reshape(tokens, (t,), np.int32)
         x = self.reshape(self.op("EMBEDDING_LOOKUP", [ids, self.table()], (t, c.width)), (1, t, c.width))
+        if c.gemma:  # Gemma scales the looked-up rows by sqrt(width)
+            x = self.op("MUL", [x, self.const("embedding_scale", np.array(math.sqrt(c.width), np.float32))],
+                        (1, t, c.width))
         # Rotary angles: positions times the inverse frequencies.
         pos_f = self.op("CAST", [self.reshape(input_pos, (1, t, 1), np.int32)], (1, t, 1))
         inv_freq = c.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
@@ -319,6 +334,8 @@ class _Signature:
             k = self.op("SLICE", [qkv, self.ints((0, 0, 0, c.groups * d)), self.ints((1, t, kv, d))], (1, t, kv, d))
             v = self.op("SLICE", [qkv, self.ints((0, 0, 0, (c.groups + 1) * d)), self.ints((1, t, kv, d))],
                         (1, t, kv, d))
+            if c.gemma:
+                k = self.rms_norm(k, layer["k_norm"], f"layer{i}/k_norm")
             k = self.rope(k, kv, cos, sin)
             if c.kv_layout == "transposed":
                 k = self.transpose(k, (0, 2, 1, 3), (1, kv, t, d))
@@ -329,14 +346,24 @@ class _Signature:
             if i == c.layers - 1 and not with_logits:
                 break  # the converter drops what no output reads: prefill ends with the last cache write
             q = self.slice(qkv, (0, 0, 0, 0), (1, t, kv, c.groups * d))
-            q = self.rope(self.reshape(q, (1, t, c.heads, d)) if t > 1 else q, c.heads, cos, sin)
+            if c.gemma:  # the query norm over each head
+                q = self.rms_norm(self.reshape(q, (1, t, c.heads, d)), layer["q_norm"], f"layer{i}/q_norm")
+            q = self.rope(self.reshape(q, (1, t, c.heads, d)) if t > 1 and not c.gemma else q, c.heads, cos, sin)
             ctx = self.reshape(self.attention(q, k_new, v_new, mask), (1, t, c.heads * d))
-            x = self.op("ADD", [x, self.dense(ctx, layer["output"], f"layer{i}/output")], (1, t, c.width))
+            attended = self.dense(ctx, layer["output"], f"layer{i}/output")
+            if c.gemma:
+                attended = self.rms_norm(attended, layer["post_attention"], f"layer{i}/post_attention_norm")
+            x = self.op("ADD", [x, attended], (1, t, c.width))
             h = self.rms_norm(x, layer["norm2"], f"layer{i}/norm2")
             gate = self.dense(h, layer["gate"], f"layer{i}/gate")
-            silu = self.op("MUL", [gate, self.op("LOGISTIC", [gate], (1, t, c.mlp))], (1, t, c.mlp))
+            if c.gemma:
+                act = self.op("GELU", [gate], (1, t, c.mlp), {"approximate": True})
+            else:
+                act = self.op("MUL", [gate, self.op("LOGISTIC", [gate], (1, t, c.mlp))], (1, t, c.mlp))
             up = self.dense(h, layer["up"], f"layer{i}/up")
-            down = self.dense(self.op("MUL", [silu, up], (1, t, c.mlp)), layer["down"], f"layer{i}/down")
+            down = self.dense(self.op("MUL", [act, up], (1, t, c.mlp)), layer["down"], f"layer{i}/down")
+            if c.gemma:
+                down = self.rms_norm(down, layer["post_mlp"], f"layer{i}/post_mlp_norm")
             x = self.op("ADD", [x, down], (1, t, c.width))
         if with_logits:
             h = self.rms_norm(x, self.w.final_norm, "final_norm")

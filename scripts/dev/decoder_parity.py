@@ -123,11 +123,13 @@ def planned_dispatches(model: bytes | str, key: str, target: str = "cpu") -> lis
 
 
 def dispatches_per_layer(specs: list) -> list[int]:
-    """Dispatches between consecutive layers' KV cache writes (a layer's first write; K and V written apart, as
-    with litert-torch's transposed caches, are two adjacent ones), the write offsets' PACK aside."""
+    """Dispatches between consecutive layers' attentions (a layer's first attention dispatch: flash-decoding's
+    partials and merge are adjacent), the write offsets' PACK aside. (The KV cache write no longer marks a layer: it
+    may be the QKV projection's epilogue.)"""
     shaders = [s.shader for s in specs if s.label != "PACK"]
-    writes = [i for i, s in enumerate(shaders) if s == "kv_cache" and (i == 0 or shaders[i - 1] != "kv_cache")]
-    return [b - a for a, b in zip(writes, writes[1:])]
+    firsts = [i for i, s in enumerate(shaders)
+              if s.startswith("attention") and (i == 0 or not shaders[i - 1].startswith("attention"))]
+    return [b - a for a, b in zip(firsts, firsts[1:])]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -247,28 +247,29 @@ def planned_signature(path: Path, key: str) -> list:
     return planned_dispatches(str(path), key)
 
 
-@pytest.mark.parametrize("name,key,layers,per_layer", [("smollm_4l_int8.tflite", "decode", 4, 6),
-                                                       ("toy_decoder_kv.tflite", "decode", 2, 6)])
+@pytest.mark.parametrize("name,key,layers,per_layer", [("smollm_4l_int8.tflite", "decode", 4, 5),
+                                                       ("toy_decoder_kv.tflite", "decode", 2, 5)])
 def test_decode_step_structure(name: str, key: str, layers: int, per_layer: int):
-    """Per layer, from the QKV projection to the attention: FULLY_CONNECTED, one dispatch writing the K (rotated) and
-    V rows into the caches in place and rotating q, ATTENTION (one dispatch either way: flash-decoding's last key
-    chunk of a row merges the row); no cache is converted to or from PHWC4 or copied. A whole layer: SmolLM's int8
-    projections take their RMSNorm as a prologue and its gate/up projections are one (6 dispatches; 7 when
-    flash-decoding merged in a dispatch of its own; the latency model predicts both prologues faster on lavapipe,
-    tests/models/test_fusion_latency.py); the toy decoder's float projections take theirs the same way (6; 9 when the
-    float FC took no prologue)."""
+    """Per layer, from the QKV projection to the attention: the FULLY_CONNECTED whose store writes the K (rotated)
+    and V rows into the caches in place and rotates q (kernels/kv_epilogue.py), then ATTENTION (one dispatch either
+    way: flash-decoding's last key chunk of a row merges the row); no cache is converted to or from PHWC4 or copied.
+    A whole layer: SmolLM's int8 projections take their RMSNorm as a prologue and its gate/up projections are one
+    (5 dispatches; 6 with the cache write a dispatch of its own, 7 when flash-decoding merged in a dispatch of its
+    own; the latency model predicts the prologues and the epilogue faster on lavapipe, tests/models/
+    test_fusion_latency.py); the toy decoder's float projections take theirs the same way (5; 9 when the float FC
+    took no prologue and wrote no cache)."""
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} is absent (the shared test models)")
     # the write offsets (PACK of the position, computed once for every layer) may land inside the first layer
     specs = [s for s in planned_signature(SHARED / name, key) if s.label != "PACK"]
     shaders = [s.shader for s in specs]
-    writes = [i for i, s in enumerate(shaders) if s == "kv_cache"]
-    assert len(writes) == layers
+    writes = [i for i, s in enumerate(specs) if "KV_CACHE_WRITE" in s.label and "epilogue" in s.label]
+    assert len(writes) == layers and "kv_cache" not in shaders
     for i in writes:
-        assert shaders[i - 1].startswith("fully_connected"), shaders[i - 3:i + 3]
+        assert shaders[i].startswith("fully_connected"), shaders[i - 3:i + 3]
         assert shaders[i + 1].startswith("attention"), shaders[i - 3:i + 3]
     assert not [s.label for s in specs if "kv_cache" in s.label]  # no converter of a cache
-    assert all(s.shader != "copy" for s in specs[writes[0] - 1:writes[-1]])  # no copy dispatch inside the layers
+    assert all(s.shader != "copy" for s in specs[writes[0]:writes[-1]])  # no copy dispatch inside the layers
     assert [b - a for a, b in zip(writes, writes[1:])] == [per_layer] * (layers - 1)
 
 
@@ -315,7 +316,11 @@ def test_profile_signature_reports_a_decode_step(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["signature"] == "decode"
     kernels = [d["kernel"] for d in report["dispatches"]]
-    assert kernels.count("kv_cache") == 2 and "bhwc_to_phwc4" in kernels  # tokens and positions only
+    # each layer's caches written by its QKV projection's store (kernels/kv_epilogue.py), right before its attention
+    attentions = [i for i, k in enumerate(kernels) if k.startswith("attention")]
+    assert "kv_cache" not in kernels and len(attentions) == 2, kernels
+    assert all(kernels[i - 1].startswith("fully_connected") for i in attentions), kernels
+    assert "bhwc_to_phwc4" in kernels  # tokens and positions only
     assert sum(d["ops"][0].startswith("input decode_kv") for d in report["dispatches"]) == 0
     assert report["upload_ms"] >= 0 and report["host_critical_ms"] > 0 and report["end_to_end_ms"] > 0
     # the host's recording of a step, per dispatch (measured here), and its calls: at most 3 a dispatch

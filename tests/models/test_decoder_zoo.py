@@ -33,6 +33,9 @@ CASES = {
                                             kv_layout="transposed"),
     "d128_g1_int8": DecoderConfig(layers=1, width=128, heads=1, kv_heads=1, head_dim=128, weights="int8"),
     "d256_g2_f32": DecoderConfig(layers=1, heads=2, kv_heads=1, head_dim=256, weights="f32", cache=16, prefill=4),
+    # Gemma 3's forms (q/k norms, sandwich norms as the next projection's prologue: passes/fuse_residual_norm.py)
+    "d64_g2_gemma_f32": DecoderConfig(layers=2, heads=2, kv_heads=1, head_dim=64, weights="f32", cache=16, prefill=4,
+                                      gemma=True),
 }
 EXPECTED_FAILURES = {"d128_g1_int8": (
     "int8 weights: gpuengine's hybrid FC quantizes activation rows as XNNPACK does (asymmetric), 9e-3 of the range "

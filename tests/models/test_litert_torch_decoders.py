@@ -35,14 +35,18 @@ TOLERANCE = {"f32": 1e-5, "int8": 5e-2}  # max over steps of max |ours - LiteRT|
 
 
 # Dispatches per decode layer (planned for the cpu class). int8 and f32 alike: the RMSNorm before each projection is
-# its prologue, gate/up are one FC; Gemma 3's post-attention and post-MLP norms (over a projection's whole output row)
-# keep a dispatch each (with the residual ADD). The attention is one dispatch where the cpu class's latency model
-# predicts it faster than flash-decoding's two (passes/choose_attention_split.py: all but the transposed-cache
-# Llamas, predicted faster in flash-decoding there). (f32 before the float FC took the prologue: 11 / 9 / 9;
-# all flash-decoding before choose_attention_split: 9 / 7.)
-DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 8, "gemma3_1b_2l_f32": 8, "qwen3_2l_int8": 6, "qwen3_2l_f32": 6,
-                    "qwen25_2l_int8": 6, "tiny_llama_2l_int8": 6, "llama32_2l_int8_bnth": 6,
-                    "llama32_2l_f32_bnth": 6, "qwen3_2l_int8_bnth": 6, "llama32_2l_int4_block32": 6}
+# its prologue, gate/up are one FC, the KV cache write and the query's rotation the QKV projection's epilogue
+# (passes/fuse_kv_write_into_projection.py) except where a query / key RMS norm needs the whole head (Gemma 3, Qwen 3:
+# a dispatch of its own); Gemma 3's post-attention and post-MLP norms (over a projection's whole output row) and
+# their residual ADDs become the next normed projection's prologue (passes/fuse_residual_norm.py) where the cpu class's
+# latency model predicts it faster: the gate/up projection's, not the wider QKV projection's (7; 6 on h100). The
+# attention is one dispatch where the cpu class's latency model predicts it faster than flash-decoding's two
+# (passes/choose_attention_split.py). (Before the KV write epilogue and the residual prologue: 6 for the Llamas and
+# Qwen 2.5, 8 for Gemma 3; f32 before the float FC took the prologue: 11 / 9 / 9; all flash-decoding before
+# choose_attention_split: 9 / 7.)
+DECODE_PER_LAYER = {"gemma3_1b_2l_int8": 7, "gemma3_1b_2l_f32": 7, "qwen3_2l_int8": 6, "qwen3_2l_f32": 6,
+                    "qwen25_2l_int8": 5, "tiny_llama_2l_int8": 5, "llama32_2l_int8_bnth": 5,
+                    "llama32_2l_f32_bnth": 5, "qwen3_2l_int8_bnth": 6, "llama32_2l_int4_block32": 5}
 
 
 def kind(name: str) -> str:

@@ -35,12 +35,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.ir import Graph, Op
-from ...model.ops import GATED_OPTION, HYBRID_ARITHMETIC, NORM, OUT_VIEW
+from ...model.ops import GATED_OPTION, HYBRID_ARITHMETIC, KV_EPILOGUE, NORM, OUT_VIEW, RESIDUAL_NORM, SCATTER_PAIRS
 from ...model.ops import MATMUL_VIEWS as VIEW_OPTIONS
 from ...model.quantization import is_hybrid
 from .. import codegen
 from ..layout import slices, to_bhwc, to_phwc4
-from . import layout_view, packed_int8, tiling
+from . import kv_epilogue, layout_view, packed_int8, tiling
 from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
 from .common import (
     EXACT_LIMIT,
@@ -98,8 +98,10 @@ class FullyConnectedKernel:
     def supports(self, op: Op, graph: Graph) -> str | None:
         if op.code == "BATCH_MATMUL":
             return _bmm_supports(op, graph)
-        if len(op.inputs) < 2 or len(op.outputs) != 1:
-            return "expects input, weights[, bias] and 1 output"
+        if op.opt(KV_EPILOGUE):  # a KV cache write in its store (kernels/kv_epilogue.py)
+            return kv_epilogue.supports(op, graph, self)
+        if len(op.inputs) < 2 or len(op.outputs) != 1 and not (op.opt(RESIDUAL_NORM) and len(op.outputs) == 2):
+            return "expects input, weights[, bias] and 1 output (2 with a residual prologue writing its row)"
         reason = float_tensors(op, graph) or activation_supported(op)
         if reason:
             return reason
@@ -123,6 +125,9 @@ class FullyConnectedKernel:
         rb, rh, rw, oc = bhwc(graph, op.outputs[0])
         if op.opt(NORM) and (i != ic or not _float_rows(op, graph)):
             return "a normalization prologue needs float input and output and rows of one pixel"
+        reason = _residual_check(op, graph)
+        if reason:
+            return reason
         if op.opt("gated"):
             if op.opt("gated") not in GATE_ACTIVATIONS or o % 8 or activation(op):
                 return (f"a gated projection takes {', '.join(GATE_ACTIVATIONS)}, 2 x 4k weight rows (gate and up "
@@ -140,6 +145,8 @@ class FullyConnectedKernel:
     def build(self, op: Op, graph: Graph) -> Lowering:
         if op.code == "BATCH_MATMUL":
             return [_bmm_build(op, graph)]
+        if op.opt(KV_EPILOGUE):
+            return kv_epilogue.build(op, graph, self)
         if is_hybrid(op, graph):
             return [_hybrid_build(op, graph)]
         x, out = op.inputs[0], op.outputs[0]
@@ -174,7 +181,7 @@ class FullyConnectedKernel:
                 inverse = codegen.literal(rq.inverse_scales[0])
                 taps = [f"let s_{t} = round(vec4<f32>({v}) * {inverse});" for t, v in enumerate(src)] + taps
                 taps += [f"acc_{j}_{t} += mat4x4<f32>(w_{j}) * s_{t};" for j in range(st) for t in range(rt)]
-            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated)
+            store = _stores([[f"acc_{j}_{t}" for t in range(rt)] for j in range(st)], gated, op)
             shared, dispatch = tiling.split_params(d, count(d.tile), accumulators(d.tile))
             if norm:  # the prologue's reduction used the lanes first
                 shared["REDUCE"] = codegen.lane_reduce(accumulators(d.tile), d, first=False)
@@ -185,11 +192,12 @@ class FullyConnectedKernel:
             bindings = [
                 Binding("src", tensor=x),
                 *weight_bindings,
-                *norm_bindings,
+                *[b for b in norm_bindings if not b.writable],
                 Binding("bias", data=bias_vec4(bias, o, -(-so // WIDEST_TILE) * WIDEST_TILE),
                         element="S4" if rq is None else "vec4<f32>"),
                 *([requant_binding(rq, o, sg * st)] if rq is not None and rq.multipliers.size > 1 else []),
                 Binding("dst", tensor=out, writable=True),
+                *[b for b in norm_bindings if b.writable],  # the residual row a prologue writes
             ]
             params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                       "WEIGHTS_FN": reader, "NORM": norm_code, "ACC_INIT": acc_init(d.tile), "TAPS": lines(taps, 4),
@@ -199,18 +207,20 @@ class FullyConnectedKernel:
                               epilogue=activation(op), out_channels=o // 2 if gated else o,
                               functions=gate_fns(op.opt(GATED_OPTION)) if gated
                               else [MULTIPLY_BY_QUANTIZED_MULTIPLIER] if rq else [],
-                              label=f"{f'{norm[4]} + ' if norm else ''}"
+                              label=f"{_prologue_label(op)}"
                                     f"{op.code} {rows}x{i}->{_outputs(o, op.opt(GATED_OPTION))}"
                                     f"{f': {INT8_EXACT}' if rq else ''} "
                                     f"[{d.describe()}]")
 
         def step(tile: tuple[int, int]) -> float:
             """A mat4x4 step; a norm prologue adds its pass's load and each value's scale and offset per row."""
-            return tiling.mat_step(tile) + (3 * tile[0] * tiling.LOAD if norm else 0.0)
+            return tiling.mat_step(tile) + (3 * tile[0] * tiling.LOAD if norm else 0.0) \
+                + (4 * tile[0] * tiling.LOAD if op.opt(RESIDUAL_NORM) else 0.0)
 
-        tiles = _tiles(rows, so, gated, wide=bool(norm))
+        tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
         numbers = {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw, **({"gated": 1} if gated else {}),
-                   **({"norm": 1} if norm else {})}
+                   **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
+                   **({"norm": 1} if norm else {}), **({"residual": 1} if op.opt(RESIDUAL_NORM) else {})}
         return [tiling.variants("fully_connected", numbers, tiles, depth, count, step, make, rows * i * o)]
 
 
@@ -240,9 +250,12 @@ def _tiles(rows: int, so: int, gated: bool, wide: bool = False) -> list[tuple[in
             and (not gated or st % 2 == 0)]
 
 
-def _stores(values: list[list[str]], gated: bool) -> list[str]:
+def _stores(values: list[list[str]], gated: bool, op: Op | None = None) -> list[str]:
     """`store` calls of a tile's values[j][t] (output slice os0 + j, row r0 + t); gated: slice os0 / 2 + j / 2 gets
-    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL)."""
+    act(gate) * up of the tile's slices j and j + 1 (LiteRT's LOGISTIC, MUL, MUL or GELU, MUL); a projection
+    carrying a KV cache write (SCATTER_PAIRS): each pair of slices scattered (kernels/kv_epilogue.py)."""
+    if op is not None and op.opt(SCATTER_PAIRS):
+        return kv_epilogue.scatter_stores(values)
     if gated:
         return [f"store(gate({values[j][t]}, {values[j + 1][t]}), r0 + {t}u, os0 / 2u + {j // 2}u);"
                 for j in range(0, len(values), 2) for t in range(len(values[j]))]
@@ -278,22 +291,80 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
         out[:channels] = const_f32(graph, t).reshape(-1)
         return out
 
-    code = [f"var nsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
+    residual = op.opt(RESIDUAL_NORM)
+    affine = [padded(scale_t), padded(offset_t)]
+    code: list[str] = []
+    writes: list[str] = []
+    outputs: list[Binding] = []
+    if residual:  # the row is x + RMS_NORM(o): o's normalizer first (its own pass), the row written where asked
+        position, r_scale, r_offset, r_eps, r_outside, _ = residual
+        rows = graph.tensors[op.inputs[0]].size // channels
+        o_raw = [r.replace("src[", "res_o[", 1) for r in raw]
+        code += [f"var rsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
+        code += [f"for (var q = k; q < {s}u; q += {d.split}u) {{", "  let px = 0u;", "  let sl = q;"]
+        code += [line for t, r in enumerate(o_raw) for line in (f"  let o_{t} = {r};", f"  rsq_{t} += o_{t} * o_{t};")]
+        code += ["}", codegen.lane_reduce([f"rsq_{t}" for t in range(len(raw))], d)]
+        code += [f"let rinv_{t} = {_inverse_rms(f'rsq_{t}', channels, r_eps, r_outside)};" for t in range(len(raw))]
+        raw = [f"({r} + ({o} * rinv_{t} * norm_affine[{2 * s}u + sl] + norm_affine[{3 * s}u + sl]))"
+               for t, (r, o) in enumerate(zip(raw, o_raw))]
+        affine += [padded(r_scale), padded(r_offset)]
+        bindings_in = [Binding("res_o", tensor=op.inputs[position])]
+        if len(op.outputs) > 1:
+            outputs = [Binding("res_h", tensor=op.outputs[1], writable=True)]
+            writes = [f"  if (os0 == 0u && r0 + {t}u < {rows}u) {{ res_h[{_index_of(r)}] = D4(v_{t}); }}"
+                      for t, r in enumerate(o_raw)]
+    else:
+        bindings_in = []
+    code += [f"var nsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
     code.append(f"for (var q = k; q < {s}u; q += {d.split}u) {{")
     code.append("  let px = 0u;")
     code.append("  let sl = q;")
     code += [line for t, r in enumerate(raw) for line in (f"  let v_{t} = {r};", f"  nsq_{t} += v_{t} * v_{t};")]
+    code += writes
     code.append("}")
-    code.append(codegen.lane_reduce([f"nsq_{t}" for t in range(len(raw))], d))
-    for t in range(len(raw)):
-        mean = f"(nsq_{t}.x + nsq_{t}.y + nsq_{t}.z + nsq_{t}.w) / {codegen.literal(float(channels))}"
-        eps_code = codegen.literal(float(eps))
-        inv = f"1.0 / (sqrt({mean}) + {eps_code})" if eps_outside else f"inverseSqrt({mean} + {eps_code})"
-        code.append(f"let ninv_{t} = {inv};")
-    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_scale[sl] + norm_offset[sl])" for t, r in enumerate(raw)]
-    bindings = [Binding("norm_scale", data=padded(scale_t), element="vec4<f32>"),
-                Binding("norm_offset", data=padded(offset_t), element="vec4<f32>")]
+    code.append(codegen.lane_reduce([f"nsq_{t}" for t in range(len(raw))], d, first=not residual))
+    code += [f"let ninv_{t} = {_inverse_rms(f'nsq_{t}', channels, eps, eps_outside)};" for t in range(len(raw))]
+    # scale and offset in one binding (one storage buffer fewer: kernels/kv_epilogue.py appends its table too)
+    src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_affine[sl] + norm_affine[{s}u + sl])" for t, r in enumerate(raw)]
+    bindings = [Binding("norm_affine", data=np.concatenate(affine), element="vec4<f32>"), *bindings_in, *outputs]
     return src, Code("\n  ".join(code)), bindings
+
+
+def _prologue_label(op: Op) -> str:
+    """What the prologue computes, for the dispatch's label: the residual row (x + RMS_NORM(o)) and its norm."""
+    norm, residual = op.opt(NORM), op.opt(RESIDUAL_NORM)
+    return (f"{residual[5]} + " if residual else "") + (f"{norm[4]} + " if norm else "")
+
+
+def _inverse_rms(sums: str, channels: int, eps: float, eps_outside: bool) -> str:
+    """RMS_NORM's normalizer of a row whose squares sum (a vec4 of lane sums) to `sums`."""
+    mean = f"({sums}.x + {sums}.y + {sums}.z + {sums}.w) / {codegen.literal(float(channels))}"
+    eps_code = codegen.literal(float(eps))
+    return f"1.0 / (sqrt({mean}) + {eps_code})" if eps_outside else f"inverseSqrt({mean} + {eps_code})"
+
+
+def _index_of(read: str) -> str:
+    """The index expression of a prologue's read `vec4<f32>(name[INDEX])`."""
+    return read[read.index("[") + 1:read.rindex("]")]
+
+
+def _residual_check(op: Op, graph: Graph) -> str | None:
+    """Why op's RESIDUAL_NORM cannot be its prologue (None: it can): a NORM prologue, o and the written row of x's
+    shape, float, its constants of one value a channel."""
+    residual = op.opt(RESIDUAL_NORM)
+    if not residual:
+        return None
+    position, scale, offset = residual[:3]
+    if not op.opt(NORM) or len(op.inputs) <= position or op.inputs[position] < 0 or len(op.outputs) > 2:
+        return "a residual prologue needs a norm prologue, its row operand and at most the row as a second output"
+    x = graph.tensors[op.inputs[0]]
+    others = [graph.tensors[op.inputs[position]], *(graph.tensors[t] for t in op.outputs[1:])]
+    if any(t.shape != x.shape or t.dtype != np.float32 or t.quantization or t.data is not None for t in others):
+        return "the residual row's operands must be run-time float tensors of the input's shape"
+    width = x.shape[-1] if x.shape else 1
+    if any(graph.tensors[t].data is None or graph.tensors[t].size != width for t in (scale, offset)):
+        return "the residual norm's scale and offset must be constants of one value a channel"
+    return None
 
 
 # -- hybrid FULLY_CONNECTED: float input, int8 weights kept int8 ----------------------------------------
@@ -334,7 +405,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     gated = bool(op.opt("gated"))
     norm = op.opt(NORM)
     in_float = hybrid_in_float(op)
-    norm_label = f"{norm[4]} + " if norm else ""
+    norm_label = _prologue_label(op)
     packed = packed_int8.pack_rows(graph.tensors[op.inputs[1]], ic)
     # LiteRT's XNNPACK takes int4 rows of even length only; an odd one runs its builtin kernel, which quantizes
     # each input row symmetrically (measured: all three LiteRT kernel sets agree)
@@ -382,10 +453,11 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si,
                                                                      symmetric, packed.block, ic)
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        store = _stores(values, gated)
-        bindings = [Binding("src", tensor=x), *weight_bindings, *norm_bindings,
+        store = _stores(values, gated, op)
+        bindings = [Binding("src", tensor=x), *weight_bindings, *[b for b in norm_bindings if not b.writable],
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
-                    Binding("dst", tensor=out, writable=True)]
+                    Binding("dst", tensor=out, writable=True),
+                    *[b for b in norm_bindings if b.writable]]  # the residual row a prologue writes
         params = {**fixed, **shared, "RT": rt, "ST": st, "RTILES": -(-rows // rt), "SG": sg,
                   "NORM": norm_code, "ROW_RANGES": row_ranges, "ACC_INIT": lines(init, 2), "TAPS": lines(taps, 4),
                   "TO_FLOAT": lines(to_float, 2), "STORE": lines(store, 4)}
@@ -398,7 +470,10 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
 
     # per input vec4: the range and quantizing passes, or one float pass; a norm: its own pass, and each pass reads
     # the value, its scale and its offset
-    row_loads = (1 if in_float else 2) * (3 if norm else 1) + (1 if norm else 0)
+    # a residual prologue (x + RMS_NORM(o)): each value read also reads o, its scale and offset, and one more pass
+    residual = bool(op.opt(RESIDUAL_NORM))
+    row_loads = (1 if in_float else 2) * (3 if norm else 1) * (2 if residual else 1) + (1 if norm else 0) \
+        + (1 if residual else 0)
 
     def step(tile: tuple[int, int]) -> float:
         """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
@@ -408,12 +483,14 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         loads = row_loads * rt * tiling.LOAD + st * 4 * tiling.LOAD
         return loads + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
 
-    tiles = _tiles(rows, so, gated, wide=bool(norm))
+    tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
     # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
     int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
     return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
                                                     "chunks": len(weight_bindings), "gated": int(gated),
                                                     "norm": int(bool(norm)), **int4_numbers,
+                                                    **({"residual": 1} if residual else {}),
+                                                    **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
                                                     **({"float": 1} if in_float else {})},
                            tiles, words, count, step, make, rows * i * o)
 

@@ -137,7 +137,6 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
     row R (the fill) out of [0, R), as GATHER_ND and SELECT_V2 read them."""
     half = shape[-1] // 2
     cx = Ix("cx", np.int64(0))
-    j = Ix("j", np.int64(0))
     read_a = view_read(x, steps, shape, [*rows, Ix('c', np.int64(0))])
     read_b = view_read(x, steps, shape, [*rows, cx])
     prologue = []
@@ -152,21 +151,7 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
                   view_read(norm.offset, None, (width,), [cx]))
         read_a = f"({read_a} * inv * {scale[0]} + {offset[0]})"
         read_b = f"({read_b} * inv * {scale[1]} + {offset[1]})"
-    if isinstance(angles, tuple):
-        _, count, wrap = angles
-        table = (count + 1, 2 * half)
-        wrapped = f"select(pp, pp + {count}i, pp < 0i)" if wrap else "pp"
-        tables = [f"let pp = i32(f32({cos}[0])); let pq = {wrapped};",
-                  f"let pr = select({count}u, u32(pq), pq >= 0i && pq < {count}i); let jh = j + {half}u;",
-                  f"let cs = {view_read(sin, None, table, [Ix('pr', np.int64(0)), j])};",
-                  f"let sn = {view_read(sin, None, table, [Ix('pr', np.int64(0)), Ix('jh', np.int64(0))])};"]
-    elif angles:
-        freq = view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))
-        angle = f"turns4(vec4<f32>(f32({cos}[0]) * {freq}))"
-        tables = [f"let ang = {angle};", "let cs = cos(ang).x;", "let sn = sin(ang).x;"]
-    else:
-        tables = [f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
-                  f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};"]
+    tables = rotation_tables(cos, sin, cos_shape, sin_shape, rows, half, angles)
     return " ".join([
         *prologue,
         f"let j = c % {half}u; let lo = c < {half}u;",
@@ -174,6 +159,27 @@ def rope_lanes(x: str, steps: tuple | None, shape: tuple[int, ...], rows: list[I
         f"let cx = select(c - {half}u, c + {half}u, lo); let xb = {read_b};",
         *tables,
         "value[l] = select(xa * cs + xb * sn, xa * cs - xb * sn, lo);"])
+
+
+def rotation_tables(cos: str, sin: str, cos_shape: tuple[int, ...], sin_shape: tuple[int, ...], rows: list[Ix],
+                    half: int, angles: bool | tuple[str, int, bool] = False) -> list[str]:
+    """WGSL setting `cs` and `sn`, the cos and sin of the rotation of pair `j` (a u32 in scope, < half) of row
+    `rows`, from the bound tables (or position and frequencies, or table rows: `angles`, as rope_lanes)."""
+    j = Ix("j", np.int64(0))
+    if isinstance(angles, tuple):
+        _, count, wrap = angles
+        table = (count + 1, 2 * half)
+        wrapped = f"select(pp, pp + {count}i, pp < 0i)" if wrap else "pp"
+        return [f"let pp = i32(f32({cos}[0])); let pq = {wrapped};",
+                f"let pr = select({count}u, u32(pq), pq >= 0i && pq < {count}i); let jh = j + {half}u;",
+                f"let cs = {view_read(sin, None, table, [Ix('pr', np.int64(0)), j])};",
+                f"let sn = {view_read(sin, None, table, [Ix('pr', np.int64(0)), Ix('jh', np.int64(0))])};"]
+    if angles:
+        freq = view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))
+        angle = f"turns4(vec4<f32>(f32({cos}[0]) * {freq}))"
+        return [f"let ang = {angle};", "let cs = cos(ang).x;", "let sn = sin(ang).x;"]
+    return [f"let cs = {view_read(cos, None, cos_shape, table_coords(cos_shape, rows, j))};",
+            f"let sn = {view_read(sin, None, sin_shape, table_coords(sin_shape, rows, j))};"]
 
 
 class RopeKernel:
