@@ -1,7 +1,9 @@
 """Serving figures through a live `gpuengine.serve` server (uvicorn in a thread on 127.0.0.1, the openai client):
 
 - throughput: one greedy streaming request alone, then `--clients` (4) at once: tokens/s of one vs the aggregate
-  (goal: aggregate >= 0.9x one, no loss to interleaving);
+  (goal: aggregate >= 0.9x one, no loss to interleaving); and the same `--clients` requests one after another
+  ("same work": the prompts differ in length, so alone the first prompt's request prefills less per generated
+  token than the four's mix; against the same requests in turn the ratio is what interleaving itself costs);
 - time to first token of a new request alone, and while `--clients` long requests are generating (goal: <= 2x);
 - soak (--soak N): N short requests (every tenth abandoned after its first chunk), then the server process's
   resident memory and wgpu's live GPU buffers and bytes (its /health) against the figures before;
@@ -9,7 +11,8 @@
 
 The server is `gpuengine serve` in a process of its own (the clients here would share its interpreter lock).
 
-Each figure is the best of --runs (the machine is shared). Usage:
+Each figure is the best of --runs (the machine is shared); the ratios also as the median of each run's ratio (the
+figures of one run are measured back to back, under the same load). Usage:
     python scripts/dev/serve_bench.py [MODEL] [--tokens 48] [--clients 4] [--runs 3] [--quantum 1] [--soak 1000]
         [--scheduler] [--json]
 MODEL: a bundle or a zoo decoder (default decoder_tiny). Figures go to docs/benchmarks.md by hand, never to a test.
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -92,8 +97,12 @@ def throughput(client: Any, model: str, tokens: int, clients: int) -> dict[str, 
     with ThreadPoolExecutor(clients) as pool:
         runs = list(pool.map(lambda p: stream(client, model, p, tokens), PROMPTS[:clients]))
     wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    in_turn = [stream(client, model, p, tokens) for p in PROMPTS[:clients]]
+    in_turn_s = time.perf_counter() - t0
     return {"single_tokens_per_s": one["tokens"] / one["total_s"],
             "aggregate_tokens_per_s": sum(r["tokens"] for r in runs) / wall,
+            "in_turn_tokens_per_s": sum(r["tokens"] for r in in_turn) / in_turn_s,
             "tokens_each": [r["tokens"] for r in runs]}
 
 
@@ -154,7 +163,7 @@ def soak(url: str, model: str, pid: int, count: int) -> dict[str, Any]:
     return {"requests": count, "seconds": seconds, "before": before, "after": rounds[-1], "quarters": rounds}
 
 
-def scheduler_level(model: str, tokens: int, clients: int, quantum: int) -> dict[str, float]:
+def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: int = 3) -> dict[str, float]:
     """The same throughput figures on the Scheduler itself, no HTTP: what interleaving costs."""
     from gpuengine.llm import Engine
     from gpuengine.serve.scheduler import Scheduler
@@ -164,7 +173,7 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int) -> dict
     ids = [[*engine.bundle.start_ids, *engine.tokenizer.encode(p)] for p in PROMPTS[:clients]]
     greedy = engine.default_sampler.__class__(top_k=1)
 
-    def run(prompts: list[list[int]]) -> float:
+    def run(prompts: list[list[int]], in_turn: bool = False) -> float:
         done: queue.Queue = queue.Queue()
         counts = [0] * len(prompts)
 
@@ -179,17 +188,22 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int) -> dict
         t0 = time.perf_counter()
         for k, p in enumerate(prompts):
             scheduler.submit(p, tokens, greedy, sink(k))
-        for _ in prompts:
+            if in_turn:
+                done.get(timeout=300)
+        for _ in [] if in_turn else prompts:
             done.get(timeout=300)
         return sum(counts) / (time.perf_counter() - t0)
 
     try:
         run(ids[:1])
-        single = max(run(ids[:1]) for _ in range(3))
-        aggregate = max(run(ids) for _ in range(3))
+        rates = [(run(ids[:1]), run(ids), run(ids, in_turn=True)) for _ in range(runs)]
     finally:
         scheduler.close()
-    return {"single_tokens_per_s": single, "aggregate_tokens_per_s": aggregate, "ratio": aggregate / single}
+    single, aggregate, in_turn = (max(r[k] for r in rates) for k in range(3))
+    return {"single_tokens_per_s": single, "aggregate_tokens_per_s": aggregate, "ratio": aggregate / single,
+            "in_turn_tokens_per_s": in_turn, "ratio_same_work": aggregate / in_turn,
+            "ratio_median": statistics.median(r[1] / r[0] for r in rates),
+            "ratio_same_work_median": statistics.median(r[1] / r[2] for r in rates)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,10 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         waits = [ttft(client, name, args.tokens, args.clients) for _ in range(args.runs)]
         single = max(r["single_tokens_per_s"] for r in rates)
         aggregate = max(r["aggregate_tokens_per_s"] for r in rates)
+        in_turn = max(r["in_turn_tokens_per_s"] for r in rates)
         alone = min(w["ttft_alone_s"] for w in waits)
         loaded = min(w["ttft_loaded_s"] for w in waits)
         report.update(single_tokens_per_s=single, aggregate_tokens_per_s=aggregate,
-                      aggregate_over_single=aggregate / single, ttft_alone_ms=alone * 1e3,
+                      aggregate_over_single=aggregate / single, in_turn_tokens_per_s=in_turn,
+                      aggregate_over_in_turn=aggregate / in_turn,
+                      ratio_median=statistics.median(r["aggregate_tokens_per_s"] / r["single_tokens_per_s"]
+                                                     for r in rates),
+                      ratio_same_work_median=statistics.median(r["aggregate_tokens_per_s"] / r["in_turn_tokens_per_s"]
+                                                               for r in rates),
+                      load_average=os.getloadavg()[0], ttft_alone_ms=alone * 1e3,
                       ttft_loaded_ms=loaded * 1e3, ttft_loaded_over_alone=loaded / alone,
                       load_still_running=all(w["load_still_running"] for w in waits),
                       session_bytes=health(url)["session_bytes"])
@@ -231,14 +252,17 @@ def main(argv: list[str] | None = None) -> int:
         server.terminate()
         server.wait(60)
     if args.scheduler:
-        report["scheduler_level"] = scheduler_level(args.model, args.tokens, args.clients, args.quantum)
+        report["scheduler_level"] = scheduler_level(args.model, args.tokens, args.clients, args.quantum, args.runs)
+        report["load_average_end"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(report))
         return 0
     print(f"{report['model']}: {args.clients} clients x {args.tokens} greedy tokens, "
           f"best of {args.runs}, scheduler quantum {report['quantum']}")
     print(f"  one session {single:.1f} tokens/s; {args.clients} at once {aggregate:.1f} tokens/s in all "
-          f"({aggregate / single:.2f}x)")
+          f"({aggregate / single:.2f}x; median of the runs' ratios {report['ratio_median']:.2f}x); the same "
+          f"{args.clients} requests one after another {in_turn:.1f} tokens/s ({aggregate / in_turn:.2f}x; median "
+          f"{report['ratio_same_work_median']:.2f}x); load average {report['load_average']:.1f}")
     print(f"  time to first token alone {alone * 1e3:.0f} ms, under load {loaded * 1e3:.0f} ms "
           f"({loaded / alone:.2f}x)")
     if "soak" in report:
@@ -249,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     if "scheduler_level" in report:
         r = report["scheduler_level"]
         print(f"  scheduler alone (no HTTP): one {r['single_tokens_per_s']:.1f} tokens/s, {args.clients} at once "
-              f"{r['aggregate_tokens_per_s']:.1f} ({r['ratio']:.2f}x)")
+              f"{r['aggregate_tokens_per_s']:.1f} ({r['ratio']:.2f}x; median {r['ratio_median']:.2f}x), one after "
+              f"another {r['in_turn_tokens_per_s']:.1f} ({r['ratio_same_work']:.2f}x; median "
+              f"{r['ratio_same_work_median']:.2f}x); load average {report['load_average_end']:.1f}")
     return 0
 
 
