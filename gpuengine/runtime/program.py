@@ -108,34 +108,10 @@ class BoundBuffers:
 
     def __init__(self, program: GpuProgram, buffers: dict[int, Any]) -> None:
         self.program = program
-        self.buffers = dict(buffers)
-        self.version = -1
-        self.record: Any = None
-        self.hot: list[tuple[Any, Any, int, int, int]] = []
-        self.check(program)
-
-    def check(self, program: GpuProgram) -> None:
-        """Raise ValueError unless these bindings are this program's; bind again when its dispatches or
-        bindings changed since they were made (GpuProgram.replace / bind_input)."""
-        if program is not self.program:
-            raise ValueError("these bindings were made for another program (bind_buffers)")
-        if self.version == program.binding_version:
-            return
-        copied = sorted(t for t in self.buffers if t in program._feedback)  # noqa: SLF001 - same module
-        if copied:
-            raise ValueError(f"tensor {copied[0]} is copied into its input buffer at each invoke (bind_input with "
-                             "an output of the program): it cannot be held in a caller's buffer")
-        hot = []
-        for k, d in enumerate(program.dispatches):
-            if any(b.raw and b.tensor in self.buffers for b in d.spec.bindings):
-                group = program._bind(d.spec, d.pipeline, {}, program._bound,  # noqa: SLF001 - same module
-                                      dims=program._dims.get(k), replaced=self.buffers)  # noqa: SLF001
-                hot.append((d.pipeline, group, *d.groups))
-            else:
-                hot.append(program.hot_dispatches[k])
-        self.hot = hot
-        self.record = program._recorder(hot)  # noqa: SLF001 - same module
-        self.version = program.binding_version
+        self.buffers = dict(buffers)  # tensor index -> the caller's buffer
+        self.version = -1  # the program's binding_version they were made for
+        self.hot: list[tuple[Any, Any, int, int, int]] = []  # (pipeline, bind group, workgroups) per dispatch
+        self.record: Any = None  # records the dispatches into a compute pass (GpuProgram._recorder)
 
 
 @dataclass
@@ -458,8 +434,33 @@ class GpuProgram:
             shared = [u for u, other in replaced.items() if other is buf and u != t and frozenset((t, u)) not in pairs]
             if shared:
                 raise ValueError(f"tensors {t} and {shared[0]} would be bound to one buffer")
+        bindings = BoundBuffers(self, replaced)
+        self.rebind(bindings)
+        return bindings
+
+    def rebind(self, bindings: BoundBuffers) -> None:
+        """Make the bind groups of `bindings` for the program's dispatches as they are now: at bind_buffers, and
+        at the next submit after replace / bind_input changed them (binding_version). ValueError, before anything
+        is queued, for another program's bindings or a tensor the program now copies into its input buffer."""
+        if bindings.program is not self:
+            raise ValueError("these bindings were made for another program (bind_buffers)")
         with self._lock:
-            return BoundBuffers(self, replaced)
+            if bindings.version == self.binding_version:
+                return
+            copied = sorted(t for t in bindings.buffers if t in self._feedback)
+            if copied:
+                raise ValueError(f"tensor {copied[0]} is copied into its input buffer at each invoke (bind_input "
+                                 "with an output of the program): it cannot be held in a caller's buffer")
+            hot = []
+            for k, d in enumerate(self.dispatches):
+                if any(b.raw and b.tensor in bindings.buffers for b in d.spec.bindings):
+                    group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k),
+                                       replaced=bindings.buffers)
+                    hot.append((d.pipeline, group, *d.groups))
+                else:
+                    hot.append(self._hot[k])
+            bindings.hot, bindings.record = hot, self._recorder(hot)
+            bindings.version = self.binding_version
 
     def encode_invoke(self) -> Any:
         """A reading invoke's command buffer, recorded and not submitted (profile times the recording alone)."""
@@ -706,7 +707,7 @@ class GpuProgram:
         clock = time.perf_counter
         queue = self._queue
         if bindings is not None:
-            bindings.check(self)  # before anything is queued
+            self.rebind(bindings)  # before anything is queued
         if self.gpu.orphans:  # what collected programs recorded: submitted before this invoke, never leaked
             self.gpu.submit_orphans()
         if read:  # slots in turn: the one reused is the oldest, collected first if its job was never read
