@@ -252,3 +252,10 @@ def test_bound_buffers_checked_before_submit(engine: Engine) -> None:
     with pytest.raises(ValueError, match="another program"):
         engine.prefills[min(engine.prefills)].compiled.sole_gpu_program.submit(
             {}, read=False, bindings=program.bind_buffers({inputs[name]: one}))
+    # a session's bind groups are made again (once) when the program's change after it was created
+    expected = list(reply(new(engine, "gpu", SamplerConfig()), "the sea", 4))
+    session = new(engine, "gpu", SamplerConfig())
+    version = program.binding_version
+    program.bind_input(inputs["tokens"], engine.token_buffer)  # the same buffer bound anew: its dispatches re-made
+    assert program.binding_version == version + 1 and session.bindings[0].version == version
+    assert list(reply(session, "the sea", 4)) == expected and session.bindings[0].version == version + 1
