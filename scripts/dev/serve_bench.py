@@ -7,7 +7,9 @@
 - time to first token of a new request alone, and while `--clients` long requests are generating (goal: <= 2x);
 - soak (--soak N): N short requests (every tenth abandoned after its first chunk), then the server process's
   resident memory and wgpu's live GPU buffers and bytes (its /health) against the figures before;
-- --scheduler: the throughput figures on the Scheduler alone (no HTTP), what interleaving itself costs.
+- --scheduler: the throughput figures on the Scheduler alone (no HTTP), what interleaving itself costs, with the
+  GPU submissions and the process's CPU time per generated token (one session, the four at once, one after
+  another: figures that depend less on the machine's load than tokens/s).
 
 The server is `gpuengine serve` in a process of its own (the clients here would share its interpreter lock).
 
@@ -172,8 +174,18 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: i
     scheduler = Scheduler(engine, max_sessions=clients + 1, quantum=quantum)
     ids = [[*engine.bundle.start_ids, *engine.tokenizer.encode(p)] for p in PROMPTS[:clients]]
     greedy = engine.default_sampler.__class__(top_k=1)
+    queue_class = type(engine.device.queue)  # every GPU submission of the process counted (this script only)
+    submit = queue_class.submit
+    submissions = [0]
 
-    def run(prompts: list[list[int]], in_turn: bool = False) -> float:
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        submissions[0] += 1
+        return submit(self, *args, **kwargs)
+
+    queue_class.submit = counted
+    per_token: dict[str, list[tuple[float, float]]] = {"one": [], "at_once": [], "in_turn": []}
+
+    def run(prompts: list[list[int]], in_turn: bool = False, key: str = "") -> float:
         done: queue.Queue = queue.Queue()
         counts = [0] * len(prompts)
 
@@ -185,6 +197,7 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: i
                     done.put(event)
             return put
 
+        submitted, cpu = submissions[0], time.process_time()
         t0 = time.perf_counter()
         for k, p in enumerate(prompts):
             scheduler.submit(p, tokens, greedy, sink(k))
@@ -192,18 +205,26 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: i
                 done.get(timeout=300)
         for _ in [] if in_turn else prompts:
             done.get(timeout=300)
-        return sum(counts) / (time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        if key:
+            per_token[key].append(((submissions[0] - submitted) / sum(counts),
+                                   (time.process_time() - cpu) / sum(counts) * 1e3))
+        return sum(counts) / seconds
 
     try:
         run(ids[:1])
-        rates = [(run(ids[:1]), run(ids), run(ids, in_turn=True)) for _ in range(runs)]
+        rates = [(run(ids[:1], key="one"), run(ids, key="at_once"), run(ids, in_turn=True, key="in_turn"))
+                 for _ in range(runs)]
     finally:
         scheduler.close()
+        queue_class.submit = submit
     single, aggregate, in_turn = (max(r[k] for r in rates) for k in range(3))
     return {"single_tokens_per_s": single, "aggregate_tokens_per_s": aggregate, "ratio": aggregate / single,
             "in_turn_tokens_per_s": in_turn, "ratio_same_work": aggregate / in_turn,
             "ratio_median": statistics.median(r[1] / r[0] for r in rates),
-            "ratio_same_work_median": statistics.median(r[1] / r[2] for r in rates)}
+            "ratio_same_work_median": statistics.median(r[1] / r[2] for r in rates),
+            **{f"submissions_per_token_{k}": statistics.median(v[0] for v in vs) for k, vs in per_token.items()},
+            **{f"cpu_ms_per_token_{k}": statistics.median(v[1] for v in vs) for k, vs in per_token.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['aggregate_tokens_per_s']:.1f} ({r['ratio']:.2f}x; median {r['ratio_median']:.2f}x), one after "
               f"another {r['in_turn_tokens_per_s']:.1f} ({r['ratio_same_work']:.2f}x; median "
               f"{r['ratio_same_work_median']:.2f}x); load average {report['load_average_end']:.1f}")
+        print("    per generated token (medians): GPU submissions " + ", ".join(
+            f"{k.replace('_', ' ')} {r['submissions_per_token_' + k]:.2f}" for k in ("one", "at_once", "in_turn")) +
+              "; process CPU ms " + ", ".join(
+            f"{k.replace('_', ' ')} {r['cpu_ms_per_token_' + k]:.2f}" for k in ("one", "at_once", "in_turn")))
     return 0
 
 
