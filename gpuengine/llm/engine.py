@@ -430,7 +430,7 @@ class Engine:
         if not self.kv_on_gpu:
             return 0
         total = sum(int(b.size) for b in self.cache_buffers().values())
-        if (loop or self.loop) == "gpu":
+        if (loop or self.loop) == "gpu" and self.token_buffer is not None:
             total += ((sampler_kernel.HISTORY + self.cache_length + 1) * 4 + -(-self.vocab // 32) * 4
                       + STAGING_BYTES * (self.steps_ahead + 1) + int(self.token_buffer.size)
                       + int(self.position_buffer.size))
@@ -530,8 +530,8 @@ class Engine:
                  step0: int, stop: set[int], constraint: Any = None) -> Iterator[int]:
         """Steps of `session` on the GPU, `steps_ahead` in flight, each one submission with its own bind groups
         (decode, then its sampler writing its next token and position); other sessions' generators may run
-        between two of its tokens. Steps past a stop token or
-        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it.
+        between two of its tokens. Steps past a stop token or an abandoned stream finish on the GPU unread: the
+        session's staging buffers are mapped only by it.
         constraint: its bitmask of allowed tokens is uploaded before each step and the sampler draws within it;
         one step in flight (the next mask needs this token)."""
         sampler, staging_ring = session.gpu_sampler()
