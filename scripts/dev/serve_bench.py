@@ -9,7 +9,8 @@
   resident memory and wgpu's live GPU buffers and bytes (its /health) against the figures before;
 - --scheduler: the throughput figures on the Scheduler alone (no HTTP), what interleaving itself costs, with the
   GPU submissions and the process's CPU time per generated token (one session, the four at once, one after
-  another: figures that depend less on the machine's load than tokens/s).
+  another: figures that depend less on the machine's load than tokens/s), and the time to first token alone and
+  under load (medians of --runs).
 
 The server is `gpuengine serve` in a process of its own (the clients here would share its interpreter lock).
 
@@ -211,10 +212,42 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: i
                                    (time.process_time() - cpu) / sum(counts) * 1e3))
         return sum(counts) / seconds
 
+    new = [*engine.bundle.start_ids, *engine.tokenizer.encode(PROMPTS[-1])]
+
+    def first_token() -> float:
+        """Seconds from a new request's submit to its first token (its session made, its prompt prefilled)."""
+        events: queue.Queue = queue.Queue()
+        t0 = time.perf_counter()
+        scheduler.submit(new, 2, greedy, events.put)
+        events.get(timeout=300)
+        seconds = time.perf_counter() - t0
+        while events.get(timeout=300)[0] == "token":
+            pass
+        return seconds
+
+    def first_token_loaded() -> float:
+        """The same while `clients` long requests generate (each has streamed a token)."""
+        started = [threading.Event() for _ in ids]
+        done: queue.Queue = queue.Queue()
+        for k, p in enumerate(ids):
+            def sink(event: Any, k: int = k) -> None:
+                if event[0] == "token":
+                    started[k].set()
+                else:
+                    done.put(event)
+            scheduler.submit(p, tokens, greedy, sink)
+        for event in started:
+            event.wait(300)
+        seconds = first_token()
+        for _ in ids:
+            done.get(timeout=300)
+        return seconds
+
     try:
         run(ids[:1])
         rates = [(run(ids[:1], key="one"), run(ids, key="at_once"), run(ids, in_turn=True, key="in_turn"))
                  for _ in range(runs)]
+        waits = [(first_token(), first_token_loaded()) for _ in range(runs)]
     finally:
         scheduler.close()
         queue_class.submit = submit
@@ -223,6 +256,8 @@ def scheduler_level(model: str, tokens: int, clients: int, quantum: int, runs: i
             "in_turn_tokens_per_s": in_turn, "ratio_same_work": aggregate / in_turn,
             "ratio_median": statistics.median(r[1] / r[0] for r in rates),
             "ratio_same_work_median": statistics.median(r[1] / r[2] for r in rates),
+            "ttft_alone_ms": statistics.median(w[0] for w in waits) * 1e3,
+            "ttft_loaded_ms": statistics.median(w[1] for w in waits) * 1e3,
             **{f"submissions_per_token_{k}": statistics.median(v[0] for v in vs) for k, vs in per_token.items()},
             **{f"cpu_ms_per_token_{k}": statistics.median(v[1] for v in vs) for k, vs in per_token.items()}}
 
@@ -297,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['aggregate_tokens_per_s']:.1f} ({r['ratio']:.2f}x; median {r['ratio_median']:.2f}x), one after "
               f"another {r['in_turn_tokens_per_s']:.1f} ({r['ratio_same_work']:.2f}x; median "
               f"{r['ratio_same_work_median']:.2f}x); load average {report['load_average_end']:.1f}")
+        print(f"    time to first token alone {r['ttft_alone_ms']:.1f} ms, under load {r['ttft_loaded_ms']:.1f} ms "
+              f"({r['ttft_loaded_ms'] / r['ttft_alone_ms']:.2f}x; medians)")
         print("    per generated token (medians): GPU submissions " + ", ".join(
             f"{k.replace('_', ' ')} {r['submissions_per_token_' + k]:.2f}" for k in ("one", "at_once", "in_turn")) +
               "; process CPU ms " + ", ".join(
