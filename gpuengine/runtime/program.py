@@ -242,6 +242,7 @@ class GpuProgram:
         self._resident: set[int] = set()  # inputs not uploaded from the host
         self._scratch: dict[str, Any] = {}  # scratch buffers shared by key (Binding.scratch_key)
         self._held: dict[int, Any] = {}  # the constant buffers its bind groups read (shared_constant)
+        self._constants: dict[int, Any] = {}  # id of a binding's constant data -> its buffer (_allocate)
         self._feedback: dict[int, Any] = {}  # input -> this program's own output buffer copied into it first
         self._readback: frozenset[int] | None = None  # outputs copied back to the host (None: all)
         self.binding_version = 0  # bumped when a dispatch or binding changes: BoundBuffers made before rebind
@@ -383,7 +384,9 @@ class GpuProgram:
         # int32 / bool inputs and outputs cross as their dtype; the GPU holds them as exact f32 values
         self._integers = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
                           if holds_integers(self.graph.tensors[t])}
-        constants: dict[int, Any] = {}
+        # constant data -> its buffer, kept: bind groups made later (bind_input, rebind) bind the same buffers rather
+        # than uploading small constants again (each held by the program in _held)
+        constants: dict[int, Any] = self._constants
         self.dispatches: list[Dispatch] = []
         self._dims: dict[int, np.ndarray] = {}  # dispatch -> the numbers its parametric pipeline reads
         for spec in specs:
@@ -454,7 +457,7 @@ class GpuProgram:
             hot = []
             for k, d in enumerate(self.dispatches):
                 if any(b.raw and b.tensor in bindings.buffers for b in d.spec.bindings):
-                    group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k),
+                    group = self._bind(d.spec, d.pipeline, self._constants, self._bound, dims=self._dims.get(k),
                                        replaced=bindings.buffers)
                     hot.append((d.pipeline, group, *d.groups))
                 else:
@@ -899,7 +902,8 @@ class GpuProgram:
             self.set_resident(t, buffer is not None)
             for k, d in enumerate(self.dispatches):
                 if any(b.raw and not b.writable and b.tensor == t for b in d.spec.bindings):
-                    d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k))
+                    d.bind_group = self._bind(d.spec, d.pipeline, self._constants, self._bound,
+                                              dims=self._dims.get(k))
                     self._hot[k] = (d.pipeline, d.bind_group, *d.groups)
             self._record = self._recorder()
             self.binding_version += 1

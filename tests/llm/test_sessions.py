@@ -213,6 +213,20 @@ def test_zoo_decoder_interleaved_equals_alone() -> None:
             if token is not None:
                 got[k].append(token)
     assert got == expected and expected[0] != expected[1]
+    # sessions made and closed leave no GPU buffer behind (a session's bind groups bind the program's constants)
+    import wgpu
+
+    def buffers() -> int:
+        gc.collect()
+        return wgpu.diagnostics.object_counts.get_dict()["Buffer"]["count"]
+
+    for session in sessions:
+        session.close()
+    before = buffers()
+    for prompt in prompts * 3:
+        with new(engine, "gpu", config) as session:
+            list(reply(session, prompt, 2))
+    assert buffers() == before
 
 
 def test_cache_not_written_in_place(bundle: Path) -> None:
