@@ -565,7 +565,7 @@ class Engine:
             if not pending:
                 return
             _, staging = pending.popleft()
-            token = int(read_words(staging)[0])
+            token = int(read_words(staging, gpu=self.gpu)[0])
             stats.reads += 1
             stats.bytes_read += 4
             if constraint is not None:
