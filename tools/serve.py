@@ -73,7 +73,7 @@ def add_parser(sub: Any) -> None:
                    help="GPU memory the sessions' KV caches may take together (512MiB, 2GB, bytes); fewer "
                         "sessions than --max-sessions where it says so")
     p.add_argument("--quantum", type=int, default=1, help="tokens a session generates per turn of the scheduler "
-                                                          "(default 1; more: fewer KV-cache swaps, later turns)")
+                                                          "(default 1; more: a new request waits longer for its turn)")
     p.add_argument("--prefix-cache", type=int, default=0, metavar="N",
                    help="keep the last N finished sessions; a prompt that starts with one's tokens (16 or more) "
                         "continues a GPU copy of it instead of prefilling them (default 0: off)")

@@ -1,16 +1,16 @@
 """The language-model layer above the Interpreter: an Engine opened from a bundle, Sessions that keep the KV cache
 across turns, generate() / generate_stream(), and the two decode loops.
 
-The model is driven only through the Interpreter's public API: signature runners, their GPU buffers
-(output_buffer / input_buffer / set_input_buffer) and SignatureRunner.submit(after=...).
+The model is driven through the Interpreter's public API: signature runners, their GPU buffers (output_buffer /
+input_buffer / set_input_buffer), and their compiled GPU programs (GpuProgram.bind_buffers / submit(bindings=)).
 
-State: the KV cache being decoded lives in the decode signature's output buffers (written in place). Decode reads
-its own outputs; a prefill signature reads those buffers and its outputs are copied back into them on the GPU.
-Each Session owns GPU buffers of the same sizes (its KV cache, its token and position, its sampler's state and
-staging ring): Engine.activate(session) swaps sessions on the GPU, one command buffer of copies (the owner's cache
-out to its buffers, the session's in) queued before the session's next submission, so generators of several
-sessions stepped in any order each get the tokens they get alone. Swapping copies rather than binding each
-session's buffers to decode: the decode program's bind groups stay the ones made at allocation.
+State: each Session owns its KV cache on the GPU (and, in the GPU loop, its token and position and its sampler's
+state and staging ring) and its own bind groups for the decode and prefill programs, made once when it is created
+(GpuProgram.bind_buffers): a cache written in place (passes/kv_cache_in_place.py) is bound as the programs' input
+and output; one that is not is bound as the input and the program's output copied back into it in the same
+submission. A step of a session is one submission with its bind groups, so generators of several sessions stepped
+in any order each get the tokens they get alone and a switch between sessions queues nothing. Where a signature is
+not one GPU program the cache goes through the host instead (each session keeps its arrays).
 
 As LiteRT-LM does, a prompt's tokens but the last go through the
 `prefill_N` signatures (chunks whose N positions fit in the cache; the rest one by one through `decode`) and the
@@ -193,10 +193,10 @@ class Engine:
             raise ValueError(f"the GPU decode loop is not available for this model: {self.gpu_loop_reason}")
         self.stats = LoopStats()
         self.timing = Timing()
-        self._owner: weakref.ref[Session] | None = None  # the session whose state decode's buffers hold
+        self._owner: weakref.ref[Session] | None = None  # the session that submitted last
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions created and not closed
-        self.switches = 0  # session swaps on the GPU (activate)
-        self.swap_bytes = 0  # bytes those swaps (and clones) copied
+        self.switches = 0  # changes of the session submitting (activate): nothing is copied for them
+        self.swap_bytes = 0  # bytes copied between sessions' caches on the GPU (clones; a switch copies none)
         self._guidance: Any = None  # llguidance's tokenizer, built on first use (structured output)
 
     # -- set-up ---------------------------------------------------------------------------------------------
@@ -277,19 +277,36 @@ class Engine:
         self.compile_s = time.perf_counter() - start
 
     def _bind_state(self) -> None:
-        """The KV cache stays in decode's output buffers (see the module docstring); token and position inputs of
-        decode are GPU buffers the host or the sampler writes, where the model allows."""
+        """Each session's cache is bound to decode and prefill (see the module docstring): the cache inputs are
+        handed to the GPU (input_buffer: never uploaded) where every signature is one GPU program computing its
+        cache outputs; token and position inputs of decode are GPU buffers the host or the sampler writes, where
+        the model allows. Elsewhere the cache goes through the host."""
         decode = self.decode
-        self.kv_on_gpu = True
+        runners = {0: decode, **self.prefills}
+        self.kv_on_gpu = all(r.compiled.sole_gpu_program is not None for r in runners.values())
+        host_reason = "a signature is not one GPU program (it has CPU partitions)"
+        # tensor indices of each signature's inputs and outputs by name (the programs' keys)
+        self.inputs_of = {n: {k: int(d["index"]) for k, d in r.get_input_details().items()} for n, r in runners.items()}
+        self.outputs_of = {n: {k: int(d["index"]) for k, d in r.get_output_details().items()}
+                           for n, r in runners.items()}
+        # per signature: (its cache output buffer, cache name) of the caches not written in place: copied back
+        # into the session's buffer after each call
+        self.copied_back: dict[int, list[tuple[Any, str]]] = {}
         try:
-            for name in self.cache_names:
-                decode.set_input_buffer(name, decode.output_buffer(name))
-            for runner in self.prefills.values():
+            for n, runner in runners.items() if self.kv_on_gpu else ():
+                program = runner.compiled.sole_gpu_program
+                back = []
                 for name in self.cache_names:
-                    runner.set_input_buffer(name, decode.output_buffer(name))
+                    runner.input_buffer(name)  # read from the session's buffer (bind_buffers), never uploaded
+                    out = runner.output_buffer(name).buffer
+                    if program.in_place.get(self.inputs_of[n][name]) != self.outputs_of[n][name]:
+                        back.append((out, name))
+                self.copied_back[n] = back
         except ValueError:
-            self.kv_on_gpu = False  # the cache is read on the CPU: it goes through the host
-            for runner in [decode, *self.prefills.values()]:
+            self.kv_on_gpu = False
+            host_reason = "the KV cache is read by a CPU partition"
+        if not self.kv_on_gpu:  # the cache is read on the CPU, or a signature has CPU partitions: via the host
+            for runner in runners.values():
                 for name in self.cache_names:
                     try:
                         runner.set_input_buffer(name, None)
@@ -299,19 +316,45 @@ class Engine:
                                 for n, d in decode.get_input_details().items() if n in self.cache_names}
         self.gpu_loop_reason: str | None = None
         self.token_buffer = self.position_buffer = None
+        self.logits_index = self.outputs_of[0]["logits"]
         if not self.kv_on_gpu:
-            self.gpu_loop_reason = "the KV cache is read by a CPU partition"
+            self.gpu_loop_reason = host_reason
         else:
             try:
                 self.token_buffer = decode.input_buffer("tokens").buffer
                 self.position_buffer = decode.input_buffer("input_pos").buffer
             except ValueError as e:
                 self.gpu_loop_reason = f"`tokens` / `input_pos` of decode are not GPU inputs ({e})"
-            compiled = decode.compiled
-            if len(compiled.programs) != 1 or compiled.gpu is None:
-                self.gpu_loop_reason = "decode is not one GPU program (it has CPU partitions)"
-        if self.token_buffer is not None:
-            self._feed(0, 0, read=True)  # fixes decode's readback set once (a later change would re-record)
+            self.decode_program.set_readback(frozenset({self.logits_index}))
+
+    @property
+    def decode_program(self) -> Any:
+        """Decode's GPU program (where sessions' caches are on the GPU)."""
+        return self.decode.compiled.sole_gpu_program
+
+    def bind_session(self, session: Session) -> dict[int, Any]:
+        """`session`'s bind groups (BoundBuffers) for decode (key 0) and each prefill_N (key N): its cache, and in
+        decode its own token and position where it has them; made once, at its creation."""
+        bound = {}
+        for n, runner in {0: self.decode, **self.prefills}.items():
+            inputs = self.inputs_of[n]
+            buffers = {inputs[name]: session.kv[name] for name in self.cache_names}
+            if n == 0 and session.token_buffer is not None and session.token_buffer is not self.token_buffer:
+                buffers[inputs["tokens"]] = session.token_buffer
+                buffers[inputs["input_pos"]] = session.position_buffer
+            bound[n] = runner.compiled.sole_gpu_program.bind_buffers(buffers)
+        return bound
+
+    def copies_back(self, session: Session, n: int) -> tuple[Any, ...]:
+        """A command buffer copying signature n's cache outputs not written in place into `session`'s cache (to
+        submit after its call), or nothing."""
+        back = self.copied_back.get(n)
+        if not back:
+            return ()
+        encoder = self.device.create_command_encoder()
+        for buffer, name in back:
+            encoder.copy_buffer_to_buffer(buffer, 0, session.kv[name], 0, int(buffer.size))
+        return (encoder.finish(),)
 
     @property
     def device(self) -> Any:
@@ -323,72 +366,74 @@ class Engine:
         return self.decode.compiled.gpu
 
     # -- feeding the model ------------------------------------------------------------------------------------
-    def _write_step(self, token: int, position: int) -> None:
-        self.gpu.write(self.token_buffer, 0, np.array([token], np.float32))
-        self.gpu.write(self.position_buffer, 0, np.array([position], np.float32))
+    def _write_step(self, session: Session, token: int, position: int) -> None:
+        self.gpu.write(session.token_buffer, 0, np.array([token], np.float32))
+        self.gpu.write(session.position_buffer, 0, np.array([position], np.float32))
 
-    def _feed(self, token: int, position: int, read: bool) -> np.ndarray | None:
-        """One decode step with this token at this position; its logits when read."""
-        if self.token_buffer is not None:
-            self._write_step(token, position)
-            if read:
-                return self.decode.run({}, outputs=["logits"])["logits"].reshape(-1)
-            self.decode.submit()
-            return None
-        feeds = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
+    def _feed(self, session: Session, token: int, position: int, read: bool) -> np.ndarray | None:
+        """One decode step of `session` with this token at this position; its logits when read."""
+        self.activate(session)
         if not self.kv_on_gpu:
+            feeds = {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
             out = self.decode.run({**feeds, **self._host_cache})
             self._host_cache = {n: out[n] for n in self.cache_names}
             return out["logits"].reshape(-1)
-        return self.decode.run(feeds, outputs=["logits"])["logits"].reshape(-1)
+        feeds = {}
+        if self.token_buffer is not None:
+            self._write_step(session, token, position)
+        else:
+            inputs = self.inputs_of[0]
+            feeds = {inputs["tokens"]: np.array([[token]], np.int32), inputs["input_pos"]: np.array([position],
+                                                                                                    np.int32)}
+        bound = session.bindings[0]
+        job = bound.program.submit(feeds, read=read, bindings=bound, after=self.copies_back(session, 0),
+                                   watch=False)
+        return bound.program.collect(job)[self.logits_index].reshape(-1) if read else None
 
     def prefill(self, session: Session, ids: list[int], start: int) -> None:
         """Write `session`'s KV cache of `ids` at positions start..: prefill chunks that fit, the rest through
-        decode."""
+        decode (queued, not waited for)."""
         self.activate(session)
         self.wrote(session, start, start + len(ids))
         k = 0
         for n, take in chunk_plan(len(ids), start, list(self.prefills), self.cache_length):
             if n == 0:  # no prefill signature fits here: one token through decode
-                self._feed(ids[k], start + k, read=False)
+                self._feed(session, ids[k], start + k, read=False)
                 k += 1
                 continue
             tokens = np.zeros((1, n), np.int32)
             tokens[0, :take] = ids[k:k + take]
-            feeds = {"tokens": tokens, "input_pos": np.arange(start + k, start + k + n, dtype=np.int32)}
-            runner = self.prefills[n]
+            positions = np.arange(start + k, start + k + n, dtype=np.int32)
             if self.kv_on_gpu:
-                runner.run(feeds, outputs=[])
-                self._copy_cache(runner)
+                bound, inputs = session.bindings[n], self.inputs_of[n]
+                bound.program.submit({inputs["tokens"]: tokens, inputs["input_pos"]: positions}, read=False,
+                                     bindings=bound, after=self.copies_back(session, n), watch=False)
             else:
-                out = runner.run({**feeds, **self._host_cache})
+                out = self.prefills[n].run({"tokens": tokens, "input_pos": positions, **self._host_cache})
                 self._host_cache = {name: out[name] for name in self.cache_names}
             k += take
-
-    def _copy_cache(self, runner: Any) -> None:
-        """A prefill's cache outputs into decode's output buffers (where the state lives), on the GPU."""
-        self.gpu.copy([(runner.output_buffer(name).buffer, self.decode.output_buffer(name).buffer)
-                       for name in self.cache_names])
 
     # -- sessions' state on the GPU ---------------------------------------------------------------------------
     @property
     def owner(self) -> Session | None:
-        """The session whose KV cache decode's buffers hold now (None before any, or once it is closed)."""
+        """The session that submitted last (None before any, or once it is closed)."""
         return self._owner() if self._owner is not None else None
 
     def cache_buffers(self) -> dict[str, Any]:
-        """Decode's KV-cache buffers by input name: where the active session's cache is decoded (in place)."""
+        """Decode's own KV-cache buffers by input name (a session's cache has their sizes and is bound in their
+        place)."""
         return {name: self.decode.output_buffer(name).buffer for name in self.cache_names}
 
     def session_memory_bytes(self, loop: str | None = None) -> int:
-        """GPU bytes a new session allocates (its KV cache, token and position, and in the GPU loop its sampler's
-        state and staging ring): what a server counts against its memory limit before opening one."""
+        """GPU bytes a new session allocates (its KV cache, and in the GPU loop its token and position, its
+        sampler's state and staging ring): what a server counts against its memory limit before opening one."""
         if not self.kv_on_gpu:
             return 0
         total = sum(int(b.size) for b in self.cache_buffers().values())
-        if (loop or self.loop) == "gpu":
+        if (loop or self.loop) == "gpu" and self.token_buffer is not None:
             total += ((sampler_kernel.HISTORY + self.cache_length + 1) * 4 + -(-self.vocab // 32) * 4
-                      + STAGING_BYTES * (self.steps_ahead + 1))
+                      + STAGING_BYTES * (self.steps_ahead + 1) + int(self.token_buffer.size)
+                      + int(self.position_buffer.size))
         return total
 
     def sessions_memory_bytes(self) -> int:
@@ -396,10 +441,9 @@ class Engine:
         return sum(s.memory_bytes() for s in list(self.sessions))
 
     def activate(self, session: Session) -> bool:
-        """Make `session`'s KV cache the one decode and prefill work on: one command buffer queued on the GPU
-        copies the current owner's cache out to its buffers and `session`'s in (nothing to copy in for a session
-        that has no state yet). Steps the owner has in flight run first: the queue keeps order. True when it
-        swapped (decode's token and position inputs then hold another session's: the caller writes its own)."""
+        """Note that `session` submits next; True when another session submitted last (a switch). On the GPU
+        nothing is queued for it: each session's submissions bind its own buffers. Where the cache goes through
+        the host, the session's arrays become the ones fed."""
         if self.owner is session:
             return False
         if session.closed:
@@ -411,19 +455,6 @@ class Engine:
             if owner is not None:
                 owner.host_cache = self._host_cache
             self._host_cache = session.host_cache or {n: np.zeros_like(v) for n, v in self._host_cache.items()}
-            return True
-        working = self.cache_buffers()
-        encoder = self.device.create_command_encoder()
-        copies = 0
-        if owner is not None and not owner.closed:  # what it wrote since it was swapped in
-            copies += self._copy_positions(encoder, working, owner.kv, owner.dirty_from, owner.written)
-            owner.saved = True
-        if session.saved:  # its positions written so far
-            copies += self._copy_positions(encoder, session.kv, working, 0, session.written)
-            session.saved = False
-        session.dirty_from = session.written
-        if copies:
-            self.device.queue.submit([encoder.finish()])
         return True
 
     def _copy_positions(self, encoder: Any, source: dict[str, Any], target: dict[str, Any], start: int, end: int
@@ -439,24 +470,22 @@ class Engine:
         return total
 
     def wrote(self, session: Session, start: int, end: int) -> None:
-        """Note that `session` writes cache positions [start, end) (what a swap copies out and in)."""
-        session.dirty_from = min(session.dirty_from, start)
+        """Note that `session` writes cache positions [start, end) (what a clone copies)."""
         session.written = max(session.written, min(end, self.cache_positions))
 
     def clone_state(self, source: Session, target: Session) -> None:
-        """Copy `source`'s KV cache into `target`'s buffers on the GPU: from decode's buffers when `source` is
-        active, else from its own (nothing when it has written none yet)."""
+        """Copy `source`'s KV cache into `target`'s buffers on the GPU, the positions it has written (queued
+        after its work: the queue keeps order)."""
         if not self.kv_on_gpu:
             cache = self._host_cache if self.owner is source else source.host_cache
             target.host_cache = {n: v.copy() for n, v in cache.items()} if cache else None
             return
-        if self.owner is not source and not source.saved:
+        if not source.written:
             return  # nothing written yet
         encoder = self.device.create_command_encoder()
-        self._copy_positions(encoder, self.cache_buffers() if self.owner is source else source.kv, target.kv, 0,
-                             source.written)
+        self._copy_positions(encoder, source.kv, target.kv, 0, source.written)
         self.device.queue.submit([encoder.finish()])
-        target.saved, target.written, target.dirty_from = True, source.written, source.written
+        target.written = source.written
 
     def release(self, session: Session) -> None:
         """Forget `session` (closed): it stops being the owner; its buffers go once the GPU is done with them."""
@@ -475,9 +504,8 @@ class Engine:
         for k in range(count):
             if session.closed:
                 return
-            self.activate(session)
             self.wrote(session, position + k, position + k + 1)
-            logits = self._feed(token, position + k, read=True)
+            logits = self._feed(session, token, position + k, read=True)
             stats.steps += 1
             stats.reads += 1
             stats.bytes_read += logits.nbytes
@@ -495,21 +523,23 @@ class Engine:
 
     def step_logits(self, session: Session, token: int, position: int) -> np.ndarray:
         """Feed `session` one token at `position` and read the logits that follow it (scoring)."""
-        self.activate(session)
         self.wrote(session, position, position + 1)
-        return self._feed(token, position, read=True)
+        return self._feed(session, token, position, read=True)
 
     def gpu_loop(self, session: Session, token: int, position: int, count: int, config: SamplerConfig,
                  step0: int, stop: set[int], constraint: Any = None) -> Iterator[int]:
-        """Steps of `session` on the GPU, `steps_ahead` in flight; other sessions' generators may run between
-        two of its tokens (each submission is preceded by activate, queued in order). Steps past a stop token or
-        an abandoned stream finish on the GPU unread: the session's staging buffers are mapped only by it.
+        """Steps of `session` on the GPU, `steps_ahead` in flight, each one submission with its own bind groups
+        (decode, then its sampler writing its next token and position); other sessions' generators may run
+        between two of its tokens. Steps past a stop token or an abandoned stream finish on the GPU unread: the
+        session's staging buffers are mapped only by it.
         constraint: its bitmask of allowed tokens is uploaded before each step and the sampler draws within it;
         one step in flight (the next mask needs this token)."""
         sampler, staging_ring = session.gpu_sampler()
         stats = self.stats = LoopStats(loop="gpu")
         self.activate(session)
-        self._write_step(token, position)
+        self._write_step(session, token, position)
+        bound = session.bindings[0]
+        program = bound.program
         temperature = 0.0 if config.greedy else config.temperature
         sampler.reset(config.seed, config.top_k, config.top_p, temperature, step0, masked=constraint is not None)
         pending: deque[tuple[int, Any]] = deque()
@@ -519,15 +549,15 @@ class Engine:
         while not session.closed:  # close() ends an open stream
             while submitted < count and len(pending) < ahead:
                 staging = staging_ring[submitted % ring]
-                if self.activate(session) and submitted:  # another session's steps wrote token and position
-                    sampler.restore_step(self.token_buffer, self.position_buffer)
+                self.activate(session)
                 self.wrote(session, position + submitted, position + submitted + 1)
                 if constraint is not None:
                     words = constraint.bitmask()
                     sampler.set_mask(words)
                     stats.uploads += 1
                     stats.bytes_uploaded += words.nbytes
-                self.decode.submit(after=[sampler.command(step0 + submitted, staging)])
+                program.submit({}, read=False, bindings=bound, watch=False,
+                               after=(*self.copies_back(session, 0), sampler.command(step0 + submitted, staging)))
                 pending.append((submitted, staging))
                 submitted += 1
                 stats.steps += 1
@@ -535,7 +565,7 @@ class Engine:
             if not pending:
                 return
             _, staging = pending.popleft()
-            token = int(read_words(staging)[0])
+            token = int(read_words(staging, gpu=self.gpu)[0])
             stats.reads += 1
             stats.bytes_read += 4
             if constraint is not None:
@@ -619,14 +649,6 @@ class DecodeSampler:
         """The next step's allowed tokens: bit j % 32 of word j // 32 (llguidance's bitmask), queued in order."""
         self.gpu.write(self.allowed, 0, words)
 
-    def restore_step(self, tokens: Any, position: Any) -> None:
-        """Copy the token and position this sampler last wrote for the next step (its state's NEXT_* words) back
-        to decode's inputs, on the GPU: the session resumes after another session's steps wrote there."""
-        encoder = self.gpu.device.create_command_encoder()
-        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_TOKEN * 4, tokens, 0, 4)
-        encoder.copy_buffer_to_buffer(self.state, sampler_kernel.NEXT_POSITION * 4, position, 0, 4)
-        self.gpu.device.queue.submit([encoder.finish()])
-
     def command(self, step: int, staging: Any) -> Any:
         """The sampler's dispatch, then the copy of step `step`'s token to `staging`: a command buffer to submit
         after a decode step."""
@@ -655,14 +677,19 @@ class Session:
         self.logprobs: list[TokenLogprob] = []  # the last reply's, when asked for (generate_tokens(logprobs=k))
         self.closed = False
         self.generating = False  # a reply's generator has started and not finished or been closed
-        # the KV cache saved here while another session is active (Engine.activate); `saved`: it holds it now
-        self.saved = False
-        self.written = 0  # cache positions [0, written) hold this session's entries (where it is now)
-        self.dirty_from = 0  # while active: positions from here were written since it was swapped in
-        self.host_cache: dict[str, np.ndarray] | None = None  # the same where the cache goes through the host
-        self.kv: dict[str, Any] = {}
+        self.written = 0  # cache positions [0, written) hold this session's entries (what a clone copies)
+        self.host_cache: dict[str, np.ndarray] | None = None  # its cache where it goes through the host
+        self.kv: dict[str, Any] = {}  # its cache on the GPU, by decode's input name
+        # the token and position its decode steps read: its own in the GPU loop (its sampler writes them), else
+        # the engine's (written by the host before each step)
+        self.token_buffer, self.position_buffer = engine.token_buffer, engine.position_buffer
+        self.bindings: dict[int, Any] = {}  # its bind groups: decode (0) and prefill_N (N), Engine.bind_session
         if engine.kv_on_gpu:
             self.kv = {name: state_buffer(engine.gpu, int(b.size)) for name, b in engine.cache_buffers().items()}
+            if loop == "gpu":
+                self.token_buffer = state_buffer(engine.gpu, int(engine.token_buffer.size))
+                self.position_buffer = state_buffer(engine.gpu, int(engine.position_buffer.size))
+            self.bindings = engine.bind_session(self)
         self._sampler: DecodeSampler | None = None
         self._staging: list[Any] = []
         if loop == "gpu":
@@ -673,14 +700,16 @@ class Session:
         if self._sampler is None:
             engine = self.engine
             logits = engine.decode.output_buffer("logits").buffer
-            self._sampler = DecodeSampler(engine.decode.compiled, engine.vocab, logits, engine.token_buffer,
-                                          engine.position_buffer, engine.cache_length + 1)
+            self._sampler = DecodeSampler(engine.decode.compiled, engine.vocab, logits, self.token_buffer,
+                                          self.position_buffer, engine.cache_length + 1)
             self._staging = [readback_buffer(engine.gpu, STAGING_BYTES) for _ in range(engine.steps_ahead + 1)]
         return self._sampler, self._staging
 
     def buffers(self) -> list[Any]:
         """The GPU buffers this session owns."""
         own = [*self.kv.values(), *self._staging]
+        if self.token_buffer is not None and self.token_buffer is not self.engine.token_buffer:
+            own += [self.token_buffer, self.position_buffer]
         return own + ([self._sampler.state, self._sampler.allowed] if self._sampler is not None else [])
 
     def memory_bytes(self) -> int:
@@ -708,7 +737,8 @@ class Session:
         engine = self.engine
         engine.release(self)
         buffers = self.buffers()
-        self.kv, self._staging, self._sampler, self.host_cache = {}, [], None, None
+        self.kv, self._staging, self._sampler, self.host_cache, self.bindings = {}, [], None, None, {}
+        self.token_buffer = self.position_buffer = None
         if buffers:
             WorkDone(engine.gpu).wait(10.0)  # work queued on them (steps in flight, copies) finishes first
             for buffer in buffers:

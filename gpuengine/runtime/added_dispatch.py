@@ -71,9 +71,14 @@ def readback_buffer(gpu: GpuDevice, size: int) -> Any:
     return gpu.device.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
 
 
-def read_words(staging: Any, count: int = 1) -> np.ndarray:
-    """The first `count` u32 words of a readback buffer, blocking until the GPU has written them."""
-    staging.map_async("READ_NOSYNC").sync_wait()
+def read_words(staging: Any, count: int = 1, gpu: GpuDevice | None = None) -> np.ndarray:
+    """The first `count` u32 words of a readback buffer, blocking until the GPU has written them; `gpu`: its
+    device, polled in this thread first (GpuDevice.poll: a copy already done is read without waking wgpu's poll
+    thread)."""
+    promise = staging.map_async("READ_NOSYNC")
+    if gpu is not None:
+        gpu.poll()
+    promise.sync_wait()
     try:
         return np.frombuffer(staging.read_mapped(copy=False), np.uint32, count=count).copy()
     finally:

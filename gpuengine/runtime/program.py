@@ -116,6 +116,21 @@ def _orphan_recorded(gpu: GpuDevice, recorded: dict[str, Any]) -> None:
     recorded.clear()
 
 
+class BoundBuffers:
+    """A program's bind groups with some boundary tensors held in a caller's buffers instead of the program's own
+    (GpuProgram.bind_buffers): a language-model session's KV cache, token and position. Made once, when the caller
+    allocates its buffers (create_bind_group costs tens of microseconds: never per invoke); only the dispatches
+    that bind a replaced tensor get bind groups of their own, the others share the program's. Submitted with
+    GpuProgram.submit(bindings=...), which records the invoke with them: nothing is copied or bound per invoke."""
+
+    def __init__(self, program: GpuProgram, buffers: dict[int, Any]) -> None:
+        self.program = program
+        self.buffers = dict(buffers)  # tensor index -> the caller's buffer
+        self.version = -1  # the program's binding_version they were made for
+        self.hot: list[tuple[Any, Any, int, int, int]] = []  # (pipeline, bind group, workgroups) per dispatch
+        self.record: Any = None  # records the dispatches into a compute pass (GpuProgram._recorder)
+
+
 @dataclass
 class CompiledInfo:
     specs: list[KernelSpec] = field(default_factory=list)
@@ -246,8 +261,10 @@ class GpuProgram:
         self._resident: set[int] = set()  # inputs not uploaded from the host
         self._scratch: dict[str, Any] = {}  # scratch buffers shared by key (Binding.scratch_key)
         self._held: dict[int, Any] = {}  # the constant buffers its bind groups read (shared_constant)
+        self._constants: dict[int, Any] = {}  # id of a binding's constant data -> its buffer (_allocate)
         self._feedback: dict[int, Any] = {}  # input -> this program's own output buffer copied into it first
         self._readback: frozenset[int] | None = None  # outputs copied back to the host (None: all)
+        self.binding_version = 0  # bumped when a dispatch or binding changes: BoundBuffers made before rebind
         self.uploaded: dict[int, int] = {}  # bytes the last submit wrote per input tensor (upload bookkeeping)
         self._allocate(specs)
         self.phases = Phases()
@@ -280,7 +297,8 @@ class GpuProgram:
             self._mark_shared([spec])
             self._validate([spec])
             _, pipeline = self._compiled(spec)
-            return spec, (pipeline, self._bind(spec, pipeline, {}, self._bound), *codegen.dispatch_size(spec))
+            return spec, (pipeline, self._bind(spec, pipeline, self._constants, self._bound),
+                          *codegen.dispatch_size(spec))
         spec = dataclasses.replace(d.spec, workgroup=workgroup)
         self._validate([spec])
         _, pipeline = self._compiled(spec)
@@ -293,6 +311,7 @@ class GpuProgram:
         self.dispatches[index] = Dispatch(spec, hot[0], hot[1], hot[2:], source)
         self._hot[index] = hot
         self._record = self._recorder()
+        self.binding_version += 1
         self._drop_recorded()
 
     def parametric(self, index: int) -> bool:
@@ -385,7 +404,9 @@ class GpuProgram:
         # int32 / bool inputs and outputs cross as their dtype; the GPU holds them as exact f32 values
         self._integers = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
                           if holds_integers(self.graph.tensors[t])}
-        constants: dict[int, Any] = {}
+        # constant data -> its buffer, kept: bind groups made later (bind_input, rebind) bind the same buffers rather
+        # than uploading small constants again (each held by the program in _held)
+        constants: dict[int, Any] = self._constants
         self.dispatches: list[Dispatch] = []
         self._dims: dict[int, np.ndarray] = {}  # dispatch -> the numbers its parametric pipeline reads
         for spec in specs:
@@ -414,6 +435,64 @@ class GpuProgram:
         read (weights shared by content are the same buffer in every program reading them)."""
         return [*self.objects, *self.raw_in.values(), *self.raw_out.values(), *self._held.values()]
 
+    def bind_buffers(self, buffers: dict[int, Any]) -> BoundBuffers:
+        """Bind groups reading and writing these boundary tensors (input or output tensor index -> a caller's
+        wgpu buffer: STORAGE usage, at least the tensor's BHWC f32 bytes) instead of the program's own buffers,
+        made now and once: a caller holding several copies of a program's state (each language-model session its
+        KV cache) submits with its own (submit(bindings=...)). A KV cache written in place is one buffer for its
+        input and its output: either index binds both. Host values of a replaced input are uploaded into the
+        caller's buffer. ValueError for anything WebGPU would reject at submit."""
+        import wgpu
+
+        replaced = dict(buffers)
+        for cache, written in self.in_place.items():
+            if cache in replaced or written in replaced:
+                one = replaced.get(cache, replaced.get(written))
+                if replaced.setdefault(cache, one) is not one or replaced.setdefault(written, one) is not one:
+                    raise ValueError(f"a KV cache written in place (tensor {cache}) is one buffer: give one")
+        pairs = {frozenset(p) for p in self.in_place.items()}
+        for t, buf in replaced.items():
+            if t not in self.raw_in and t not in self.raw_out:
+                raise ValueError(f"tensor {t} is not an input or output of this GPU program")
+            if not int(buf.usage) & wgpu.BufferUsage.STORAGE:
+                raise ValueError(f"the buffer for tensor {t} needs STORAGE usage")
+            if int(buf.size) < self._raw_bytes(t):
+                raise ValueError(f"the buffer for tensor {t} holds {int(buf.size)} bytes, less than its "
+                                 f"{self._raw_bytes(t)}")
+            if t in self.raw_in and t not in self._resident and not int(buf.usage) & wgpu.BufferUsage.COPY_DST:
+                raise ValueError(f"input {t} is uploaded from the host: its buffer needs COPY_DST usage")
+            shared = [u for u, other in replaced.items() if other is buf and u != t and frozenset((t, u)) not in pairs]
+            if shared:
+                raise ValueError(f"tensors {t} and {shared[0]} would be bound to one buffer")
+        bindings = BoundBuffers(self, replaced)
+        self.rebind(bindings)
+        return bindings
+
+    def rebind(self, bindings: BoundBuffers) -> None:
+        """Make the bind groups of `bindings` for the program's dispatches as they are now: at bind_buffers, and
+        at the next submit after replace / bind_input changed them (binding_version). ValueError, before anything
+        is queued, for another program's bindings or a tensor the program now copies into its input buffer."""
+        if bindings.program is not self:
+            raise ValueError("these bindings were made for another program (bind_buffers)")
+        with self._lock:
+            if bindings.version == self.binding_version:
+                return
+            copied = sorted(t for t in bindings.buffers if t in self._feedback)
+            if copied:
+                raise ValueError(f"tensor {copied[0]} is copied into its input buffer at each invoke (bind_input "
+                                 "with an output of the program): it cannot be held in a caller's buffer")
+            hot = []
+            for k, d in enumerate(self.dispatches):
+                if any(b.raw and b.tensor in bindings.buffers for b in d.spec.bindings):
+                    group = self._bind(d.spec, d.pipeline, self._constants, self._bound, dims=self._dims.get(k),
+                                       replaced=bindings.buffers)
+                    pipeline, _, *counts = self._hot_entry(d)  # counts: an Indirect where the GPU sets them
+                    hot.append((pipeline, group, *counts))
+                else:
+                    hot.append(self._hot[k])
+            bindings.hot, bindings.record = hot, self._recorder(hot)
+            bindings.version = self.binding_version
+
     def encode_invoke(self) -> Any:
         """A reading invoke's command buffer, recorded and not submitted (profile times the recording alone)."""
         return self._encode(self._slots[0])
@@ -424,10 +503,12 @@ class GpuProgram:
         return {key: int(buf.size) for key, buf in self._held.items()}
 
     def _bind(self, spec: KernelSpec, pipeline: Any, constants: dict[int, Any],
-              inputs: dict[int, Any] | None = None, dims: np.ndarray | None = None) -> Any:
+              inputs: dict[int, Any] | None = None, dims: np.ndarray | None = None,
+              replaced: dict[int, Any] | None = None) -> Any:
         """The bind group of a spec: tensors where the memory plan put them, constants uploaded once each, raw
         inputs from `inputs` (a user's buffers, set_input_buffer) or the program's own buffers; `dims`: the
-        numbers a parametric pipeline reads (lowering/parametric.py), bound after the spec's own bindings."""
+        numbers a parametric pipeline reads (lowering/parametric.py), bound after the spec's own bindings;
+        `replaced`: boundary tensors (read or written) held in a caller's buffers instead (bind_buffers)."""
         import wgpu
 
         dev = self.gpu.device
@@ -453,6 +534,9 @@ class GpuProgram:
                     if b.scratch_key:
                         self._scratch[b.scratch_key] = buf
                 resource = {"buffer": buf, "offset": 0, "size": buf.size}
+            elif b.raw and replaced and b.tensor in replaced:
+                buf = replaced[b.tensor]
+                resource = {"buffer": buf, "offset": 0, "size": self._raw_bytes(b.tensor)}
             elif b.raw and not b.writable and inputs and b.tensor in inputs:
                 buf = inputs[b.tensor]
                 # a user's buffer holds the tensor's bytes, not necessarily rounded up to 16 as ours are
@@ -569,12 +653,12 @@ class GpuProgram:
                                f"{source}") from e
 
     # -- hot loop -------------------------------------------------------------------------------------------
-    def _recorder(self) -> Any:
+    def _recorder(self, hot: list[tuple[Any, Any, int, int, int]] | None = None) -> Any:
         """A function recording every dispatch into a compute pass, its arguments prepared here (at allocation, and
         again when a dispatch or binding changes): a pipeline or bind group is set only where it differs from the
         previous dispatch's (recording_calls). Through wgpu-native's C functions when the wgpu package exposes them
         (about half the cost of its Python wrapper), else through the wrapper."""
-        calls = recording_calls(self._hot)
+        calls = recording_calls(self._hot if hot is None else hot)
         try:
             if self.gpu.webgpu != "wgpu":
                 raise ImportError("wgpu-native's C functions take only wgpu-native's objects")
@@ -619,12 +703,13 @@ class GpuProgram:
         """Host calls recording one invoke's dispatches makes (set_pipeline, set_bind_group, dispatch_workgroups)."""
         return sum((p is not None) + (g is not None) + 1 for p, g, *_ in recording_calls(self._hot))
 
-    def _encode(self, slot: Slot | None) -> Any:
-        """One invoke's command buffer: the compute pass, then (when the outputs come back to the host) the
-        copies of the outputs to the slot's staging buffer."""
+    def _encode(self, slot: Slot | None, record: Any = None) -> Any:
+        """One invoke's command buffer: the compute pass (recorded by `record`, a BoundBuffers' recorder, or the
+        program's own), then (when the outputs come back to the host) the copies of the outputs to the slot's
+        staging buffer."""
         encoder = self.gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        self._record(compute)
+        (record or self._record)(compute)
         compute.end()
         if slot is not None:
             for t, buf in self.raw_out.items():
@@ -637,38 +722,47 @@ class GpuProgram:
         return self.collect(self.submit(feeds))
 
     def submit(self, feeds: dict[int, np.ndarray], read: bool = True, track: bool = False,
-               after: tuple[Any, ...] = ()) -> Submitted:
+               after: tuple[Any, ...] = (), bindings: BoundBuffers | None = None, watch: bool = True) -> Submitted:
         """Upload the inputs and submit an invoke; `collect` gives its outputs. read=False: the outputs stay on
         the GPU (output_buffer), nothing is copied back. track: done() can tell when the GPU has finished.
         after: the caller's command buffers, run right after this invoke in the same queue submission (a decode
-        loop's sampler reading the logits buffer)."""
+        loop's sampler reading the logits buffer). bindings: run with a caller's buffers (bind_buffers: made once,
+        its command buffer recorded now; a reading invoke takes the slot the next invoke would and keeps it).
+        watch=False: no WorkDone for an invoke whose outputs stay on the GPU (the caller learns when it is done
+        otherwise, as a decode loop from its sampler's readback): collect() then waits for the queue."""
         self.gpu.check_runs()  # Dawn's Null device: one line saying so, nothing submitted
         with self._lock:  # slots, recorded command buffers and bindings are shared by every caller
             if not self.raw_in and not self.gpu.alive():  # else the input upload finds out, before the submit
                 raise RuntimeError(DEVICE_LOST)
             try:
-                return self._submit(feeds, read, track, after)
+                return self._submit(feeds, read, track, after, bindings, watch)
             except Exception as e:  # wgpu's errors, or AttributeError from a destroyed device's poller
                 if not self.gpu.alive():
                     self._recorded.update(read=None, gpu_only=None)  # never to be submitted: that would abort
                     raise RuntimeError(DEVICE_LOST) from e
                 raise
 
-    def _submit(self, feeds: dict[int, np.ndarray], read: bool, track: bool, after: tuple[Any, ...] = ()) -> Submitted:
+    def _submit(self, feeds: dict[int, np.ndarray], read: bool, track: bool, after: tuple[Any, ...] = (),
+                bindings: BoundBuffers | None = None, watch: bool = True) -> Submitted:
         clock = time.perf_counter
         queue = self._queue
+        if bindings is not None:
+            self.rebind(bindings)  # before anything is queued
         if self.gpu.orphans:  # what collected programs recorded: submitted before this invoke, never leaked
             self.gpu.submit_orphans()
         if read:  # slots in turn: the one reused is the oldest, collected first if its job was never read
             slot = self._slots[self._next_slot]
-            self._next_slot = (self._next_slot + 1) % len(self._slots)
+            if bindings is None:  # a bound invoke leaves the ring where it is: the recorded "read" is for this slot
+                self._next_slot = (self._next_slot + 1) % len(self._slots)
             if slot.job is not None and slot.job.results is None:
                 self._collect(slot.job)
         else:
             slot = self._gpu_only
         t0 = clock()
         uploaded = {}
+        own = bindings.buffers if bindings is not None else {}
         for t, buf in self.raw_in.items():
+            buf = own.get(t, buf)
             if t not in self._resident:
                 value = dequantize(self._quantized[t], feeds[t]) if t in self._quantized else feeds[t]
                 if t in self._integers:
@@ -679,8 +773,11 @@ class GpuProgram:
         self.uploaded = uploaded
         t1 = clock()
         key = "read" if read else "gpu_only"
-        command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
-        self._recorded[key] = None
+        if bindings is not None:  # recorded now: one recorded ahead would leak unless submitted (_orphan_recorded)
+            command = self._encode(slot if read else None, bindings.record)
+        else:
+            command = self._recorded[key] if self._recorded[key] is not None else self._encode(slot if read else None)
+            self._recorded[key] = None
         queue.submit([*self._feedback_copies(), command, *after])
         t2 = clock()
         job = Submitted(slot if read else None, readback=self._readback if read else frozenset())
@@ -688,8 +785,9 @@ class GpuProgram:
         # references to every bind group and pipeline then) and record the slot's next one.
         slot.in_flight = command
         slot.job = job
-        self._recorded[key] = self._encode(self._slots[self._next_slot] if read else None)
-        if track or not read:
+        if bindings is None:
+            self._recorded[key] = self._encode(self._slots[self._next_slot] if read else None)
+        if track or (not read and watch):
             job.work = WorkDone(self.gpu)
         job.times = (t1 - t0, t2 - t1, clock() - t2)
         return job
@@ -711,7 +809,7 @@ class GpuProgram:
         clock = time.perf_counter
         t3 = clock()
         if job.slot is None:
-            job.work.wait()
+            (job.work or WorkDone(self.gpu)).wait()
             job.results = {}
             return job.results
         staging = job.slot.staging
@@ -841,9 +939,11 @@ class GpuProgram:
             self.set_resident(t, buffer is not None)
             for k, d in enumerate(self.dispatches):
                 if any(b.raw and not b.writable and b.tensor == t for b in d.spec.bindings):
-                    d.bind_group = self._bind(d.spec, d.pipeline, {}, self._bound, dims=self._dims.get(k))
+                    d.bind_group = self._bind(d.spec, d.pipeline, self._constants, self._bound,
+                                              dims=self._dims.get(k))
                     self._hot[k] = self._hot_entry(d)
             self._record = self._recorder()
+            self.binding_version += 1
             self._drop_recorded()
 
     def _drop_recorded(self) -> None:

@@ -81,7 +81,7 @@ class Scheduler:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if isinstance(prefix_cache, bool) or not isinstance(prefix_cache, int) or prefix_cache < 0:
             raise ValueError(f"prefix_cache must be an integer >= 0, got {prefix_cache!r}")
-        self.quantum = quantum  # tokens a session generates per turn (more: fewer swaps of the KV cache)
+        self.quantum = quantum  # tokens a session generates per turn (more: a later first token for new requests)
         self.engine = engine
         self.session_bytes = session_bytes(engine)
         self.memory_limit = memory_limit
