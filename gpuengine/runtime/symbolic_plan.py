@@ -713,6 +713,8 @@ class SizedProgram(GpuProgram):
         self._lock = threading.RLock()
         self._queue = self.gpu.device.queue
         self._bound: dict[int, Any] = {}
+        self._constants: dict[int, Any] = {}  # GpuProgram's; this program binds constants per version
+        self.binding_version = 0
         self._resident: set[int] = set()
         self._scratch: dict[str, Any] = {}
         self._held: dict[int, Any] = {}
