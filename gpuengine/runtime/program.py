@@ -297,8 +297,8 @@ class GpuProgram:
             self._mark_shared([spec])
             self._validate([spec])
             _, pipeline = self._compiled(spec)
-            return spec, (pipeline, self._bind(spec, pipeline, self._constants, self._bound),
-                          *codegen.dispatch_size(spec))
+            # constants uploaded afresh: a new decomposition packs its weights anew (ids of the old may be reused)
+            return spec, (pipeline, self._bind(spec, pipeline, {}, self._bound), *codegen.dispatch_size(spec))
         spec = dataclasses.replace(d.spec, workgroup=workgroup)
         self._validate([spec])
         _, pipeline = self._compiled(spec)
