@@ -137,6 +137,10 @@ class Variants:
                  (kernels/tiling.py), for the policy's estimate of its time.
     make:        the KernelSpec of a candidate.
     macs:        multiply-accumulates of the dispatch (for ops without them: elements read).
+    work_at:     work(d, position) of a kernel that reads only up to a decode step's position (None: `work`).
+    barriers, shuffles: a kernel's own count of what one invocation passes (workgroup barriers) and does (vec4
+                 subgroup shuffles) where it does not follow the split's reduction tree (None, or a callback
+                 answering None: the tree's counts, latency.split_barriers / split_shuffles).
     """
 
     problem: str
@@ -146,6 +150,9 @@ class Variants:
     work: Callable[[Decomposition], float]
     make: Callable[[Decomposition], KernelSpec]
     macs: int
+    work_at: Callable[[Decomposition, int | None], float] | None = None
+    barriers: Callable[[Decomposition], int | None] | None = None
+    shuffles: Callable[[Decomposition], int | None] | None = None
 
     def resolve(self, decomposition: Decomposition) -> KernelSpec:
         spec = self.make(decomposition)
