@@ -102,8 +102,12 @@ def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
     table = np.asarray(graph.tensors[op.inputs[3]].data, np.float32)
     rows, width = table.shape[0] - 1, table.shape[1]
     s = slices(width)
-    padded = np.zeros((rows + 2, s * 4), np.float32)  # the rows, then the window's values (may be infinite)
+    # the rows, then the window's values (may be infinite), then each row's key end (_mask_ends) as floats
+    ends = _mask_ends(op, graph, width)
+    end_rows = -(-(rows + 1) // (s * 4))
+    padded = np.zeros((rows + 2 + end_rows, s * 4), np.float32)
     padded[:rows + 1, :width] = table
+    padded[rows + 2:].reshape(-1)[:rows + 1] = ends
     wrapped = f"select(p, p + {rows}i, p < 0i)" if wrap else "p"
     windowed = ""
     if window is not None:  # the minimum with the window, as the MINIMUM kernel takes it (operands in its order)
@@ -116,7 +120,10 @@ def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
     fn = (f"fn am_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n"
           f"  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
           f"  let r = select({rows}u, u32(q), q >= 0i && q < {rows}i);\n"
-          f"  var v = am_rows[r * {s}u + sl];\n{windowed}  return v;\n}}\n")
+          f"  var v = am_rows[r * {s}u + sl];\n{windowed}  return v;\n}}\n"
+          f"fn am_key_end() -> u32 {{\n  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
+          f"  let r = select({rows}u, u32(q), q >= 0i && q < {rows}i);\n"
+          f"  return u32(am_rows[{(rows + 2) * s}u + r / 4u][r % 4u]);\n}}\n")
     bindings = [Binding("am_rows", data=padded.reshape(-1, 4), element="vec4<f32>"),
                 Binding("am_pos", tensor=op.inputs[4], element="S1")]
     return fn, bindings
@@ -125,26 +132,26 @@ def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
 MASKED = -1.0e30  # a mask value at or below this (times mask_scale) leaves a key's weight exactly 0 in f32
 
 
-def _key_end(op: Op, graph: Graph, n: int) -> tuple[Code, list[Binding]]:
-    """`key_end()`: how many keys from the first a row must read, and its bindings. With a mask made from the
-    position (MASK_FROM_POSITION), the keys after the last one the position's table row leaves unmasked (its
-    values at or below MASKED, whose exp underflows to 0 beside any unmasked score) add nothing to the softmax:
-    the row's end is that key + 1 (all N where the row masks every key or holds a NaN, so the result is what
-    reading them all gives). Otherwise N."""
-    if not op.opt(MASK_FROM_POSITION):
-        return Code(f"fn key_end() -> u32 {{\n  return {n}u;\n}}\n"), []
-    _shape, wrap, _window = op.opt(MASK_FROM_POSITION)
+def _mask_ends(op: Op, graph: Graph, n: int) -> np.ndarray:
+    """Per row of a MASK_FROM_POSITION table (the fill row last), how many keys from the first the row must read:
+    the keys after the last one it leaves unmasked (values at or below MASKED, whose exp underflows to 0 beside any
+    unmasked score) add nothing to the softmax. N where the row masks every key or holds a NaN, so the result is
+    what reading them all gives."""
     table = np.asarray(graph.tensors[op.inputs[3]].data, np.float32) * float(op.opt(MASK_SCALE))
-    rows = table.shape[0] - 1
-    ends = np.full(rows + 1, n, np.uint32)
+    ends = np.full(table.shape[0], n, np.int64)
     for r, values in enumerate(table):
-        open_keys = np.flatnonzero(~(values <= MASKED))  # NaN counts as open
+        open_keys = np.flatnonzero(~(values <= MASKED))
         if open_keys.size and not np.isnan(values).any():
             ends[r] = min(n, int(open_keys[-1]) + 1)
-    wrapped = f"select(p, p + {rows}i, p < 0i)" if wrap else "p"
-    fn = (f"fn key_end() -> u32 {{\n  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
-          f"  return am_ends[select({rows}u, u32(q), q >= 0i && q < {rows}i)];\n}}\n")
-    return Code(fn), [Binding("am_ends", data=ends, element="u32")]
+    return ends
+
+
+def _key_end(op: Op, graph: Graph, n: int) -> tuple[Code, bool]:
+    """`key_end()`: how many keys from the first a row reads (the position's row end of a MASK_FROM_POSITION
+    mask: its `am_key_end` (_mask_rows_reader), else N), and whether it depends on the position."""
+    if op.opt(MASK_FROM_POSITION):
+        return Code("fn key_end() -> u32 {\n  return am_key_end();\n}\n"), True
+    return Code(f"fn key_end() -> u32 {{\n  return {n}u;\n}}\n"), False
 
 
 class AttentionKernel:
@@ -313,7 +320,7 @@ class AttentionKernel:
 
     def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
                         sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
-                        code: list[str], out: int, key_end: tuple[Code, list[Binding]] = (Code(""), []),
+                        code: list[str], out: int, key_end: tuple[Code, bool] = (Code(""), False),
                         masked: bool = False) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
         (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
@@ -392,7 +399,7 @@ class AttentionKernel:
         candidates = [d for d in _row_candidates(rows, n, vs, most) if not d.subgroup] + _lanes_candidates(
             n, ds, vs, most) + _shared_candidates(unit, ds, vs, most)
         # the key end read up to the position (KEY_END): the work of a decode step at a position (latency model)
-        by_position = bool(key_end[1])
+        by_position = key_end[1]
         variants = Variants(problem=tiling.problem_key("attention_partials", numbers, code), candidates=candidates,
                             invocations=lambda dec: tiling.launched(count(dec), dec),
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs,
@@ -602,7 +609,7 @@ def _lanes_shuffles(dec: Decomposition, lanes: int, n: int, vs: int) -> int:
 
 
 def _lanes_spec(dec: Decomposition, fixed: dict, lanes: int, sizes: tuple[int, int, int, int],
-                key_end: tuple[Code, list[Binding]], locate: str, oc_: int, bindings: list[Binding],
+                key_end: tuple[Code, bool], locate: str, oc_: int, bindings: list[Binding],
                 label: str) -> KernelSpec:
     """The KernelSpec of a key-groups-of-lanes decomposition (one tile a workgroup: row, chunk from its id)."""
     rows, n, ds, vs = sizes
@@ -621,7 +628,6 @@ def _lanes_spec(dec: Decomposition, fixed: dict, lanes: int, sizes: tuple[int, i
     if key_end[1]:  # K and V read up to the position's end: the latency model counts those rows
         for x in fresh[1:3]:
             x.touched = Touched(1, n, by_position=True)
-        fresh[3:3] = [dataclasses.replace(x) for x in key_end[1]]
     return KernelSpec("attention_lanes", params, fresh, grid=(tiles * size, 1, 1), workgroup=(size, 1, 1),
                       dispatch=dispatch, out_channels=oc_, label=label)
 

@@ -92,12 +92,15 @@ class Decomposition:
     split:    invocations sharing one tile's reduction (1: none). They combine partial results through workgroup
               memory, or subgroup shuffles when `subgroup` (the adapter's `subgroup` feature).
     group:    tiles per workgroup, so a workgroup has split * group invocations.
+    wide:     packed weights read 4 words (a vec4<u32>) a load, the reduction's steps being those (kernels that
+              offer it: hybrid int8 FULLY_CONNECTED).
     """
 
     tile: tuple[int, int] = (1, 1)
     split: int = 1
     group: int = 64
     subgroup: bool = False
+    wide: bool = False
 
     @property
     def invocations_per_workgroup(self) -> int:
@@ -107,10 +110,13 @@ class Decomposition:
         text = f"tile {self.tile[0]}x{self.tile[1]}"
         if self.split > 1:
             text += f", split {self.split} ({'subgroup' if self.subgroup else 'shared memory'})"
+        if self.wide:
+            text += ", vec4<u32> weights"
         return text + f", workgroup {self.invocations_per_workgroup}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup}
+        return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup,
+                **({"wide": True} if self.wide else {})}
 
     @staticmethod
     def from_json(data: Any) -> Decomposition | None:
@@ -118,8 +124,8 @@ class Decomposition:
         try:
             tile = tuple(int(v) for v in data["tile"])
             result = Decomposition((tile[0], tile[1]), int(data["split"]), int(data["group"]),
-                                   bool(data["subgroup"]))
-        except (KeyError, TypeError, ValueError, IndexError):
+                                   bool(data["subgroup"]), bool(data.get("wide", False)))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return result if min(*result.tile, result.split, result.group) >= 1 else None
 
