@@ -443,19 +443,21 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
 
 def _word_taps(taps: list[str], st: int, si: int, quads: bool) -> list[str]:
     """The loop body over word q of the rows: px, sl and the taps; with quads, q counts vec4<u32>s of weights: each
-    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words, word e from lane e."""
+    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words (unrolled), word e from lane e."""
     head = [f"let px = q / {si}u;", f"let sl = q % {si}u;"]
     if not quads:
         return head + taps
     loads = [f"let wq_{j}_{c} = weights_quad((os0 + {j}u) * 4u + {c}u, q);" for j in range(st) for c in range(4)]
-    inner = [f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
-    for tap in taps:
-        for j in range(st):
-            for c in range(4):
-                tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", f"wq_{j}_{c}[e]")
-        inner.append(tap)
-    body = "\n      ".join(inner)
-    return [*loads, f"for (var e = 0u; e < 4u; e++) {{\n      let qw = q * 4u + e;\n      {body}\n    }}"]
+    words = []
+    for e, lane in enumerate("xyzw"):  # unrolled: no dynamic index into the loaded vectors
+        inner = [f"let qw = q * 4u + {e}u;", f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
+        for tap in taps:
+            for j in range(st):
+                for c in range(4):
+                    tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", f"wq_{j}_{c}.{lane}")
+            inner.append(tap)
+        words.append("{\n      " + "\n      ".join(inner) + "\n    }")
+    return [*loads, *words]
 
 
 def _block_state(st: int) -> list[str]:
