@@ -3,8 +3,8 @@
 // invocations are GROUPS key groups of LANES lanes: lane l holds the query slices l, l + LANES, ... (A of them) and
 // the matching value slices (B), so no invocation reads a whole key or value row. A key group takes 4 keys at a time
 // (block b of the chunk, interleaved over the groups): each lane's partial dot products, summed over the group's
-// lanes by subgroup shuffles (the lanes of a group lie in one subgroup: subgroups have at least 4 invocations),
-// give the 4 scores; one online-softmax step per block (running maximum and sum), each lane rescaling and adding
+// lanes by subgroup shuffles (LANE_SPAN: then across subgroups through workgroup memory where a key group spans
+// several, on adapters whose subgroups are smaller than LANES; never for 4 lanes), give the 4 scores; one online-softmax step per block (running maximum and sum), each lane rescaling and adding
 // its value slices. The key groups' states are then merged lane by lane (subgroup shuffles, then workgroup memory
 // across subgroups), group 0 writes the tile's state to `partials` and the last tile of a row merges them
 // (attention/merge_last.wgsl, its slices spread over the workgroup). The loop bounds are uniform in the workgroup
@@ -25,6 +25,7 @@ var<workgroup> key_end_shared: u32;
 var<workgroup> part_ml: array<vec2<f32>, ${PART_STATES}>;
 var<workgroup> part_acc: array<vec4<f32>, ${PART_VEC4S}>;
 var<workgroup> last_tile: array<u32, 1>;
+${DOTS_MEMORY}
 
 @compute @workgroup_size(${WG_X}, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32,
@@ -77,7 +78,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       masks = vec4<f32>(mask_at(i0, i1, m, keys.x), mask_at(i0, i1, m, keys.y), mask_at(i0, i1, m, keys.z),
                         mask_at(i0, i1, m, keys.w));
     }
-    ${LANE_SUM}
+    for (var o = 1u; o < min(${LANES}u, sg_size); o = o << 1u) {
+      dots += subgroupShuffleXor(dots, o);
+    }
+    ${LANE_SPAN}
     let valid = vec4<u32>(n0, n0 + 1u, n0 + 2u, n0 + 3u) < vec4<u32>(stop);
     let scores = select(vec4<f32>(${LOWEST}), dots * scale + masks, valid);
     let top = max(mx, max(max(scores.x, scores.y), max(scores.z, scores.w)));
@@ -105,15 +109,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     mx = top;
   }
-  // then across subgroups through workgroup memory, by the first subgroup's first key group
-  if (${WG_X}u > sg_size && sg_lane < ${LANES}u) {
-    let at = sg_id * ${LANES}u + lane;
+  // then across subgroups (or key groups spanning several) through workgroup memory, by the first key group
+  let span = max(${LANES}u, sg_size);
+  if (${WG_X}u > span && pos % span < ${LANES}u) {
+    let at = pos / span * ${LANES}u + lane;
     part_ml[at] = vec2<f32>(mx, total);
     for (var i = 0u; i < ${B}u; i++) { part_acc[at * ${B}u + i] = acc[i]; }
   }
   workgroupBarrier();
-  if (${WG_X}u > sg_size && pos < ${LANES}u) {
-    for (var j = 1u; j < ${WG_X}u / sg_size; j++) {
+  if (${WG_X}u > span && pos < ${LANES}u) {
+    for (var j = 1u; j < ${WG_X}u / span; j++) {
       let at = j * ${LANES}u + lane;
       let other = part_ml[at];
       let top = max(mx, other.x);

@@ -341,16 +341,14 @@ class AttentionKernel:
             return Binding("arrivals", scratch_bytes=rows * 4, scratch_key=f"attention-arrivals-{out}",
                            writable=True, element="atomic<u32>")
 
-        def count(dec: Decomposition) -> int:
-            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows)
-
-        lanes = _lanes(ds, vs)
+        def count(dec: Decomposition) -> int:  # subgroup forms: (lanes, chunks) tiles, one a row and chunk
+            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 and not dec.subgroup else rows)
 
         def make(dec: Decomposition) -> KernelSpec:
             if dec.subgroup:
-                return _lanes_spec(dec, fixed, lanes, (rows, n, ds, vs), key_end, locate, oc_,
+                return _lanes_spec(dec, fixed, (rows, n, ds, vs), key_end, locate, oc_,
                                    [*inputs, scratch(), arrivals(), Binding("dst", tensor=out, writable=True)],
-                                   f"{label} flash-decoding [{describe(dec, lanes)}]")
+                                   f"{label} flash-decoding [{describe(dec, lanes=True)}]")
             chunks, shared_kv = dec.tile[1], dec.tile[0] > 1
             tiles = count(dec)
             params, dispatch = tiling.split_params(dec, tiles, [])
@@ -383,7 +381,7 @@ class AttentionKernel:
 
         def work(dec: Decomposition, position: int | None = None) -> float:
             if dec.subgroup:
-                return _lanes_work(dec, lanes, n if position is None else min(n, position + 1), ds, vs, masked)
+                return _lanes_work(dec, n if position is None else min(n, position + 1), ds, vs, masked)
             keys = math.ceil(n / dec.tile[1])
             # the merge a row's last tile adds: its chunks' maxima, then per slice (split over the tile's
             # invocations) each chunk's state and slice, an exp and a multiply-add, and the store
@@ -404,8 +402,8 @@ class AttentionKernel:
                             invocations=lambda dec: tiling.launched(count(dec), dec),
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs,
                             work_at=work if by_position else None,
-                            barriers=lambda dec: _lanes_barriers(dec) if dec.subgroup else None,
-                            shuffles=lambda dec: _lanes_shuffles(dec, lanes, n, vs) if dec.subgroup else None)
+                            barriers=lambda dec: _lanes_barriers(dec, n) if dec.subgroup else None,
+                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None)
         return [variants]
 
 
@@ -434,11 +432,12 @@ def kv_group(op: Op) -> int:
     return int(value) if value else 1
 
 
-def describe(dec: Decomposition, lanes: int = 0) -> str:
+def describe(dec: Decomposition, lanes: bool = False) -> str:
     """A decomposition in ATTENTION's terms (tile[0] > 1: rows sharing K/V blocks; tile[1]: key chunks; `lanes`:
-    flash-decoding's subgroup form, key groups of that many lanes)."""
+    flash-decoding's subgroup form, key groups of tile[0] lanes)."""
     if lanes and dec.subgroup:
-        return (f"{dec.tile[1]} key chunks, {dec.split // lanes} key groups of {lanes} lanes (subgroup), "
+        lanes_ = dec.tile[0]
+        return (f"{dec.tile[1]} key chunks, {dec.split // lanes_} key groups of {lanes_} lanes (subgroup), "
                 f"workgroup {dec.invocations_per_workgroup}")
     parts = []
     if dec.tile[0] > 1:
@@ -539,47 +538,44 @@ def _combine(split: int, vs: int) -> Code:
 
 
 # -- flash-decoding with subgroups: key groups of lanes sharing a row's channels (shaders/attention_lanes.wgsl) ----
-LANES = 4  # lanes of a key group: within one subgroup on every adapter (subgroups have at least 4 invocations)
+LANES = (4, 8, 16, 32)  # lanes a key group may have (4: within one subgroup on every adapter)
 SUBGROUP = 32  # the subgroup size the cost assumes (NVIDIA, Apple, AMD's wave32); the kernel is right at any
 
 
-def _lanes(ds: int, vs: int) -> int:
-    """Lanes a key group spreads a row's slices over: LANES, fewer for rows of fewer slices."""
-    lanes = 1
-    while lanes < LANES and lanes < max(ds, vs):
-        lanes *= 2
-    return lanes
-
-
 def _lanes_memory(invocations: int, lanes: int, vs: int) -> int:
-    """vec4s of workgroup memory the merge across subgroups needs (at most invocations / 4 subgroups)."""
-    states = invocations // 4 * lanes
-    return states * -(-vs // lanes) + -(-states // 2) + 2
+    """vec4s of workgroup memory the merges across subgroups need: at most one state per invocation (subgroups
+    of 4), and a key group's partial scores per subgroup where it may span several."""
+    states = invocations
+    return states * -(-vs // lanes) + -(-states // 2) + (invocations // 4 if lanes > 4 else 0) + 2
 
 
 def _lanes_candidates(n: int, ds: int, vs: int, max_chunks: int) -> list[Decomposition]:
-    """(1, chunks) tiles of `split` invocations = split / lanes key groups, one tile a workgroup, where each key
-    group has at least one block of 4 keys and the cross-subgroup merge fits the workgroup memory."""
-    lanes = _lanes(ds, vs)
+    """(lanes, chunks) tiles of `split` invocations = split / lanes key groups, one tile a workgroup, where each key
+    group has at least one block of 4 keys and the merges fit the workgroup memory. Lanes: 4 (fewer for rows of
+    fewer slices) and more up to the row's slices."""
+    widest = max(ds, vs)
+    options = [lanes for lanes in LANES if lanes == LANES[0] or lanes <= widest]
     result = []
-    chunks = 1
-    while chunks <= max_chunks:
-        per_chunk = -(-n // chunks)
-        size = max(lanes, 4)
-        while size <= tiling.MAX_WORKGROUP and (size == max(lanes, 4) or size // lanes * 4 <= per_chunk):
-            if _lanes_memory(size, lanes, vs) <= tiling.LANE_MEMORY_VEC4:
-                result.append(Decomposition((1, chunks), size, 1, True))
-            size *= 2
-        chunks *= 2
-    return result
+    for lanes in options:
+        lanes = min(lanes, 1 << (widest - 1).bit_length())
+        chunks = 1
+        while chunks <= max_chunks:
+            per_chunk = -(-n // chunks)
+            size = max(lanes, 4)
+            while size <= tiling.MAX_WORKGROUP and (size == max(lanes, 4) or size // lanes * 4 <= per_chunk):
+                if _lanes_memory(size, lanes, vs) <= tiling.LANE_MEMORY_VEC4:
+                    result.append(Decomposition((lanes, chunks), size, 1, True))
+                size *= 2
+            chunks *= 2
+    return list(dict.fromkeys(result))
 
 
-def _lanes_work(dec: Decomposition, lanes: int, keys: int, ds: int, vs: int, masked: bool) -> float:
+def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -> float:
     """Cost units of one invocation over `keys` keys: its blocks of 4 keys (A key and B value slices of each,
     their loads and dot products or multiply-adds, the score's shuffles over the lanes, the mask's 4 reads, one
     online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then workgroup
     memory), the state's store and the last tile's merge of the chunks (as the other flash-decoding forms)."""
-    chunks, size = dec.tile[1], dec.split
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
     groups = size // lanes
     a, b = -(-ds // lanes), -(-vs // lanes)
     blocks = math.ceil(math.ceil(keys / chunks) / (4 * groups))
@@ -587,43 +583,51 @@ def _lanes_work(dec: Decomposition, lanes: int, keys: int, ds: int, vs: int, mas
              + 40 + 4 * b * (tiling.LOAD + 4) + 4 * b)
     levels = math.log2(max(1, min(size, SUBGROUP) // lanes))
     merge_groups = levels * ((b + 1) * tiling.SHUFFLE + 12)
-    if size > SUBGROUP:
-        merge_groups += tiling.SHARED_LEVEL + (size // SUBGROUP) * (2 * tiling.LOAD * (b + 1) + 12)
+    span = max(lanes, SUBGROUP)
+    if size > span:
+        merge_groups += tiling.SHARED_LEVEL + (size // span) * (2 * tiling.LOAD * (b + 1) + 12)
     merge_chunks = chunks * tiling.LOAD + math.ceil(vs / size) * (chunks * (2 * tiling.LOAD + 6) + tiling.LOAD) + 4
     return (tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + (b + 1) * tiling.LOAD
             + merge_chunks)
 
 
-def _lanes_barriers(dec: Decomposition) -> int:
-    """The key end's uniform load, the merge across subgroups, the last tile's two."""
-    return 4
+def _lanes_barriers(dec: Decomposition, n: int) -> int:
+    """The key end's uniform load, the merge across subgroups, the last tile's two; with more than 4 lanes, two
+    a block of keys (attention/lane_span.wgsl, passed on every adapter)."""
+    lanes, groups = dec.tile[0], dec.split // dec.tile[0]
+    blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
+    return 4 + (2 * blocks if lanes > 4 else 0)
 
 
-def _lanes_shuffles(dec: Decomposition, lanes: int, n: int, vs: int) -> int:
+def _lanes_shuffles(dec: Decomposition, n: int, vs: int) -> int:
     """vec4 shuffles of one invocation: per block of 4 keys one per lane level; per key-group level its state
     and B value slices (SUBGROUP invocations a subgroup)."""
+    lanes = dec.tile[0]
     groups = dec.split // lanes
     blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
     levels = math.log2(max(1, min(dec.split, SUBGROUP) // lanes))
     return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1))
 
 
-def _lanes_spec(dec: Decomposition, fixed: dict, lanes: int, sizes: tuple[int, int, int, int],
+def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int],
                 key_end: tuple[Code, bool], locate: str, oc_: int, bindings: list[Binding],
                 label: str) -> KernelSpec:
     """The KernelSpec of a key-groups-of-lanes decomposition (one tile a workgroup: row, chunk from its id)."""
     rows, n, ds, vs = sizes
-    chunks, size = dec.tile[1], dec.split
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
     tiles = rows * chunks
     dispatch, nx = codegen.tile_dispatch(tiles, dec)
     a, b = -(-ds // lanes), -(-vs // lanes)
-    lane_sum = "\n    ".join(f"dots += subgroupShuffleXor(dots, {o}u);" for o in (1, 2, 4, 8) if o < lanes)
-    states = size // 4 * lanes
+    # a key group of more lanes than 4 may span subgroups (smaller than it): their partial scores through
+    # workgroup memory (the condition is uniform; the barriers stay outside it)
+    span = "" if lanes <= 4 else codegen.fill("attention/lane_span.wgsl", {"LANES": lanes}, "    ")
+    states = size
     params = {**fixed, "LOCATE": Code(locate), "KEY_END": key_end[0], "LANES": lanes, "GROUPS": size // lanes,
               "A": a, "B": b, "DS_LAST": ds - 1, "VS_LAST": vs - 1, "DISPATCH_X": nx, "TILES": tiles,
               "TILES_LAST": tiles - 1, "CHUNKS": chunks, "CHUNKS_LAST": chunks - 1, "STATE": vs + 1,
               "MERGE_STEP": size, "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
-              "LANE_SUM": Code(lane_sum), "PART_STATES": states, "PART_VEC4S": states * b}
+              "LANE_SPAN": Code(span), "PART_STATES": states, "PART_VEC4S": states * b,
+              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else "")}
     fresh = [dataclasses.replace(x) for x in bindings]
     if key_end[1]:  # K and V read up to the position's end: the latency model counts those rows
         for x in fresh[1:3]:
