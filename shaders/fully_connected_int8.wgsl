@@ -4,7 +4,8 @@
 // (dot4I8Packed), and the sum is scaled back by the row's and the channel's scales. Float arithmetic: ROW_RANGES
 // is empty, the weights are unpacked in registers and multiply the float rows, f32 sums scaled by the channel's
 // scale. A tile is RT rows x ST output slices; its SPLIT invocations take every SPLIT-th word, first to find the
-// rows' ranges (integer arithmetic), then for the dot products, and combine both.
+// rows' ranges (integer arithmetic), then for the dot products, and combine both. Rows of whole vec4<u32>s are
+// read 4 words at a time (weights_quad; q then counts those, TAPS loops over their words).
 ${BINDINGS}
 
 #include "fully_connected/store.wgsl"
@@ -19,8 +20,6 @@ ${LANE_MEMORY}
   ${ROW_RANGES}
   ${ACC_INIT}
   for (var q = k; q < ${K}u; q += ${SPLIT}u) {
-    let px = q / ${SI}u;
-    let sl = q % ${SI}u;
     ${TAPS}
   }
   ${TO_FLOAT}

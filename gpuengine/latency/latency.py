@@ -115,15 +115,23 @@ class DispatchCost:
 
 
 # -- features of a dispatch ---------------------------------------------------------------------------------
-def split_barriers(d: Decomposition | None) -> int:
-    """Barriers of a workgroup-memory reduction tree over d.split invocations (as tiling.reduction_cost counts)."""
+def split_barriers(d: Decomposition | None, variants: Variants | None = None) -> int:
+    """Barriers of a workgroup-memory reduction tree over d.split invocations (as tiling.reduction_cost counts),
+    or the kernel's own count (Variants.barriers) where its decomposition declares one."""
+    own = variants.barriers(d) if variants is not None and variants.barriers is not None and d is not None else None
+    if own is not None:
+        return int(own)
     if d is None or d.split <= 1 or d.subgroup:
         return 0
     return int(math.log2(d.split)) + 2
 
 
-def split_shuffles(d: Decomposition | None) -> int:
-    """Subgroup shuffles of a split's butterfly: one per level and accumulated vec4 (tiling.reduction_cost)."""
+def split_shuffles(d: Decomposition | None, variants: Variants | None = None) -> int:
+    """Subgroup shuffles of a split's butterfly: one per level and accumulated vec4 (tiling.reduction_cost), or
+    the kernel's own count (Variants.shuffles) where its decomposition declares one."""
+    own = variants.shuffles(d) if variants is not None and variants.shuffles is not None and d is not None else None
+    if own is not None:
+        return int(own)
     if d is None or d.split <= 1 or not d.subgroup:
         return 0
     return int(math.log2(d.split)) * d.tile[0] * d.tile[1]
@@ -144,7 +152,8 @@ def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | No
     per = d.invocations_per_workgroup
     return DispatchCost(invocations, max(1, min(invocations, int(variants.active(d)))), max(1, invocations // per),
                         float(variants.work(d)), base.bytes_read if base else 0, base.bytes_written if base else 0,
-                        variants.macs, d.split, split_barriers(d), lane_memory(d), split_shuffles(d),
+                        variants.macs, d.split, split_barriers(d, variants), lane_memory(d),
+                        split_shuffles(d, variants),
                         base.label if base else "", base.kernel if base else "")
 
 

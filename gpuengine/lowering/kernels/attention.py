@@ -43,7 +43,7 @@ from .. import codegen
 from ..codegen import literal
 from ..layout import slices, to_bhwc
 from . import layout_view, tiling
-from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Variants
+from .base import Binding, Code, Decomposition, KernelSpec, Lowering, Touched, Variants
 from .common import float_tensors
 from .fully_connected import READER_PARAMS, batch2, operand_reader, out_index, output_locator
 from .reduce import FLT_MAX
@@ -102,8 +102,12 @@ def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
     table = np.asarray(graph.tensors[op.inputs[3]].data, np.float32)
     rows, width = table.shape[0] - 1, table.shape[1]
     s = slices(width)
-    padded = np.zeros((rows + 2, s * 4), np.float32)  # the rows, then the window's values (may be infinite)
+    # the rows, then the window's values (may be infinite), then each row's key end (_mask_ends) as floats
+    ends = _mask_ends(op, graph, width)
+    end_rows = -(-(rows + 1) // (s * 4))
+    padded = np.zeros((rows + 2 + end_rows, s * 4), np.float32)
     padded[:rows + 1, :width] = table
+    padded[rows + 2:].reshape(-1)[:rows + 1] = ends
     wrapped = f"select(p, p + {rows}i, p < 0i)" if wrap else "p"
     windowed = ""
     if window is not None:  # the minimum with the window, as the MINIMUM kernel takes it (operands in its order)
@@ -116,10 +120,38 @@ def _mask_rows_reader(op: Op, graph: Graph) -> tuple[str, list[Binding]]:
     fn = (f"fn am_at(i0: u32, i1: u32, row: u32, sl: u32) -> vec4<f32> {{\n"
           f"  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
           f"  let r = select({rows}u, u32(q), q >= 0i && q < {rows}i);\n"
-          f"  var v = am_rows[r * {s}u + sl];\n{windowed}  return v;\n}}\n")
+          f"  var v = am_rows[r * {s}u + sl];\n{windowed}  return v;\n}}\n"
+          f"fn am_key_end() -> u32 {{\n  let p = i32(f32(am_pos[0]));\n  let q = {wrapped};\n"
+          f"  let r = select({rows}u, u32(q), q >= 0i && q < {rows}i);\n"
+          f"  return u32(am_rows[{(rows + 2) * s}u + r / 4u][r % 4u]);\n}}\n")
     bindings = [Binding("am_rows", data=padded.reshape(-1, 4), element="vec4<f32>"),
                 Binding("am_pos", tensor=op.inputs[4], element="S1")]
     return fn, bindings
+
+
+MASKED = -1.0e30  # a mask value at or below this (times mask_scale) leaves a key's weight exactly 0 in f32
+
+
+def _mask_ends(op: Op, graph: Graph, n: int) -> np.ndarray:
+    """Per row of a MASK_FROM_POSITION table (the fill row last), how many keys from the first the row must read:
+    the keys after the last one it leaves unmasked (values at or below MASKED, whose exp underflows to 0 beside any
+    unmasked score) add nothing to the softmax. N where the row masks every key or holds a NaN, so the result is
+    what reading them all gives."""
+    table = np.asarray(graph.tensors[op.inputs[3]].data, np.float32) * float(op.opt(MASK_SCALE))
+    ends = np.full(table.shape[0], n, np.int64)
+    for r, values in enumerate(table):
+        open_keys = np.flatnonzero(~(values <= MASKED))
+        if open_keys.size and not np.isnan(values).any():
+            ends[r] = min(n, int(open_keys[-1]) + 1)
+    return ends
+
+
+def _key_end(op: Op, graph: Graph, n: int) -> tuple[Code, bool]:
+    """`key_end()`: how many keys from the first a row reads (the position's row end of a MASK_FROM_POSITION
+    mask: its `am_key_end` (_mask_rows_reader), else N), and whether it depends on the position."""
+    if op.opt(MASK_FROM_POSITION):
+        return Code("fn key_end() -> u32 {\n  return am_key_end();\n}\n"), True
+    return Code(f"fn key_end() -> u32 {{\n  return {n}u;\n}}\n"), False
 
 
 class AttentionKernel:
@@ -248,7 +280,8 @@ class AttentionKernel:
         units = rows // unit
         if flash_decoding(m, n) and not op.opt(ONE_DISPATCH):
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
-                                        macs, [readers, mask_value], out)
+                                        macs, [readers, mask_value], out, _key_end(op, graph, n),
+                                        len(op.inputs) >= 4)
         dst = Binding("dst", tensor=out, writable=True)
 
         def make(dec: Decomposition) -> KernelSpec:
@@ -287,7 +320,8 @@ class AttentionKernel:
 
     def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
                         sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
-                        code: list[str], out: int) -> Lowering:
+                        code: list[str], out: int, key_end: tuple[Code, bool] = (Code(""), False),
+                        masked: bool = False) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
         (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
         sum, weighted values) in scratch; the last tile of a row to finish (an atomic count per row, reset by that
@@ -307,10 +341,14 @@ class AttentionKernel:
             return Binding("arrivals", scratch_bytes=rows * 4, scratch_key=f"attention-arrivals-{out}",
                            writable=True, element="atomic<u32>")
 
-        def count(dec: Decomposition) -> int:
-            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 else rows)
+        def count(dec: Decomposition) -> int:  # subgroup forms: (lanes, chunks) tiles, one a row and chunk
+            return dec.tile[1] * (units * _padded(unit, dec.group) if dec.tile[0] > 1 and not dec.subgroup else rows)
 
         def make(dec: Decomposition) -> KernelSpec:
+            if dec.subgroup:
+                return _lanes_spec(dec, fixed, (rows, n, ds, vs), key_end, locate, oc_,
+                                   [*inputs, scratch(), arrivals(), Binding("dst", tensor=out, writable=True)],
+                                   f"{label} flash-decoding [{describe(dec, lanes=True)}]")
             chunks, shared_kv = dec.tile[1], dec.tile[0] > 1
             tiles = count(dec)
             params, dispatch = tiling.split_params(dec, tiles, [])
@@ -341,7 +379,9 @@ class AttentionKernel:
                               workgroup=(invocations, 1, 1), dispatch=dispatch, out_channels=oc_,
                               label=f"{label} flash-decoding [{describe(dec)}]")
 
-        def work(dec: Decomposition) -> float:
+        def work(dec: Decomposition, position: int | None = None) -> float:
+            if dec.subgroup:
+                return _lanes_work(dec, n if position is None else min(n, position + 1), ds, vs, masked)
             keys = math.ceil(n / dec.tile[1])
             # the merge a row's last tile adds: its chunks' maxima, then per slice (split over the tile's
             # invocations) each chunk's state and slice, an exp and a multiply-add, and the store
@@ -353,10 +393,17 @@ class AttentionKernel:
             return math.ceil(keys / dec.split) * step + tiling.reduction_cost(dec, vs + 1) * 2 + (
                 tiling.OVERHEAD + (vs + 1) * tiling.LOAD) + merge
 
-        candidates = _row_candidates(rows, n, vs, most) + _shared_candidates(unit, ds, vs, most)
+        # with subgroups, key groups of lanes (the key-split row candidates' subgroup forms are replaced by them)
+        candidates = [d for d in _row_candidates(rows, n, vs, most) if not d.subgroup] + _lanes_candidates(
+            n, ds, vs, most) + _shared_candidates(unit, ds, vs, most)
+        # the key end read up to the position (KEY_END): the work of a decode step at a position (latency model)
+        by_position = key_end[1]
         variants = Variants(problem=tiling.problem_key("attention_partials", numbers, code), candidates=candidates,
                             invocations=lambda dec: tiling.launched(count(dec), dec),
-                            active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs)
+                            active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs,
+                            work_at=work if by_position else None,
+                            barriers=lambda dec: _lanes_barriers(dec, n) if dec.subgroup else None,
+                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None)
         return [variants]
 
 
@@ -385,8 +432,13 @@ def kv_group(op: Op) -> int:
     return int(value) if value else 1
 
 
-def describe(dec: Decomposition) -> str:
-    """A decomposition in ATTENTION's terms (tile[0] > 1: rows sharing K/V blocks; tile[1]: key chunks)."""
+def describe(dec: Decomposition, lanes: bool = False) -> str:
+    """A decomposition in ATTENTION's terms (tile[0] > 1: rows sharing K/V blocks; tile[1]: key chunks; `lanes`:
+    flash-decoding's subgroup form, key groups of tile[0] lanes)."""
+    if lanes and dec.subgroup:
+        lanes_ = dec.tile[0]
+        return (f"{dec.tile[1]} key chunks, {dec.split // lanes_} key groups of {lanes_} lanes (subgroup), "
+                f"workgroup {dec.invocations_per_workgroup}")
     parts = []
     if dec.tile[0] > 1:
         parts.append(f"{dec.group} rows share K/V")
@@ -483,6 +535,105 @@ def _partials(invocations: int, vs: int) -> Code:
 def _combine(split: int, vs: int) -> Code:
     """Invocation 0 of a row merges the softmax states of the row's `split` invocations (workgroup memory)."""
     return codegen.fill("attention/combine.wgsl", {"SPLIT": split, "VS": vs}, "  ")
+
+
+# -- flash-decoding with subgroups: key groups of lanes sharing a row's channels (shaders/attention_lanes.wgsl) ----
+LANES = (4, 8, 16, 32)  # lanes a key group may have (4: within one subgroup on every adapter)
+SUBGROUP = 32  # the subgroup size the cost assumes (NVIDIA, Apple, AMD's wave32); the kernel is right at any
+
+
+def _lanes_memory(invocations: int, lanes: int, vs: int) -> int:
+    """vec4s of workgroup memory the merges across subgroups need: at most one state per invocation (subgroups
+    of 4), and a key group's partial scores per subgroup where it may span several."""
+    states = invocations
+    return states * -(-vs // lanes) + -(-states // 2) + (invocations // 4 if lanes > 4 else 0) + 2
+
+
+def _lanes_candidates(n: int, ds: int, vs: int, max_chunks: int) -> list[Decomposition]:
+    """(lanes, chunks) tiles of `split` invocations = split / lanes key groups, one tile a workgroup, where each key
+    group has at least one block of 4 keys and the merges fit the workgroup memory. Lanes: 4 (fewer for rows of
+    fewer slices) and more up to the row's slices."""
+    widest = max(ds, vs)
+    options = [lanes for lanes in LANES if lanes == LANES[0] or lanes <= widest]
+    result = []
+    for lanes in options:
+        lanes = min(lanes, 1 << (widest - 1).bit_length())
+        chunks = 1
+        while chunks <= max_chunks:
+            per_chunk = -(-n // chunks)
+            size = max(lanes, 4)
+            while size <= tiling.MAX_WORKGROUP and (size == max(lanes, 4) or size // lanes * 4 <= per_chunk):
+                if _lanes_memory(size, lanes, vs) <= tiling.LANE_MEMORY_VEC4:
+                    result.append(Decomposition((lanes, chunks), size, 1, True))
+                size *= 2
+            chunks *= 2
+    return list(dict.fromkeys(result))
+
+
+def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -> float:
+    """Cost units of one invocation over `keys` keys: its blocks of 4 keys (A key and B value slices of each,
+    their loads and dot products or multiply-adds, the score's shuffles over the lanes, the mask's 4 reads, one
+    online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then workgroup
+    memory), the state's store and the last tile's merge of the chunks (as the other flash-decoding forms)."""
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
+    groups = size // lanes
+    a, b = -(-ds // lanes), -(-vs // lanes)
+    blocks = math.ceil(math.ceil(keys / chunks) / (4 * groups))
+    block = (4 * a * (tiling.LOAD + 4) + math.log2(lanes) * tiling.SHUFFLE + (4 * tiling.LOAD if masked else 0)
+             + 40 + 4 * b * (tiling.LOAD + 4) + 4 * b)
+    levels = math.log2(max(1, min(size, SUBGROUP) // lanes))
+    merge_groups = levels * ((b + 1) * tiling.SHUFFLE + 12)
+    span = max(lanes, SUBGROUP)
+    if size > span:
+        merge_groups += tiling.SHARED_LEVEL + (size // span) * (2 * tiling.LOAD * (b + 1) + 12)
+    merge_chunks = chunks * tiling.LOAD + math.ceil(vs / size) * (chunks * (2 * tiling.LOAD + 6) + tiling.LOAD) + 4
+    return (tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + (b + 1) * tiling.LOAD
+            + merge_chunks)
+
+
+def _lanes_barriers(dec: Decomposition, n: int) -> int:
+    """The key end's uniform load, the merge across subgroups, the last tile's two; with more than 4 lanes, two
+    a block of keys (attention/lane_span.wgsl, passed on every adapter)."""
+    lanes, groups = dec.tile[0], dec.split // dec.tile[0]
+    blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
+    return 4 + (2 * blocks if lanes > 4 else 0)
+
+
+def _lanes_shuffles(dec: Decomposition, n: int, vs: int) -> int:
+    """vec4 shuffles of one invocation: per block of 4 keys one per lane level; per key-group level its state
+    and B value slices (SUBGROUP invocations a subgroup)."""
+    lanes = dec.tile[0]
+    groups = dec.split // lanes
+    blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
+    levels = math.log2(max(1, min(dec.split, SUBGROUP) // lanes))
+    return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1))
+
+
+def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int],
+                key_end: tuple[Code, bool], locate: str, oc_: int, bindings: list[Binding],
+                label: str) -> KernelSpec:
+    """The KernelSpec of a key-groups-of-lanes decomposition (one tile a workgroup: row, chunk from its id)."""
+    rows, n, ds, vs = sizes
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
+    tiles = rows * chunks
+    dispatch, nx = codegen.tile_dispatch(tiles, dec)
+    a, b = -(-ds // lanes), -(-vs // lanes)
+    # a key group of more lanes than 4 may span subgroups (smaller than it): their partial scores through
+    # workgroup memory (the condition is uniform; the barriers stay outside it)
+    span = "" if lanes <= 4 else codegen.fill("attention/lane_span.wgsl", {"LANES": lanes}, "    ")
+    states = size
+    params = {**fixed, "LOCATE": Code(locate), "KEY_END": key_end[0], "LANES": lanes, "GROUPS": size // lanes,
+              "A": a, "B": b, "DS_LAST": ds - 1, "VS_LAST": vs - 1, "DISPATCH_X": nx, "TILES": tiles,
+              "TILES_LAST": tiles - 1, "CHUNKS": chunks, "CHUNKS_LAST": chunks - 1, "STATE": vs + 1,
+              "MERGE_STEP": size, "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
+              "LANE_SPAN": Code(span), "PART_STATES": states, "PART_VEC4S": states * b,
+              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else "")}
+    fresh = [dataclasses.replace(x) for x in bindings]
+    if key_end[1]:  # K and V read up to the position's end: the latency model counts those rows
+        for x in fresh[1:3]:
+            x.touched = Touched(1, n, by_position=True)
+    return KernelSpec("attention_lanes", params, fresh, grid=(tiles * size, 1, 1), workgroup=(size, 1, 1),
+                      dispatch=dispatch, out_channels=oc_, label=label)
 
 
 KERNEL = AttentionKernel()

@@ -92,12 +92,15 @@ class Decomposition:
     split:    invocations sharing one tile's reduction (1: none). They combine partial results through workgroup
               memory, or subgroup shuffles when `subgroup` (the adapter's `subgroup` feature).
     group:    tiles per workgroup, so a workgroup has split * group invocations.
+    wide:     packed weights read 4 words (a vec4<u32>) a load, the reduction's steps being those (kernels that
+              offer it: hybrid int8 FULLY_CONNECTED).
     """
 
     tile: tuple[int, int] = (1, 1)
     split: int = 1
     group: int = 64
     subgroup: bool = False
+    wide: bool = False
 
     @property
     def invocations_per_workgroup(self) -> int:
@@ -107,10 +110,13 @@ class Decomposition:
         text = f"tile {self.tile[0]}x{self.tile[1]}"
         if self.split > 1:
             text += f", split {self.split} ({'subgroup' if self.subgroup else 'shared memory'})"
+        if self.wide:
+            text += ", vec4<u32> weights"
         return text + f", workgroup {self.invocations_per_workgroup}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup}
+        return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup,
+                **({"wide": True} if self.wide else {})}
 
     @staticmethod
     def from_json(data: Any) -> Decomposition | None:
@@ -118,8 +124,8 @@ class Decomposition:
         try:
             tile = tuple(int(v) for v in data["tile"])
             result = Decomposition((tile[0], tile[1]), int(data["split"]), int(data["group"]),
-                                   bool(data["subgroup"]))
-        except (KeyError, TypeError, ValueError, IndexError):
+                                   bool(data["subgroup"]), bool(data.get("wide", False)))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return result if min(*result.tile, result.split, result.group) >= 1 else None
 
@@ -137,6 +143,10 @@ class Variants:
                  (kernels/tiling.py), for the policy's estimate of its time.
     make:        the KernelSpec of a candidate.
     macs:        multiply-accumulates of the dispatch (for ops without them: elements read).
+    work_at:     work(d, position) of a kernel that reads only up to a decode step's position (None: `work`).
+    barriers, shuffles: a kernel's own count of what one invocation passes (workgroup barriers) and does (vec4
+                 subgroup shuffles) where it does not follow the split's reduction tree (None, or a callback
+                 answering None: the tree's counts, latency.split_barriers / split_shuffles).
     """
 
     problem: str
@@ -146,6 +156,9 @@ class Variants:
     work: Callable[[Decomposition], float]
     make: Callable[[Decomposition], KernelSpec]
     macs: int
+    work_at: Callable[[Decomposition, int | None], float] | None = None
+    barriers: Callable[[Decomposition], int | None] | None = None
+    shuffles: Callable[[Decomposition], int | None] | None = None
 
     def resolve(self, decomposition: Decomposition) -> KernelSpec:
         spec = self.make(decomposition)

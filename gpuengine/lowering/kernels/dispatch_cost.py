@@ -85,7 +85,8 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", posit
     if spec.variants is not None and spec.decomposition is not None:
         d = spec.decomposition
         active = max(1, min(invocations, int(spec.variants.active(d))))
-        work = float(spec.variants.work(d))
+        work_at = spec.variants.work_at
+        work = float(work_at(d, position) if work_at is not None and position is not None else spec.variants.work(d))
     else:
         d = None
         active = max(1, min(invocations, int(np.prod(spec.grid))))
@@ -93,8 +94,8 @@ def dispatch_cost(spec: KernelSpec, graph: Graph, precision: str = "fp32", posit
         # the multiply-adds, in vec4s (kernels/tiling.py's units).
         work = tiling.OVERHEAD + tiling.LOAD * read / 16 / active + macs / 4 / active
     return DispatchCost(invocations, active, groups, work, read, written, macs or read // 4,
-                        d.split if d else 1, split_barriers(d), lane_memory(d), split_shuffles(d), spec.label,
-                        spec.shader)
+                        d.split if d else 1, split_barriers(d, spec.variants), lane_memory(d),
+                        split_shuffles(d, spec.variants), spec.label, spec.shader)
 
 def predict_specs(partitions: list[list[KernelSpec]], graph: Graph, device: Device,
                   precision: str = "fp32", position: int | None = None) -> ModelPrediction:

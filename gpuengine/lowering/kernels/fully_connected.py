@@ -32,6 +32,9 @@ split and merge cost no dispatch.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 
 from ...model.ir import Graph, Op
@@ -411,10 +414,15 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     # each input row symmetrically (measured: all three LiteRT kernel sets agree)
     symmetric = packed.bits == 4 and not packed.block and i % 2 == 1
     words = p * si  # the reduction: u32 words (4 input channels) per row
+    # int8 rows of whole vec4<u32>s may be read 4 words (16 weights) a load (Decomposition.wide): a quarter of the
+    # weight loads, in a quarter of the steps (fewer invocations can share them: the latency model chooses)
+    quads = packed.bits == 8 and not packed.block and words % 4 == 0
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
+    quad_reader, quad_bindings = (packed_int8.chunked_rows("weights_quad", "weights", packed.words, "vec4<u32>", 4)
+                                  if quads else (reader, weight_bindings))
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
-    fixed = {"SI": si, "P": p, "SO": so, "K": words, "SRC_INDEX": _src_index(ic, ih * iw), "WEIGHTS_FN": reader,
+    fixed = {"SI": si, "P": p, "SO": so, "SRC_INDEX": _src_index(ic, ih * iw),
              **_out_store(so // 2 if gated else so, rh, rw, rows)}
 
     def count(tile: tuple[int, int]) -> int:
@@ -453,8 +461,11 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si,
                                                                      symmetric, packed.block, ic)
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
+        taps = _word_taps(taps, st, si, d.wide)
+        shared.update({"K": words // 4 if d.wide else words, "WEIGHTS_FN": quad_reader if d.wide else reader})
         store = _stores(values, gated, op)
-        bindings = [Binding("src", tensor=x), *weight_bindings, *[b for b in norm_bindings if not b.writable],
+        bindings = [Binding("src", tensor=x), *(quad_bindings if d.wide else weight_bindings),
+                    *[b for b in norm_bindings if not b.writable],
                     Binding("channel", data=channel.reshape(-1), element="vec4<f32>"),
                     Binding("dst", tensor=out, writable=True),
                     *[b for b in norm_bindings if b.writable]]  # the residual row a prologue writes
@@ -475,24 +486,56 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     row_loads = (1 if in_float else 2) * (3 if norm else 1) * (2 if residual else 1) + (1 if norm else 0) \
         + (1 if residual else 0)
 
-    def step(tile: tuple[int, int]) -> float:
+    def step(tile: tuple[int, int], wide: bool = False) -> float:
         """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
         quantization (8 a row) and dot4I8Packed (4 a row and slice), or float arithmetic's unpacking (8 a slice)
-        and vec4 dot products (16 FMAs a row and slice)."""
+        and vec4 dot products (16 FMAs a row and slice). Wide: 4 words, one vec4<u32> load a channel."""
         rt, st = tile
-        loads = row_loads * rt * tiling.LOAD + st * 4 * tiling.LOAD
-        return loads + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
+        per_word = row_loads * rt * tiling.LOAD + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
+        return (4 if wide else 1) * per_word + st * 4 * tiling.LOAD
 
     tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
     # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
     int4_numbers = {"bits": 4, "block": packed.block, "symmetric": int(symmetric)} if packed.bits == 4 else {}
-    return tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
-                                                    "chunks": len(weight_bindings), "gated": int(gated),
-                                                    "norm": int(bool(norm)), **int4_numbers,
-                                                    **({"residual": 1} if residual else {}),
-                                                    **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
-                                                    **({"float": 1} if in_float else {})},
-                           tiles, words, count, step, make, rows * i * o)
+    variants = tiling.variants("fully_connected_int8", {"rows": rows, "SI": si, "P": p, "SO": so, "plane": ih * iw,
+                                                        "chunks": len(weight_bindings), "gated": int(gated),
+                                                        "norm": int(bool(norm)), **int4_numbers,
+                                                        **({"residual": 1} if residual else {}),
+                                                        **({"scatter": 1} if op.opt(SCATTER_PAIRS) else {}),
+                                                        **({"float": 1} if in_float else {})},
+                               tiles, words, count, step, make, rows * i * o)
+    if quads:
+        wide = [dataclasses.replace(d, wide=True) for d in tiling.decompositions(tiles, words // 4, count)]
+        variants.candidates += wide
+        word_work = variants.work
+
+        def work(d: Decomposition) -> float:
+            if not d.wide:
+                return word_work(d)
+            return (math.ceil(words // 4 / d.split) * step(d.tile, True)
+                    + tiling.reduction_cost(d, d.tile[0] * d.tile[1]) + tiling.OVERHEAD)
+
+        variants.work = work
+    return variants
+
+
+def _word_taps(taps: list[str], st: int, si: int, quads: bool) -> list[str]:
+    """The loop body over word q of the rows: px, sl and the taps; with quads, q counts vec4<u32>s of weights: each
+    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words (unrolled), word e from lane e."""
+    head = [f"let px = q / {si}u;", f"let sl = q % {si}u;"]
+    if not quads:
+        return head + taps
+    loads = [f"let wq_{j}_{c} = weights_quad((os0 + {j}u) * 4u + {c}u, q);" for j in range(st) for c in range(4)]
+    words = []
+    for e, lane in enumerate("xyzw"):  # unrolled: no dynamic index into the loaded vectors
+        inner = [f"let qw = q * 4u + {e}u;", f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
+        for tap in taps:
+            for j in range(st):
+                for c in range(4):
+                    tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", f"wq_{j}_{c}.{lane}")
+            inner.append(tap)
+        words.append("{\n      " + "\n      ".join(inner) + "\n    }")
+    return [*loads, *words]
 
 
 def _block_state(st: int) -> list[str]:
