@@ -385,19 +385,7 @@ class GpuProgram:
         written = {out: t for t, out in self.in_place.items()}
         self.raw_out = {t: self.raw_in[written[t]] if t in written else
                         dev.create_buffer(size=self._raw_bytes(t), usage=usage | copies) for t in self.outputs}
-        self.out_offsets: dict[int, int] = {}
-        offset = 0
-        for t in self.outputs:
-            self.out_offsets[t] = offset
-            offset += -(-self._raw_bytes(t) // 256) * 256
-        self._slots = [Slot(dev.create_buffer(size=max(offset, 16),
-                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
-                       for _ in range(max(1, self.options.max_inflight))]
-        self._out_slices = []  # (tensor, first f32, end, shape) of each output in the mapped staging buffer
-        for t in self.outputs:
-            shape = self.graph.tensors[t].shape
-            start = self.out_offsets[t] // 4
-            self._out_slices.append((t, start, start + int(np.prod(shape, dtype=np.int64)), shape))
+        self._make_staging(dev)
         # Quantized inputs and outputs cross as the integers LiteRT exchanges; the GPU holds their real values.
         self._quantized = {t: self.graph.tensors[t] for t in [*self.inputs, *self.outputs]
                            if is_quantized(self.graph.tensors[t])}
@@ -423,6 +411,25 @@ class GpuProgram:
         if d.spec.indirect:
             return (d.pipeline, d.bind_group, Indirect(self._scratch[d.spec.indirect]), 1, 1)
         return (d.pipeline, d.bind_group, *d.groups)
+
+    def _make_staging(self, dev: Any) -> None:
+        """The read-back side: each output's offset in a staging buffer (256-byte aligned), one staging buffer per
+        invoke in flight, and each output's slice of the mapped buffer (tensor, first f32, end, shape)."""
+        import wgpu
+
+        self.out_offsets: dict[int, int] = {}
+        offset = 0
+        for t in self.outputs:
+            self.out_offsets[t] = offset
+            offset += -(-self._raw_bytes(t) // 256) * 256
+        self._slots = [Slot(dev.create_buffer(size=max(offset, 16),
+                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
+                       for _ in range(max(1, self.options.max_inflight))]
+        self._out_slices = []
+        for t in self.outputs:
+            shape = self.graph.tensors[t].shape
+            start = self.out_offsets[t] // 4
+            self._out_slices.append((t, start, start + int(np.prod(shape, dtype=np.int64)), shape))
 
     @property
     def hot_dispatches(self) -> list[tuple[Any, Any, int, int, int]]:

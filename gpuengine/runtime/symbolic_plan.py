@@ -728,19 +728,7 @@ class SizedProgram(GpuProgram):
         self.raw_in = {t: buffers.input_for(t, self._raw_bytes(t), dev) for t in self.inputs}
         copies = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.raw_out = {t: dev.create_buffer(size=self._raw_bytes(t), usage=usage | copies) for t in self.outputs}
-        self.out_offsets: dict[int, int] = {}
-        offset = 0
-        for t in self.outputs:
-            self.out_offsets[t] = offset
-            offset += -(-self._raw_bytes(t) // 256) * 256
-        self._slots = [Slot(dev.create_buffer(size=max(offset, 16),
-                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
-                       for _ in range(max(1, self.options.max_inflight))]
-        self._out_slices = []
-        for t in self.outputs:
-            shape = self.graph.tensors[t].shape
-            begin = self.out_offsets[t] // 4
-            self._out_slices.append((t, begin, begin + int(np.prod(shape, dtype=np.int64)), shape))
+        self._make_staging(dev)
         boundary = [*self.inputs, *self.outputs]
         self._quantized = {t: self.graph.tensors[t] for t in boundary if is_quantized(self.graph.tensors[t])}
         self._integers = {t: self.graph.tensors[t] for t in boundary if holds_integers(self.graph.tensors[t])}
