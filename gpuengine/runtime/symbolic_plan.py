@@ -230,6 +230,22 @@ def fit(matrix: np.ndarray, y: np.ndarray, atom_count: int = 0) -> Expr | None:
 _FITTER: list[Fitter | None] = [None]
 
 
+def _fit_shapes(values: np.ndarray, shapes: list[dict[int, tuple[int, ...]]]
+                ) -> dict[int, tuple[Expr, ...]] | int:
+    """Each tensor's dimensions as expressions, from its shape at every sample; the first tensor a dimension of
+    which fits no expression, else."""
+    fitted = {}
+    for t, shape in shapes[0].items():
+        dims = []
+        for axis in range(len(shape)):
+            expr = _fit(values, np.array([sample[t][axis] for sample in shapes]))
+            if expr is None:
+                return t
+            dims.append(expr)
+        fitted[t] = tuple(dims)
+    return fitted
+
+
 def _fit(values: np.ndarray, y: np.ndarray) -> Expr | None:
     fitter = _FITTER[0]
     if fitter is None or fitter.source is not values:  # one fitter per sample set
@@ -470,24 +486,12 @@ class SymbolicPlan:
             if expr is None:
                 return f"the bytes of tensor {r.tensor} fit no expression"
             records.append((r.tensor, r.first, r.last, expr))
-        boundary = {}
-        for t, shape in samples[0].shapes.items():
-            dims = []
-            for axis in range(len(shape)):
-                expr = _fit(values, np.array([s.shapes[t][axis] for s in samples]))
-                if expr is None:
-                    return f"the shape of boundary tensor {t} fits no expression"
-                dims.append(expr)
-            boundary[t] = tuple(dims)
-        source = {}
-        for t, shape in samples[0].source.items():
-            dims = []
-            for axis in range(len(shape)):
-                expr = _fit(values, np.array([s.source[t][axis] for s in samples]))
-                if expr is None:
-                    return f"the shape of tensor {t} fits no expression"
-                dims.append(expr)
-            source[t] = tuple(dims)
+        boundary = _fit_shapes(values, [s.shapes for s in samples])
+        if isinstance(boundary, int):
+            return f"the shape of boundary tensor {boundary} fits no expression"
+        source = _fit_shapes(values, [s.source for s in samples])
+        if isinstance(source, int):
+            return f"the shape of tensor {source} fits no expression"
         plan = SymbolicPlan(rdp, atoms, names, features, template, dispatches, records, boundary, ranges,
                             len(samples))
         plan.source = source
