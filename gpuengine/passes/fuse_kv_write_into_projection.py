@@ -23,7 +23,7 @@ from ..latency.latency import Device
 from ..model.ir import Graph, Op, Options
 from ..model.ops import GROUPS, KV_CACHE_WRITE, KV_EPILOGUE, QUERY
 from . import kernel_support
-from .fuse_norm_into_projection import shape_key
+from .fuse_norm_into_projection import FusedOrApart
 
 
 def fuse_kv_write_into_projection(graph: Graph, device: Device | None = None) -> Graph:
@@ -31,8 +31,7 @@ def fuse_kv_write_into_projection(graph: Graph, device: Device | None = None) ->
     original, graph = graph, graph.copy()
     readers = graph.consumers()
     producers = {t: k for k, op in enumerate(graph.ops) for t in op.outputs}
-    answers: dict[tuple, tuple[float, float]] = {}
-    tally: dict[bool, list] = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}
+    weighing = FusedOrApart(device) if device is not None else None
     kept: dict[str, int] = {}
     gone: set[int] = set()
     for w, write in enumerate(graph.ops):
@@ -58,19 +57,12 @@ def fuse_kv_write_into_projection(graph: Graph, device: Device | None = None) ->
         if reason is not None:
             kept[reason] = kept.get(reason, 0) + 1
             continue
-        if device is not None:
-            key = (shape_key(fused, graph), shape_key(fc, graph), shape_key(write, graph))
-            if key not in answers:
-                ns = kernel_support.op_ns
-                answers[key] = (ns(fused, graph, device)[0], ns(fc, graph, device)[0] + ns(write, graph, device)[0])
-            fused_ns, apart_ns = answers[key]
-            entry = tally[fused_ns < apart_ns]
-            entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + fused_ns, entry[2] + apart_ns
-            if fused_ns >= apart_ns:
-                continue
+        if weighing is not None and not weighing.faster(fused, [fc, write], graph):
+            continue
         graph.ops[k] = fused
         gone.add(w)
-    if not gone and not kept and not tally[False][0]:
+    tally = weighing.tally if weighing is not None else {}
+    if not gone and not kept and not tally.get(False, [0])[0]:
         return original
     graph.ops = [op for j, op in enumerate(graph.ops) if j not in gone]
     where = f" on {device.name} (latency model)" if device is not None else ""

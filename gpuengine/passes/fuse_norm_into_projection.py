@@ -32,11 +32,10 @@ from .graph_utils import with_fields
 def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Graph:
     """`device`: the description of the device the plan is for (None: fuse wherever the kernel can)."""
     graph = graph.copy()
-    predicted = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}  # fused or not: [count, ns fused, ns apart]
+    weighing = FusedOrApart(device) if device is not None else None
     readers = graph.consumers()
     producers = {t: k for k, op in enumerate(graph.ops) for t in op.outputs}
     gone: set[int] = set()
-    answers: dict[tuple, tuple[float, float]] = {}  # shape_key of (fused, norm, FC) -> predicted ns (fused, apart)
     for i, op in enumerate(graph.ops):
         if op.code != "FULLY_CONNECTED" or op.opt(NORM) or not op.inputs or op.inputs[0] < 0:
             continue
@@ -53,24 +52,15 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
                                                                 bool(norm.opt(EPS_OUTSIDE)), label)})
         if kernel_support.check(fused, graph) is not None:
             continue
-        if device is not None:
-            # identical layers ask the same question: build and predict each shape once (building packs weights)
-            key = (shape_key(fused, graph), shape_key(norm, graph), shape_key(op, graph))
-            if key not in answers:
-                ns = kernel_support.op_ns
-                answers[key] = (ns(fused, graph, device)[0], ns(norm, graph, device)[0] + ns(op, graph, device)[0])
-            with_prologue, separate = answers[key]
-            tally = predicted[with_prologue < separate]
-            tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + with_prologue, tally[2] + separate
-            if with_prologue >= separate:
-                continue
+        if weighing is not None and not weighing.faster(fused, [norm, op], graph):
+            continue
         graph.ops[i] = fused
         gone.add(k)
     graph.ops = [op for k, op in enumerate(graph.ops) if k not in gone]
-    if device is not None:
-        graph.remarks.extend(_remark(n, fused_ns, apart_ns, how, device.name)
-                             for (n, fused_ns, apart_ns), how in ((predicted[True], "fused into"),
-                                                                  (predicted[False], "kept apart from"))
+    if weighing is not None:
+        graph.remarks.extend(_remark(n, fused_ns, apart_ns, how, weighing.device.name)
+                             for (n, fused_ns, apart_ns), how in ((weighing.tally[True], "fused into"),
+                                                                  (weighing.tally[False], "kept apart from"))
                              if n)
     return graph
 
@@ -97,6 +87,30 @@ def shape_key(op: Op, graph: Graph) -> tuple:
     options = op.options.fields if op.options is not None else {}
     return (op.code, tuple(tensor(t) if t >= 0 else None for t in op.inputs), tuple(tensor(t) for t in op.outputs),
             tuple((k, value(v, k == NORM)) for k, v in sorted(options.items())))
+
+
+class FusedOrApart:
+    """The latency model's answer to "is this fusion faster than its ops apart?" (each in its fastest decomposition,
+    with its dispatch's fixed cost), asked once per shape -- identical layers ask the same question, and building a
+    kernel packs its weights -- and tallied for the pass's remarks."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.answers: dict[tuple, tuple[float, float]] = {}  # shape keys -> predicted ns (fused, apart)
+        self.tally = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}  # fused or not: [count, ns fused, ns apart]
+
+    def faster(self, fused: Op, parts: list[Op], graph: Graph, *context: object) -> bool:
+        """Whether `fused` is predicted faster than `parts` as dispatches of their own (`context`: whatever else
+        the fused kernel's cost depends on, part of the key)."""
+        key = (shape_key(fused, graph), *(shape_key(part, graph) for part in parts), *context)
+        if key not in self.answers:
+            ns = kernel_support.op_ns
+            self.answers[key] = (ns(fused, graph, self.device)[0],
+                                 sum(ns(part, graph, self.device)[0] for part in parts))
+        fused_ns, apart_ns = self.answers[key]
+        entry = self.tally[fused_ns < apart_ns]
+        entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + fused_ns, entry[2] + apart_ns
+        return fused_ns < apart_ns
 
 
 def _remark(n: int, fused_ns: float, apart_ns: float, how: str, device: str) -> str:

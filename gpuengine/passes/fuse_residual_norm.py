@@ -21,7 +21,7 @@ from ..latency.latency import Device
 from ..model.ir import Graph, Op
 from ..model.ops import EPS_OUTSIDE, EPSILON, NORM, RESIDUAL_NORM, RMS_NORM, SOURCE_OPS
 from . import kernel_support
-from .fuse_norm_into_projection import shape_key
+from .fuse_norm_into_projection import FusedOrApart
 from .graph_utils import with_fields
 
 
@@ -30,8 +30,7 @@ def fuse_residual_norm(graph: Graph, device: Device | None = None) -> Graph:
     original, graph = graph, graph.copy()
     readers = graph.consumers()
     producers = {t: k for k, op in enumerate(graph.ops) for t in op.outputs}
-    answers: dict[tuple, tuple[float, float]] = {}
-    tally: dict[bool, list] = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}
+    weighing = FusedOrApart(device) if device is not None else None
     gone: set[int] = set()
     for i, op in enumerate(graph.ops):
         if op.code != "FULLY_CONNECTED" or not op.opt(NORM) or op.opt(RESIDUAL_NORM) or len(op.outputs) != 1:
@@ -60,18 +59,11 @@ def fuse_residual_norm(graph: Graph, device: Device | None = None) -> Graph:
         fused.outputs = [op.outputs[0], h] if others else [op.outputs[0]]
         if kernel_support.check(fused, graph) is not None:
             continue
-        if device is not None:
-            key = (shape_key(fused, graph), shape_key(norm, graph), shape_key(op, graph), bool(others))
-            if key not in answers:
-                ns = kernel_support.op_ns
-                answers[key] = (ns(fused, graph, device)[0], ns(norm, graph, device)[0] + ns(op, graph, device)[0])
-            fused_ns, apart_ns = answers[key]
-            entry = tally[fused_ns < apart_ns]
-            entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + fused_ns, entry[2] + apart_ns
-            if fused_ns >= apart_ns:
-                continue
+        if weighing is not None and not weighing.faster(fused, [norm, op], graph, bool(others)):
+            continue
         graph.ops[i] = fused
         gone |= {a, producers[n]}
+    tally = weighing.tally if weighing is not None else {}
     if not gone and not any(n for n, _, _ in tally.values()):
         return original
     graph.ops = [op for k, op in enumerate(graph.ops) if k not in gone]
