@@ -9,7 +9,6 @@ no fusable producer still merge among themselves.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from ..model.ir import Graph, Op
@@ -17,7 +16,7 @@ from ..model.ops import GROUPS, KV_CACHE_WRITE, KV_EPILOGUE
 from ..model.quantization import is_quantized
 from .codegen import bound, has_epilogue, is_baked
 from .kernels import kv_epilogue, registry
-from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants
+from .kernels.base import Alias, Decomposition, FusedOp, KernelSpec, Variants, finishing_each
 from .kernels.common import fake_quant, holds_integers
 from .kernels.kv_cache import writes
 from .kernels.prologue import model_ops
@@ -86,15 +85,8 @@ def _build_to_fit(op: Op, kernel: object, graph: Graph, max_bindings: int | None
                 spec.label = f"{spec.label or ''} [{SPLIT_TO_FIT}: {max_bindings}]"
             return spec
 
-        split = []
-        for item in [*kernel.build(fc, graph), *_build_to_fit(write, registry.kernel_for(write), graph,  # type: ignore
-                                                                max_bindings)]:
-            if isinstance(item, Variants):
-                item = dataclasses.replace(item, make=lambda d, make=item.make: labelled(make(d)))
-            elif isinstance(item, KernelSpec):
-                item = labelled(item)
-            split.append(item)
-        return split
+        return finishing_each([*kernel.build(fc, graph),  # type: ignore[attr-defined]
+                               *_build_to_fit(write, registry.kernel_for(write), graph, max_bindings)], labelled)
     if max_bindings is None or op.code != KV_CACHE_WRITE or not op.opt(GROUPS) or not any(
             isinstance(item, KernelSpec) and len(bound(item)) > max_bindings for item in items):
         return items

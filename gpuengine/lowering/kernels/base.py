@@ -22,6 +22,7 @@ Template contract (shaders/*.wgsl, filled by codegen.render):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -250,3 +251,16 @@ class Epilogue:
     lines: list[Code]
     functions: list[Code]
     bindings: list[Binding]
+
+
+def finishing_each(items: list, finish: Callable[[KernelSpec], KernelSpec]) -> list:
+    """A kernel's build items with `finish` applied to every spec they give: a KernelSpec at once, a Variants' to
+    the spec each decomposition makes (chosen later); other items (aliases) as they are."""
+    out = []
+    for item in items:
+        if isinstance(item, Variants):
+            item = dataclasses.replace(item, make=lambda d, make=item.make: finish(make(d)))
+        elif isinstance(item, KernelSpec):
+            item = finish(item)
+        out.append(item)
+    return out

@@ -41,7 +41,7 @@ from ...model.ops import (
 )
 from ...model.quantization import INT4, int8_values, pack_int4
 from ..layout import to_bhwc, to_phwc4
-from .base import Binding, Code, KernelSpec, Touched, Variants
+from .base import Binding, Code, KernelSpec, Touched, finishing_each
 from .dynamic_index import _index, _source
 from .index_map import Ix
 from .kv_cache import KERNEL as KV_KERNEL
@@ -409,14 +409,7 @@ def build(op: Op, graph: Graph, kernel: object) -> list:
         spec.label = (spec.label or "").replace(" [", label + " [", 1)
         return spec
 
-    items = []
-    for item in kernel.build(plain, inner):  # type: ignore[attr-defined]
-        if isinstance(item, Variants):
-            item = dataclasses.replace(item, make=lambda d, make=item.make: finish(make(d)))
-        elif isinstance(item, KernelSpec):
-            item = finish(item)
-        items.append(item)
-    return items
+    return finishing_each(kernel.build(plain, inner), finish)  # type: ignore[attr-defined]
 
 
 def stand_alone(op: Op, graph: Graph, kernel: object) -> list:
