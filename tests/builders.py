@@ -379,3 +379,14 @@ def json_bundle(directory: Path, seed: int = 1) -> Path:
     model = directory / "json_decoder.tflite"
     model.write_bytes(decoder(DecoderConfig(vocab=tokenizer.get_vocab_size(), cache=256, prefill=16), seed=seed))
     return build_bundle(directory, model, max_tokens=256, jinja=CHATML_TEMPLATE, name="json", hf_tokenizer=path)
+
+
+def runtime_reshape_model() -> bytes:
+    """x [-1, 6] -> RELU -> RESHAPE to a target given as an int32 input -> TANH: a shape only a run tells."""
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 6), shape_signature=(-1, 6))
+    target = mb.input("target", (2,), np.int32)
+    r = mb.op("RELU", [x], (2, 6), shape_signature=(-1, 6))
+    y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
+    mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
+    return mb.build()

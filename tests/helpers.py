@@ -162,3 +162,19 @@ def cached_reference_model(name: str) -> bytes:
         return fetch.model_path(name, download=False).read_bytes()
     except (fetch.ModelsUnavailable, KeyError) as e:
         pytest.skip(f"reference model {name} not cached: {e}")
+
+
+def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that every shader-module and compute-pipeline creation on a wgpu-native device appends its name to,
+    from now until the test ends (what "no shader compile at a new size" counts)."""
+    from wgpu.backends.wgpu_native import GPUDevice
+
+    compiles: list[str] = []
+    for name in ("create_shader_module", "create_compute_pipeline"):
+        original = getattr(GPUDevice, name)
+
+        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            compiles.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(GPUDevice, name, counted)
+    return compiles

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from builders import encoder_model, fcn_model
-from helpers import relative_error
+from builders import encoder_model, fcn_model, runtime_reshape_model
+from helpers import count_compiles, relative_error
 
 from gpuengine import Interpreter, ModelError
 from gpuengine.model.builder import ModelBuilder
@@ -89,17 +89,6 @@ def test_back_to_a_recent_shape_reuses_its_programs_and_stays_correct() -> None:
         it.allocate_tensors()
     assert ours.compiled is not built[shapes[0]]
     _compare(ours, theirs, seed=20)
-
-
-def runtime_reshape_model() -> bytes:
-    """x [-1, 6] -> RELU -> RESHAPE to a target given as an int32 input -> TANH: a shape only a run tells."""
-    mb = ModelBuilder()
-    x = mb.input("x", (2, 6), shape_signature=(-1, 6))
-    target = mb.input("target", (2,), np.int32)
-    r = mb.op("RELU", [x], (2, 6), shape_signature=(-1, 6))
-    y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
-    mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
-    return mb.build()
 
 
 def test_shapes_known_only_at_run_time_fall_back_with_the_reason() -> None:
@@ -215,16 +204,7 @@ def test_new_input_sizes_compile_no_shader_and_match_litert(monkeypatch: pytest.
     """RDP leaves the FCN's height and width (the encoder's sequence length) symbolic: the kernels read the
     size-dependent numbers from a small buffer (lowering/parametric.py), so five new sizes after the first compile
     no shader and equal LiteRT."""
-    from wgpu.backends.wgpu_native import GPUDevice
-
-    compiles = []
-    for name in ("create_shader_module", "create_compute_pipeline"):
-        original = getattr(GPUDevice, name)
-
-        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-            compiles.append(_name)
-            return _original(self, *args, **kwargs)
-        monkeypatch.setattr(GPUDevice, name, counted)
+    compiles = count_compiles(monkeypatch)
     data = fcn_model() if model == "fcn" else encoder_model()
     ours, theirs = Interpreter(model_content=data), LiteRT(model_content=data)
     ours.allocate_tensors()

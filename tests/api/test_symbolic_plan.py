@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from builders import encoder_model, fcn_model
-from helpers import relative_error
+from builders import encoder_model, fcn_model, runtime_reshape_model
+from helpers import count_compiles, relative_error
 
 from gpuengine import Interpreter
 from gpuengine.memory.exact import plan_offsets
@@ -27,20 +27,6 @@ CASES = {
                         (1, 150, 120, 3), (1, 224, 224, 3)]),
     "encoder": (encoder_model, [(1, 5, 16), (1, 13, 16), (1, 3, 16), (1, 20, 16), (1, 11, 16), (1, 150, 16)]),
 }
-
-
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from wgpu.backends.wgpu_native import GPUDevice
-
-    compiles: list[str] = []
-    for name in ("create_shader_module", "create_compute_pipeline"):
-        original = getattr(GPUDevice, name)
-
-        def counted(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-            compiles.append(_name)
-            return _original(self, *args, **kwargs)
-        monkeypatch.setattr(GPUDevice, name, counted)
-    return compiles
 
 
 def _planned_records(it: Interpreter, shape: tuple[int, ...]) -> list[Any]:
@@ -63,7 +49,7 @@ def test_new_sizes_are_evaluated_not_planned_and_match_litert(monkeypatch: pytes
     ours.allocate_tensors()
     plan = ours.symbolic_plan
     assert isinstance(plan, SymbolicPlan), plan
-    compiles = _counting(monkeypatch)
+    compiles = count_compiles(monkeypatch)
     classes: set[tuple[str, ...]] = set()
     ratios = []
     for k, shape in enumerate(shapes):
@@ -173,15 +159,7 @@ def test_a_value_dependent_shape_splits_the_plan_and_inspect_says_so() -> None:
     symbolic plan, each size planned (LiteRT runs the part after it), and the reason is the split."""
     from gpuengine.tools.inspect import symbolic_plan_report
 
-    from gpuengine.model.builder import ModelBuilder
-
-    mb = ModelBuilder()
-    x = mb.input("x", (2, 6), shape_signature=(-1, 6))
-    target = mb.input("target", (2,), np.int32)
-    r = mb.op("RELU", [x], (2, 6), shape_signature=(-1, 6))
-    y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
-    mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
-    it = Interpreter(model_content=mb.build())
+    it = Interpreter(model_content=runtime_reshape_model())
     it.allocate_tensors()
     report = symbolic_plan_report(it.symbolic_plan)
     assert not report["made"] and "split points" in report["why"] and "RESHAPE" in report["why"], report
