@@ -65,13 +65,8 @@ def fuse_kv_write_into_projection(graph: Graph, device: Device | None = None) ->
     if not gone and not kept and not tally.get(False, [0])[0]:
         return original
     graph.ops = [op for j, op in enumerate(graph.ops) if j not in gone]
-    where = f" on {device.name} (latency model)" if device is not None else ""
-    for fused_it, (n, fused_ns, apart_ns) in tally.items():
-        if n:
-            graph.remarks.append(
-                f"{KV_CACHE_WRITE} {'fused into' if fused_it else 'kept apart from'} the FULLY_CONNECTED computing its "
-                f"rows ({n}x): predicted {fused_ns / 1e3:.1f} us fused vs {apart_ns / 1e3:.1f} us as two "
-                f"dispatches{where}")
+    if weighing is not None:
+        graph.remarks.extend(weighing.remarks(KV_CACHE_WRITE, "the FULLY_CONNECTED computing its rows"))
     if device is None and gone:
         graph.remarks.append(f"{KV_CACHE_WRITE} fused into the FULLY_CONNECTED computing its rows ({len(gone)}x)")
     graph.remarks.extend(f"{KV_CACHE_WRITE} kept as its own dispatch ({n}x): {reason}" for reason, n in kept.items())

@@ -58,10 +58,7 @@ def fuse_norm_into_projection(graph: Graph, device: Device | None = None) -> Gra
         gone.add(k)
     graph.ops = [op for k, op in enumerate(graph.ops) if k not in gone]
     if weighing is not None:
-        graph.remarks.extend(_remark(n, fused_ns, apart_ns, how, weighing.device.name)
-                             for (n, fused_ns, apart_ns), how in ((weighing.tally[True], "fused into"),
-                                                                  (weighing.tally[False], "kept apart from"))
-                             if n)
+        graph.remarks.extend(weighing.remarks(RMS_NORM, "the FULLY_CONNECTED reading it"))
     return graph
 
 
@@ -112,7 +109,8 @@ class FusedOrApart:
         entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + fused_ns, entry[2] + apart_ns
         return fused_ns < apart_ns
 
-
-def _remark(n: int, fused_ns: float, apart_ns: float, how: str, device: str) -> str:
-    return (f"RMS_NORM {how} the FULLY_CONNECTED reading it ({n}x): predicted {fused_ns / 1e3:.1f} us fused vs "
-            f"{apart_ns / 1e3:.1f} us as two dispatches on {device} (latency model)")
+    def remarks(self, what: str, consumer: str) -> list[str]:
+        """What the pass decided and why, per decision: `what` fused into or kept apart from `consumer`."""
+        return [f"{what} {'fused into' if fused_it else 'kept apart from'} {consumer} ({n}x): predicted "
+                f"{fused_ns / 1e3:.1f} us fused vs {apart_ns / 1e3:.1f} us as two dispatches on {self.device.name} "
+                "(latency model)" for fused_it, (n, fused_ns, apart_ns) in self.tally.items() if n]

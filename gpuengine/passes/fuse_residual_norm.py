@@ -67,13 +67,8 @@ def fuse_residual_norm(graph: Graph, device: Device | None = None) -> Graph:
     if not gone and not any(n for n, _, _ in tally.values()):
         return original
     graph.ops = [op for k, op in enumerate(graph.ops) if k not in gone]
-    where = f" on {device.name} (latency model)" if device is not None else ""
-    for fused_it, (n, fused_ns, apart_ns) in tally.items():
-        if n:
-            graph.remarks.append(
-                f"RMS_NORM + residual ADD {'fused into' if fused_it else 'kept apart from'} the normed "
-                f"FULLY_CONNECTED reading the sum ({n}x): predicted {fused_ns / 1e3:.1f} us fused vs "
-                f"{apart_ns / 1e3:.1f} us as two dispatches{where}")
+    if weighing is not None:
+        graph.remarks.extend(weighing.remarks("RMS_NORM + residual ADD", "the normed FULLY_CONNECTED reading the sum"))
     if device is None and gone:
         graph.remarks.append(f"RMS_NORM + residual ADD fused into the normed FULLY_CONNECTED reading the sum "
                              f"({len(gone) // 2}x)")
