@@ -95,6 +95,9 @@ class Decomposition:
     group:    tiles per workgroup, so a workgroup has split * group invocations.
     wide:     packed weights read 4 words (a vec4<u32>) a load, the reduction's steps being those (kernels that
               offer it: hybrid int8 FULLY_CONNECTED).
+    staged:   the input row(s), shared by every tile of the dispatch, normalized and quantized once per workgroup
+              into workgroup memory by all its invocations, the dot loop reading them from there (hybrid
+              FULLY_CONNECTED in integer arithmetic when its rows fit one row tile).
     """
 
     tile: tuple[int, int] = (1, 1)
@@ -102,6 +105,7 @@ class Decomposition:
     group: int = 64
     subgroup: bool = False
     wide: bool = False
+    staged: bool = False
 
     @property
     def invocations_per_workgroup(self) -> int:
@@ -113,11 +117,13 @@ class Decomposition:
             text += f", split {self.split} ({'subgroup' if self.subgroup else 'shared memory'})"
         if self.wide:
             text += ", vec4<u32> weights"
+        if self.staged:
+            text += ", row staged in workgroup memory"
         return text + f", workgroup {self.invocations_per_workgroup}"
 
     def to_json(self) -> dict[str, Any]:
         return {"tile": list(self.tile), "split": self.split, "group": self.group, "subgroup": self.subgroup,
-                **({"wide": True} if self.wide else {})}
+                **({"wide": True} if self.wide else {}), **({"staged": True} if self.staged else {})}
 
     @staticmethod
     def from_json(data: Any) -> Decomposition | None:
@@ -125,7 +131,8 @@ class Decomposition:
         try:
             tile = tuple(int(v) for v in data["tile"])
             result = Decomposition((tile[0], tile[1]), int(data["split"]), int(data["group"]),
-                                   bool(data["subgroup"]), bool(data.get("wide", False)))
+                                   bool(data["subgroup"]), bool(data.get("wide", False)),
+                                   bool(data.get("staged", False)))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return result if min(*result.tile, result.split, result.group) >= 1 else None

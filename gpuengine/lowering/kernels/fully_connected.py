@@ -278,11 +278,13 @@ def _outputs(o: int, gated: str | None) -> str:
 # -- a row normalization read as the projection's prologue (passes/fuse_norm_into_projection.py) --------------
 
 
-def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, channels: int,
+def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, channels: int, staged: int = 0,
                    ) -> tuple[list[str], Code, list[Binding]]:
     """The input rows as the FC reads them (each `raw` vec4 expression normalized, when the op has a NORM), the
     code computing each row's normalizer first (a pass over the row, its split combined), and its bindings. The
-    normalization is RMS_NORM's own expression (kernels/normalization.py)."""
+    normalization is RMS_NORM's own expression (kernels/normalization.py). staged: the workgroup's invocation
+    count when all of them make the passes together (Decomposition.staged), the residual row written by
+    workgroup 0 only."""
     norm = op.opt(NORM)
     if not norm:
         return raw, Code(""), []
@@ -295,6 +297,12 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
         return out
 
     residual = op.opt(RESIDUAL_NORM)
+    start, stride = ("li", staged) if staged else ("k", d.split)
+
+    def reduce(names: list[str], first: bool) -> str:  # staged: the residual's part of row_partials first
+        return _workgroup_reduce(names, d, int(bool(residual) and not first)) if staged \
+            else codegen.lane_reduce(names, d, first=first)
+
     affine = [padded(scale_t), padded(offset_t)]
     code: list[str] = []
     writes: list[str] = []
@@ -304,9 +312,9 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
         rows = graph.tensors[op.inputs[0]].size // channels
         o_raw = [r.replace("src[", "res_o[", 1) for r in raw]
         code += [f"var rsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
-        code += [f"for (var q = k; q < {s}u; q += {d.split}u) {{", "  let px = 0u;", "  let sl = q;"]
+        code += [f"for (var q = {start}; q < {s}u; q += {stride}u) {{", "  let px = 0u;", "  let sl = q;"]
         code += [line for t, r in enumerate(o_raw) for line in (f"  let o_{t} = {r};", f"  rsq_{t} += o_{t} * o_{t};")]
-        code += ["}", codegen.lane_reduce([f"rsq_{t}" for t in range(len(raw))], d)]
+        code += ["}", reduce([f"rsq_{t}" for t in range(len(raw))], True)]
         code += [f"let rinv_{t} = {_inverse_rms(f'rsq_{t}', channels, r_eps, r_outside)};" for t in range(len(raw))]
         raw = [f"({r} + ({o} * rinv_{t} * norm_affine[{2 * s}u + sl] + norm_affine[{3 * s}u + sl]))"
                for t, (r, o) in enumerate(zip(raw, o_raw))]
@@ -314,23 +322,51 @@ def _norm_prologue(op: Op, graph: Graph, raw: list[str], d: Decomposition, chann
         bindings_in = [Binding("res_o", tensor=op.inputs[position])]
         if len(op.outputs) > 1:
             outputs = [Binding("res_h", tensor=op.outputs[1], writable=True)]
-            writes = [f"  if (os0 == 0u && r0 + {t}u < {rows}u) {{ res_h[{_index_of(r)}] = D4(v_{t}); }}"
+            first_tile = "wid.x == 0u && wid.y == 0u" if staged else "os0 == 0u"
+            writes = [f"  if ({first_tile} && r0 + {t}u < {rows}u) {{ res_h[{_index_of(r)}] = D4(v_{t}); }}"
                       for t, r in enumerate(o_raw)]
     else:
         bindings_in = []
     code += [f"var nsq_{t} = vec4<f32>(0.0);" for t in range(len(raw))]
-    code.append(f"for (var q = k; q < {s}u; q += {d.split}u) {{")
+    code.append(f"for (var q = {start}; q < {s}u; q += {stride}u) {{")
     code.append("  let px = 0u;")
     code.append("  let sl = q;")
     code += [line for t, r in enumerate(raw) for line in (f"  let v_{t} = {r};", f"  nsq_{t} += v_{t} * v_{t};")]
     code += writes
     code.append("}")
-    code.append(codegen.lane_reduce([f"nsq_{t}" for t in range(len(raw))], d, first=not residual))
+    code.append(reduce([f"nsq_{t}" for t in range(len(raw))], not residual))
     code += [f"let ninv_{t} = {_inverse_rms(f'nsq_{t}', channels, eps, eps_outside)};" for t in range(len(raw))]
     # scale and offset in one binding (one storage buffer fewer: kernels/kv_epilogue.py appends its table too)
     src = [f"(({r} - vec4<f32>(0.0)) * ninv_{t} * norm_affine[sl] + norm_affine[{s}u + sl])" for t, r in enumerate(raw)]
     bindings = [Binding("norm_affine", data=np.concatenate(affine), element="vec4<f32>"), *bindings_in, *outputs]
     return src, Code("\n  ".join(code)), bindings
+
+
+def _workgroup_reduce(names: list[str], d: Decomposition, part: int, combine: str = "{a} + {b}") -> str:
+    """Combine each vec4 variable in `names` over all invocations (a power of two) of d's workgroup through part
+    `part` of `row_partials` (each row reduction its own part: no barrier protects an earlier one's reads): a tree,
+    a barrier a level; or with subgroups a butterfly in each subgroup, then each invocation combines the
+    subgroups' results. Afterwards every invocation holds the totals."""
+    n, invocations = len(names), d.invocations_per_workgroup
+    base = part * _row_partials(d)
+    comb = combine.format
+    if d.subgroup:  # subgroups of at least 4 invocations, the workgroup's power of two whole ones or part of one
+        out = [f"for (var o = min({invocations}u, sg_size) / 2u; o > 0u; o = o >> 1u) {{",
+               *[f"  {v} = {comb(a=v, b=f'subgroupShuffleXor({v}, o)')};" for v in names], "}",
+               "if (sg_lane == 0u) {",
+               *[f"  row_partials[{base}u + sg_id * {n}u + {i}u] = {v};" for i, v in enumerate(names)], "}",
+               "workgroupBarrier();", *[f"{v} = row_partials[{base + i}u];" for i, v in enumerate(names)],
+               f"for (var j = 1u; j < max({invocations}u / sg_size, 1u); j++) {{",
+               *[f"  {v} = {comb(a=v, b=f'row_partials[{base}u + j * {n}u + {i}u]')};" for i, v in enumerate(names)],
+               "}"]
+        return "\n  ".join(out)
+    at = f"row_partials[{base}u + li * {n}u + {{i}}u]"
+    out = [*[f"{at.format(i=i)} = {v};" for i, v in enumerate(names)], "workgroupBarrier();",
+           f"for (var h = {invocations // 2}u; h > 0u; h = h >> 1u) {{", "  if (li < h) {"]
+    out += [f"    {at.format(i=i)} = "
+            + comb(a=at.format(i=i), b=f"row_partials[{base}u + (li + h) * {n}u + {i}u]") + ";" for i in range(n)]
+    out += ["  }", "  workgroupBarrier();", "}", *[f"{v} = row_partials[{base + i}u];" for i, v in enumerate(names)]]
+    return "\n  ".join(out)
 
 
 def _prologue_label(op: Op) -> str:
@@ -438,9 +474,14 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         channel[1, :o] = packed.row_sums
         channel[2] = bias_vec4(bias, o, so_pad)
         raw = [f"vec4<f32>(src[src_index(min(r0 + {t}u, {rows - 1}u) * {p}u + px, sl)])" for t in range(rt)]
-        src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic)
+        staged = d.invocations_per_workgroup if d.staged else 0
+        src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic, staged)
         accs = accumulators(d.tile)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
+        if staged:  # the rows' reductions and their quantized words (staged_memory counts them)
+            row_words = f"vec4<u32>, {rt * words // 4}" if d.wide else f"u32, {rt * words}"
+            shared["LANE_MEMORY"] = Code(f"{shared['LANE_MEMORY']}\nvar<workgroup> row_partials: array<vec4<f32>, "
+                                         f"{_row_partials(d) * passes}>;\nvar<workgroup> row_q: array<{row_words}>;")
         if in_float:
             row_ranges, to_float = Code(""), []
             init = [f"var acc_{j}_{t} = vec4<f32>(0.0);" for j in range(st) for t in range(rt)]
@@ -459,9 +500,10 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=not norm)
         else:
             row_ranges, init, taps, to_float, values = _integer_rows(src, d, st, so_pad, norm, words, si,
-                                                                     symmetric, packed.block, ic)
+                                                                     symmetric, packed.block, ic, staged, d.wide,
+                                                                     bool(op.opt(RESIDUAL_NORM)))
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        taps = _word_taps(taps, st, si, d.wide)
+        taps = _word_taps(taps, st, si, d.wide, rt if staged else 0, words)
         shared.update({"K": words // 4 if d.wide else words, "WEIGHTS_FN": quad_reader if d.wide else reader})
         store = _stores(values, gated, op)
         bindings = [Binding("src", tensor=x), *(quad_bindings if d.wide else weight_bindings),
@@ -483,6 +525,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     # the value, its scale and its offset
     # a residual prologue (x + RMS_NORM(o)): each value read also reads o, its scale and offset, and one more pass
     residual = bool(op.opt(RESIDUAL_NORM))
+    passes = 1 + (1 if norm else 0) + (1 if residual else 0)  # staged: the row reductions (range, norms)
     row_loads = (1 if in_float else 2) * (3 if norm else 1) * (2 if residual else 1) + (1 if norm else 0) \
         + (1 if residual else 0)
 
@@ -507,25 +550,96 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     if quads:
         wide = [dataclasses.replace(d, wide=True) for d in tiling.decompositions(tiles, words // 4, count)]
         variants.candidates += wide
-        word_work = variants.work
+    word_work = variants.work
+    # the staged form where every tile shares the rows (one row tile) and they fit workgroup memory
+    variants.candidates += [dataclasses.replace(d, staged=True) for d in variants.candidates
+                            if staged_offered(d, rows, words, in_float, passes)]
 
-        def work(d: Decomposition) -> float:
-            if not d.wide:
-                return word_work(d)
-            return (math.ceil(words // 4 / d.split) * step(d.tile, True)
-                    + tiling.reduction_cost(d, d.tile[0] * d.tile[1]) + tiling.OVERHEAD)
+    def staged_step(tile: tuple[int, int], wide: bool) -> float:
+        """A step of the staged dot loop: each row's word(s) one load from workgroup memory, the ST slices' weight
+        words, dot4I8Packed (4 a row and slice and word)."""
+        rt, st = tile
+        return rt * tiling.LOAD + st * 4 * tiling.LOAD + (4 if wide else 1) * rt * st * 4
 
-        variants.work = work
+    def work(d: Decomposition) -> float:
+        rt, st = d.tile
+        steps = math.ceil((words // 4 if d.wide else words) / d.split)
+        if d.staged:  # every invocation: its share of the row passes (as the unstaged loop's row loads and
+            # quantizing, plus storing the word), the workgroup-wide reductions and the staging barrier
+            wg = d.invocations_per_workgroup
+            share = math.ceil(words / wg) * rt * ((row_loads + 1) * tiling.LOAD + 8)
+            reductions = passes * _row_reduction_cost(d) + tiling.SHARED_LEVEL
+            return (share + reductions + steps * staged_step(d.tile, d.wide)
+                    + tiling.reduction_cost(d, rt * st) + tiling.OVERHEAD)
+        if not d.wide:
+            return word_work(d)
+        return steps * step(d.tile, True) + tiling.reduction_cost(d, rt * st) + tiling.OVERHEAD
+
+    def barriers(d: Decomposition) -> int | None:
+        """Staged: each row reduction's barriers (_workgroup_reduce), the staging barrier, then the split's own
+        tree after a barrier (the lanes' array follows the row reductions), or its one crossing subgroups."""
+        if not d.staged:
+            return None
+        levels = int(math.log2(d.invocations_per_workgroup))
+        split_tree = (int(math.log2(d.split)) + 3 if not d.subgroup else 2) if d.split > 1 else 0
+        return passes * (1 if d.subgroup else levels + 1) + 1 + split_tree
+
+    def shuffles(d: Decomposition) -> int | None:
+        """Staged with subgroups: each row reduction's butterfly (as many levels as the workgroup's, as the
+        split's are counted), then the split's."""
+        if not d.staged:
+            return None
+        levels = int(math.log2(d.invocations_per_workgroup))
+        return (passes * levels * d.tile[0] + int(math.log2(d.split)) * d.tile[0] * d.tile[1]) if d.subgroup else 0
+
+    variants.work, variants.barriers, variants.shuffles = work, barriers, shuffles
     return variants
 
 
-def _word_taps(taps: list[str], st: int, si: int, quads: bool) -> list[str]:
+def _row_reduction_cost(d: Decomposition) -> float:
+    """Work of one row reduction of a staged FC (_workgroup_reduce) over the workgroup: a tree through workgroup
+    memory, or a subgroup butterfly (levels counted as if one subgroup spanned the workgroup) and the subgroups'
+    results combined through workgroup memory (a level of the tree)."""
+    rt, wg = d.tile[0], d.invocations_per_workgroup
+    if d.subgroup:
+        return math.log2(wg) * rt * tiling.SHUFFLE + tiling.SHARED_LEVEL + 2 * tiling.LOAD * rt
+    return tiling.reduction_cost(Decomposition((rt, 1), wg, 1), rt)
+
+
+def staged_memory(d: Decomposition, words: int, passes: int) -> int:
+    """Bytes of workgroup memory of a staged hybrid FC (Decomposition.staged): the split's lanes array
+    (codegen.lane_placeholders), the row reductions' array (a part for each of `passes`) and the rows' quantized
+    words."""
+    rt, st = d.tile
+    wg = d.invocations_per_workgroup
+    lanes = 0 if d.split == 1 else max(1, wg // (4 if d.subgroup else 1) * rt * st) * 16
+    return lanes + _row_partials(d) * passes * 16 + rt * words * 4
+
+
+def _row_partials(d: Decomposition) -> int:
+    """vec4s of a staged FC's row reductions: one per invocation and row, or per subgroup (>= 4 invocations)."""
+    return max(1, d.invocations_per_workgroup // (4 if d.subgroup else 1)) * d.tile[0]
+
+
+def staged_offered(d: Decomposition, rows: int, words: int, in_float: bool, passes: int) -> bool:
+    """Whether a hybrid FC offers d staged: integer arithmetic, every row in one row tile (so every tile of every
+    workgroup reads the same rows), workgroups of a power of two, and the staged memory within WebGPU's default
+    16 KiB."""
+    wg = d.invocations_per_workgroup
+    return (not in_float and rows <= d.tile[0] and wg & (wg - 1) == 0
+            and staged_memory(d, words, passes) <= tiling.LANE_MEMORY_VEC4 * 16)
+
+
+def _word_taps(taps: list[str], st: int, si: int, quads: bool, staged_rows: int = 0, row_words: int = 0,
+               ) -> list[str]:
     """The loop body over word q of the rows: px, sl and the taps; with quads, q counts vec4<u32>s of weights: each
-    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words (unrolled), word e from lane e."""
+    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words (unrolled), word e from lane e.
+    staged_rows: rows read from workgroup memory (of `row_words` words each), with quads 4 words a load too."""
     head = [f"let px = q / {si}u;", f"let sl = q % {si}u;"]
     if not quads:
         return head + taps
     loads = [f"let wq_{j}_{c} = weights_quad((os0 + {j}u) * 4u + {c}u, q);" for j in range(st) for c in range(4)]
+    loads += [f"let xq4_{t} = row_q[{t * row_words // 4}u + q];" for t in range(staged_rows)]
     words = []
     for e, lane in enumerate("xyzw"):  # unrolled: no dynamic index into the loaded vectors
         inner = [f"let qw = q * 4u + {e}u;", f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
@@ -533,6 +647,8 @@ def _word_taps(taps: list[str], st: int, si: int, quads: bool) -> list[str]:
             for j in range(st):
                 for c in range(4):
                     tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", f"wq_{j}_{c}.{lane}")
+            for t in range(staged_rows):
+                tap = tap.replace(staged_word(t, row_words), f"xq4_{t}.{lane}")
             inner.append(tap)
         words.append("{\n      " + "\n      ".join(inner) + "\n    }")
     return [*loads, *words]
@@ -551,21 +667,37 @@ def _block_switch(block: int, ic: int, st: int, before: list[str] = ()) -> list[
             "if (b != blk) {\n      " + "\n      ".join([*before, *loads, "blk = b;"]) + "\n    }"]
 
 
+def _range_part(norm: tuple | None, residual: bool) -> int:
+    """The range's part of a staged FC's row_partials: after the residual norm's and the norm's."""
+    return (1 if norm else 0) + (1 if residual else 0)
+
+
+def staged_word(t: int, words: int) -> str:
+    """Row t's word q in workgroup memory, as a staged tap reads it (_word_taps reads 4 words a load instead)."""
+    return f"row_q[{t * words}u + q]"
+
+
 def _integer_rows(src: list[str], d: Decomposition, st: int, so_pad: int, norm: tuple | None, words: int,
-                  si: int, symmetric: bool, block: int, ic: int
+                  si: int, symmetric: bool, block: int, ic: int, staged: int = 0, wide: bool = False,
+                  staged_residual: bool = False
                   ) -> tuple[Code, list[str], list[str], list[str], list[list[str]]]:
     """The integer arithmetic's code for rows `src` (vec4 expressions of px, sl; `words` per row, `si` a pixel of
     `ic` channels): the pass finding each row's range and quantization parameters (XNNPACK's asymmetric rule, or
     the builtin kernel's symmetric one), the accumulators' initial values (the zero point times the weights' row
     sums), the taps (rows quantized, packed, dot4I8Packed; blockwise weights (XNNPACK's qb4w): a block's products
-    summed in i32, then times the block's scales into f32 sums), their conversion to f32 and the values stored."""
+    summed in i32, then times the block's scales into f32 sums), their conversion to f32 and the values stored.
+    staged (Decomposition.staged; the workgroup's invocation count): the workgroup's invocations find the range
+    together and quantize the rows once into `row_q` (workgroup memory; `wide`: vec4<u32>s of 4 words), which
+    the taps then read: the same integers, one load a word."""
     rt = len(src)
     ranges = [f"range_{t}" for t in range(rt)]
+    start, stride = ("li", staged) if staged else ("k", d.split)
     range_pass = [f"var range_{t} = vec4<f32>(0.0);" for t in range(rt)]
-    range_pass += [f"for (var q = k; q < {words}u; q += {d.split}u) {{", f"  let px = q / {si}u;",
+    range_pass += [f"for (var q = {start}; q < {words}u; q += {stride}u) {{", f"  let px = q / {si}u;",
                    f"  let sl = q % {si}u;"]
     range_pass += [f"  range_{t} = min(range_{t}, lanes_min_negmax({src[t]}));" for t in range(rt)]
-    range_pass += ["}", codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm)]
+    range_pass += ["}", _workgroup_reduce(ranges, d, _range_part(norm, staged_residual), "min({a}, {b})") if staged
+                   else codegen.lane_reduce(ranges, d, "min({a}, {b})", first=not norm)]
     for t in range(rt):
         range_pass += [f"let rmin_{t} = min(range_{t}.x, 0.0);", f"let rmax_{t} = max(-range_{t}.y, 0.0);"]
         if symmetric:  # tensor_utils::SymmetricQuantizeFloats: scale max|x| / 127, no zero point
@@ -597,6 +729,13 @@ def _integer_rows(src: list[str], d: Decomposition, st: int, so_pad: int, norm: 
     else:
         taps = [f"let xq_{t} = pack4xI8(vec4<i32>(clamp(round({src[t]} * qs_{t}), vec4<f32>(-128.0 - zp_{t}), "
                 f"vec4<f32>(127.0 - zp_{t})) + zp_{t}));" for t in range(rt)]
+    if staged:  # the rows quantized once, by the whole workgroup; the taps read the words
+        stores = [f"row_q[{t * words // 4}u + q / 4u][q % 4u] = xq_{t};" if wide
+                  else f"row_q[{t * words}u + q] = xq_{t};" for t in range(rt)]
+        range_pass += [f"for (var q = li; q < {words}u; q += {staged}u) {{", f"  let px = q / {si}u;",
+                       f"  let sl = q % {si}u;", *[f"  {tap}" for tap in taps], *[f"  {w}" for w in stores], "}",
+                       "workgroupBarrier();"]
+        taps = [f"let xq_{t} = {staged_word(t, words)};" for t in range(rt)]
     if block:
         init += _block_state(st)
         init += [f"var bacc_{j}_{t} = vec4<i32>(0);" for j in range(st) for t in range(rt)]

@@ -34,7 +34,7 @@ OVERHEAD = 40.0
 
 # a workgroup variable: an array of scalars or vectors (its element type and length), or one scalar or vector
 WORKGROUP_VARIABLE = re.compile(r"var<workgroup>\s+\w+\s*:\s*(?:array<\s*)?"
-                               r"(vec([234])<f32>|vec([234])<f16>|f32|f16|u32|i32)\s*(?:,\s*(\d+)u?\s*>|;)")
+                               r"(vec([234])<(?:f32|u32|i32)>|vec([234])<f16>|f32|f16|u32|i32)\s*(?:,\s*(\d+)u?\s*>|;)")
 
 
 def workgroup_memory_bytes(source: str) -> int:
