@@ -21,6 +21,7 @@ from gpuengine.lowering import codegen
 from gpuengine.lowering.kernels import registry, tiling
 from gpuengine.lowering.kernels.base import Variants
 from gpuengine.model.builder import ModelBuilder
+from gpuengine.model.ir import Quantization
 from gpuengine.model.reader import read_model
 from gpuengine.passes.pipeline import run_passes
 from gpuengine.zoo.vit import layer_norm, rms_norm
@@ -220,3 +221,50 @@ def test_tuning_neighbours_fit_too():
                 for near in around(d):
                     memory = tiling.workgroup_memory_bytes(codegen.render(variants.resolve(near)))
                     assert memory <= LIMIT_BYTES and near.invocations_per_workgroup <= tiling.MAX_WORKGROUP, near
+
+
+def hybrid_projections(c: int) -> bytes:
+    """A one-row RMSNorm + int8 projection (c -> 64, the norm fused as its prologue) and 5 rows of int8 c -> 64."""
+    mb = ModelBuilder()
+    q = np.ones((64, c), np.int8)
+    quant = Quantization(scale=np.full(64, 0.01, np.float32), zero_point=np.zeros(64, np.int64), axis=0)
+    one = rms_norm(mb, mb.input("one", (1, c)), (1, c), np.ones(c))
+    mb.output(mb.op("FULLY_CONNECTED", [one, mb.const("w", q, np.int8, quant), -1], (1, 64)),
+              mb.op("FULLY_CONNECTED", [mb.input("rows", (5, c)), mb.const("w2", q, np.int8, quant), -1], (5, 64)))
+    return mb.build()
+
+
+@pytest.mark.parametrize("c", (64, 2048, 4096))
+def test_staged_hybrid_rows_fit_workgroup_memory(c):
+    """The hybrid FC's staged-row form (Decomposition.staged) is offered only where every tile shares the rows
+    (one row: yes; 5 rows: no) and what it declares (the split's lanes, the row reductions' parts, the quantized
+    words; fully_connected.staged_memory, checked against the rendered WGSL) fits 16 KiB."""
+    from gpuengine.lowering.kernels.fully_connected import staged_memory
+
+    one, rows = [v for code, v in _variants(hybrid_projections(c)) if code == "FULLY_CONNECTED"]
+    for variants in (one, rows):
+        _check("FULLY_CONNECTED", variants)
+    staged = [d for d in one.candidates if d.staged]
+    assert staged and not any(d.staged for d in rows.candidates)
+    assert {d.subgroup for d in staged} == {False, True} and {d.wide for d in staged} == {False, True}
+    for d in staged:
+        source = codegen.render(one.resolve(d))
+        assert "row_q" in source
+        assert tiling.workgroup_memory_bytes(source) == staged_memory(d, c // 4, 2) <= LIMIT_BYTES
+    # every candidate has its staged twin at 64 channels; at 2048 and more (2 KiB of words) not those whose lanes
+    # and row reductions (256 invocations through workgroup memory) already fill most of it
+    assert (len(staged) == len(one.candidates) - len(staged)) == (c == 64)
+
+
+def test_staged_offer_rule():
+    """staged_offered: integer arithmetic, rows within one row tile, a power-of-two workgroup, 16 KiB."""
+    from gpuengine.lowering.kernels.base import Decomposition
+    from gpuengine.lowering.kernels.fully_connected import staged_offered
+
+    d = Decomposition((1, 2), 16, 4, True)
+    assert staged_offered(d, 1, 144, False, 2)
+    assert not staged_offered(d, 2, 144, False, 2)  # rows beyond the tile: tiles read different rows
+    assert not staged_offered(d, 1, 144, True, 2)  # float arithmetic has no quantized row
+    assert not staged_offered(d, 1, 4096, False, 2)  # 16 KiB of words
+    assert staged_offered(Decomposition((2, 1), 8, 8, False), 2, 144, False, 3)
+    assert not staged_offered(Decomposition((1, 1), 1, 3, False), 1, 144, False, 1)
