@@ -99,3 +99,30 @@ def test_staged_projections_equal_unstaged_and_litert_on_smollm_decode():
         assert np.abs(got - plain).max() <= 1e-4 * (plain.max() - plain.min())
         assert np.abs(got - ref).max() <= 1e-3 * (ref.max() - ref.min())
         assert got.argmax() == ref.argmax() == plain.argmax()
+
+
+def test_staged_residual_prologue_equals_unstaged_on_a_gemma_decoder():
+    """Gemma 3's form (int8 weights; sandwich norms: x + RMS_NORM(o) as the next projection's residual prologue,
+    the row written by the staged form's workgroup 0): every hybrid FC forced staged gives the unstaged
+    program's outputs (the builder's int8 model has no LiteRT oracle at 1e-3: tests/models/test_decoder_zoo.py)."""
+    from gpuengine.zoo.decoder import DecoderConfig, decoder
+
+    data = decoder(DecoderConfig(layers=2, heads=2, kv_heads=1, head_dim=64, weights="int8", gemma=True), seed=7)
+    it = Interpreter(model_content=data, target="discrete", workgroup_cache="/nonexistent/cache.json")
+    runner = it.get_signature_runner("decode")
+    rng = np.random.default_rng(4)
+    feeds = {name: (np.array([5], np.int32) if name == "input_pos" else np.array([[11]], np.int32)
+                    if name == "tokens" else rng.standard_normal(tuple(d["shape"])).astype(np.float32))
+             for name, d in runner.get_input_details().items()}
+    plain = runner(**feeds)
+    (prog,) = runner.compiled.gpu_programs
+    residual = 0
+    for index, dispatch in enumerate(list(prog.dispatches)):
+        if dispatch.spec.shader == "fully_connected_int8" and dispatch.spec.variants is not None:
+            staged = [d for d in dispatch.spec.variants.candidates if d.staged and not d.subgroup]
+            prog.replace(index, staged[-1])  # the largest workgroup: several subgroups, a tree of 6+ levels
+            residual += "+ADD + " in dispatch.spec.label
+    assert residual >= 2
+    got = runner(**feeds)
+    for name, r in plain.items():
+        assert np.abs(got[name] - r).max() <= 1e-4 * (r.max() - r.min()), name
