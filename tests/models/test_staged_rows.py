@@ -23,27 +23,55 @@ from gpuengine.oracle import random_inputs, relative_error, run_litert
 SMOLLM = SHARED_MODELS / "smollm_4l_int8.tflite"
 
 
-def _int4_gemv() -> bytes:
-    """One row of 40 x int4 weights (12 outputs): the int8 kernel's int4 reader, staged."""
+def _int4_gemvs() -> bytes:
+    """One row of 64 and one of 40 x int4 weights (12 outputs): the int8 kernel's int4 reader, 64 also read 8
+    words (a vec4<u32>) a load."""
     rng = np.random.default_rng(10)
-    q = rng.integers(-7, 8, (12, 40)).astype(np.int8)
-    nibbles = q.reshape(-1).astype(np.uint8) & 0xF
     mb = ModelBuilder()
-    x = mb.input("x", (1, 40))
-    w = mb.const("w", (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8), np.uint8,
-                 Quantization(scale=rng.uniform(0.01, 0.05, 12).astype(np.float32),
-                              zero_point=np.zeros(12, np.int64), axis=0))
-    mb.tensors[w] = dataclasses.replace(mb.tensors[w], shape=(12, 40), type_code=INT4)
-    mb.output(mb.op("FULLY_CONNECTED", [x, w, -1], (1, 12)))
+    outs = []
+    for k, width in enumerate((64, 40)):
+        q = rng.integers(-8, 8, (12, width)).astype(np.int8)
+        nibbles = q.reshape(-1).astype(np.uint8) & 0xF
+        x = mb.input(f"x{k}", (1, width))
+        w = mb.const(f"w{k}", (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8), np.uint8,
+                     Quantization(scale=rng.uniform(0.01, 0.05, 12).astype(np.float32),
+                                  zero_point=np.zeros(12, np.int64), axis=0))
+        mb.tensors[w] = dataclasses.replace(mb.tensors[w], shape=(12, width), type_code=INT4)
+        outs.append(mb.op("FULLY_CONNECTED", [x, w, -1], (1, 12)))
+    mb.output(*outs)
     return mb.build()
 
 
+def test_int4_wide_candidates_equal_litert():
+    """int4 rows of whole vec4<u32>s (8 int8 words a load, nibbles sign-extended in registers) are offered `wide`,
+    staged or not; every candidate of both GEMVs gives LiteRT's outputs."""
+    data = _int4_gemvs()
+    feeds = random_inputs(data, seed=3)
+    ref = run_litert(data, feeds)
+    it = Interpreter(model_content=data, target="cpu", workgroup_cache="/nonexistent/cache.json")
+    it.allocate_tensors()
+    (prog,) = it.compiled.gpu_programs
+    kinds = set()
+    for index, dispatch in enumerate(list(prog.dispatches)):
+        if dispatch.spec.shader != "fully_connected_int8":
+            continue
+        candidates = dispatch.spec.variants.candidates
+        assert any(d.wide for d in candidates) == (dispatch.spec.params["P"] * dispatch.spec.params["SI"] % 8 == 0)
+        for d in candidates:
+            prog.replace(index, d)
+            got = run(it, feeds)
+            for t, r in ref.items():
+                assert relative_error(got[t], r) <= 1e-5, f"{dispatch.spec.label}: {d}"
+            kinds.add((d.wide, d.staged))
+    assert kinds == {(False, False), (True, False), (False, True), (True, True)}
+
+
 def test_every_staged_candidate_equals_litert():
-    """Hybrid FCs of one or two rows (int8 576 -> 130, 6 -> 1, 2 rows of 15 pixels -> 9; int4 40 -> 12): each
+    """Hybrid FCs of one or two rows (int8 576 -> 130, 6 -> 1, 2 rows of 15 pixels -> 9; int4 64, 40 -> 12): each
     staged candidate (tiles, splits in workgroup memory and subgroups, vec4<u32> weights) gives LiteRT's outputs;
     FCs whose rows no tile holds (3, 5) offer none."""
     checked = 0
-    for data in (hybrid_fcs()[0], _int4_gemv()):
+    for data in (hybrid_fcs()[0], _int4_gemvs()):
         feeds = random_inputs(data, seed=3)
         ref = run_litert(data, feeds)
         it = Interpreter(model_content=data, target="cpu", workgroup_cache="/nonexistent/cache.json")

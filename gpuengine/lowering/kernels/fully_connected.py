@@ -450,12 +450,16 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     # each input row symmetrically (measured: all three LiteRT kernel sets agree)
     symmetric = packed.bits == 4 and not packed.block and i % 2 == 1
     words = p * si  # the reduction: u32 words (4 input channels) per row
-    # int8 rows of whole vec4<u32>s may be read 4 words (16 weights) a load (Decomposition.wide): a quarter of the
-    # weight loads, in a quarter of the steps (fewer invocations can share them: the latency model chooses)
-    quads = packed.bits == 8 and not packed.block and words % 4 == 0
+    # rows of whole vec4<u32>s may be read 4 int8 words (16 weights; int4: 8 words, 32 weights) a load
+    # (Decomposition.wide): a quarter (an eighth) of the weight loads, in as many fewer steps (fewer invocations can
+    # share them: the latency model chooses)
+    per_load = 8 if packed.bits == 4 else 4
+    quads = not packed.block and words % per_load == 0
     reader, weight_bindings = packed_int8.chunked_reader("weights", packed)
     quad_reader, quad_bindings = (packed_int8.chunked_rows("weights_quad", "weights", packed.words, "vec4<u32>", 4)
                                   if quads else (reader, weight_bindings))
+    if quads and packed.bits == 4:
+        quad_reader = Code(quad_reader + INT4_NIBBLES)
     bias_t = op.inputs[2] if len(op.inputs) > 2 else -1
     bias = const_f32(graph, bias_t).reshape(-1) if bias_t >= 0 else None
     fixed = {"SI": si, "P": p, "SO": so, "SRC_INDEX": _src_index(ic, ih * iw),
@@ -503,8 +507,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                                                                      symmetric, packed.block, ic, staged, d.wide,
                                                                      bool(op.opt(RESIDUAL_NORM)))
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        taps = _word_taps(taps, st, si, d.wide, rt if staged else 0, words)
-        shared.update({"K": words // 4 if d.wide else words, "WEIGHTS_FN": quad_reader if d.wide else reader})
+        taps = _word_taps(taps, st, si, d.wide, rt if staged else 0, words, per_load)
+        shared.update({"K": words // per_load if d.wide else words, "WEIGHTS_FN": quad_reader if d.wide else reader})
         store = _stores(values, gated, op)
         bindings = [Binding("src", tensor=x), *(quad_bindings if d.wide else weight_bindings),
                     *[b for b in norm_bindings if not b.writable],
@@ -532,10 +536,10 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     def step(tile: tuple[int, int], wide: bool = False) -> float:
         """One word of the reduction: the row loads and 4 weight words per slice, then integer arithmetic's row
         quantization (8 a row) and dot4I8Packed (4 a row and slice), or float arithmetic's unpacking (8 a slice)
-        and vec4 dot products (16 FMAs a row and slice). Wide: 4 words, one vec4<u32> load a channel."""
+        and vec4 dot products (16 FMAs a row and slice). Wide: 4 words (int4: 8), one vec4<u32> load a channel."""
         rt, st = tile
         per_word = row_loads * rt * tiling.LOAD + (st * 8 + rt * st * 16 if in_float else rt * 8 + rt * st * 4)
-        return (4 if wide else 1) * per_word + st * 4 * tiling.LOAD
+        return (per_load if wide else 1) * per_word + st * 4 * tiling.LOAD
 
     tiles = _tiles(rows, so, gated or bool(op.opt(SCATTER_PAIRS)), wide=bool(norm))
     # int4 forms cost differently: their own tuning-cache entries (int8 keys unchanged)
@@ -548,7 +552,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                                                         **({"float": 1} if in_float else {})},
                                tiles, words, count, step, make, rows * i * o)
     if quads:
-        wide = [dataclasses.replace(d, wide=True) for d in tiling.decompositions(tiles, words // 4, count)]
+        wide = [dataclasses.replace(d, wide=True) for d in tiling.decompositions(tiles, words // per_load, count)]
         variants.candidates += wide
     word_work = variants.work
     # the staged form where every tile shares the rows (one row tile) and they fit workgroup memory
@@ -556,14 +560,15 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                             if staged_offered(d, rows, words, in_float, passes)]
 
     def staged_step(tile: tuple[int, int], wide: bool) -> float:
-        """A step of the staged dot loop: each row's word(s) one load from workgroup memory, the ST slices' weight
-        words, dot4I8Packed (4 a row and slice and word)."""
+        """A step of the staged dot loop: each row's word(s) from workgroup memory (wide: a vec4<u32> per 4), the ST
+        slices' weight words, dot4I8Packed (4 a row and slice and word)."""
         rt, st = tile
-        return rt * tiling.LOAD + st * 4 * tiling.LOAD + (4 if wide else 1) * rt * st * 4
+        return (rt * tiling.LOAD * (per_load // 4 if wide else 1) + st * 4 * tiling.LOAD
+                + (per_load if wide else 1) * rt * st * 4)
 
     def work(d: Decomposition) -> float:
         rt, st = d.tile
-        steps = math.ceil((words // 4 if d.wide else words) / d.split)
+        steps = math.ceil((words // per_load if d.wide else words) / d.split)
         if d.staged:  # every invocation: its share of the row passes (as the unstaged loop's row loads and
             # quantizing, plus storing the word), the workgroup-wide reductions and the staging barrier
             wg = d.invocations_per_workgroup
@@ -631,27 +636,40 @@ def staged_offered(d: Decomposition, rows: int, words: int, in_float: bool, pass
 
 
 def _word_taps(taps: list[str], st: int, si: int, quads: bool, staged_rows: int = 0, row_words: int = 0,
-               ) -> list[str]:
-    """The loop body over word q of the rows: px, sl and the taps; with quads, q counts vec4<u32>s of weights: each
-    of the ST slices' 4 channels loaded once (wq_j_c), then the taps of its 4 words (unrolled), word e from lane e.
+               per_load: int = 4) -> list[str]:
+    """The loop body over word q of the rows: px, sl and the taps; with quads, q counts vec4<u32>s of weights (of
+    `per_load` int8 words: 4, or 8 of int4 weights): each of the ST slices' 4 channels loaded once (wq_j_c), then
+    the taps of its words (unrolled), word e from lane e (int4: its nibbles e % 2 of lane e / 2, weights_nibbles).
     staged_rows: rows read from workgroup memory (of `row_words` words each), with quads 4 words a load too."""
     head = [f"let px = q / {si}u;", f"let sl = q % {si}u;"]
     if not quads:
         return head + taps
     loads = [f"let wq_{j}_{c} = weights_quad((os0 + {j}u) * 4u + {c}u, q);" for j in range(st) for c in range(4)]
-    loads += [f"let xq4_{t} = row_q[{t * row_words // 4}u + q];" for t in range(staged_rows)]
+    loads += [f"let xq4_{t}_{h} = row_q[{t * row_words // 4}u + q * {per_load // 4}u + {h}u];"
+              for t in range(staged_rows) for h in range(per_load // 4)]
     words = []
-    for e, lane in enumerate("xyzw"):  # unrolled: no dynamic index into the loaded vectors
-        inner = [f"let qw = q * 4u + {e}u;", f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
+    for e in range(per_load):  # unrolled: no dynamic index into the loaded vectors
+        lane = "xyzw"[e // (per_load // 4)]
+        inner = [f"let qw = q * {per_load}u + {e}u;", f"let px = qw / {si}u;", f"let sl = qw % {si}u;"]
         for tap in taps:
             for j in range(st):
                 for c in range(4):
-                    tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", f"wq_{j}_{c}.{lane}")
+                    word = f"wq_{j}_{c}.{lane}"
+                    word = word if per_load == 4 else f"weights_nibbles({word}, {e % 2 * 4}u)"
+                    tap = tap.replace(f"weights_word((os0 + {j}u) * 4u + {c}u, q)", word)
             for t in range(staged_rows):
-                tap = tap.replace(staged_word(t, row_words), f"xq4_{t}.{lane}")
+                tap = tap.replace(staged_word(t, row_words), f"xq4_{t}_{e // 4}.{'xyzw'[e % 4]}")
             inner.append(tap)
         words.append("{\n      " + "\n      ".join(inner) + "\n    }")
     return [*loads, *words]
+
+
+# int4 weights read 8 to a u32: int8 word (nibbles at `shift`, 0 or 4, sign-extended to bytes), as packed/int4_word.wgsl
+INT4_NIBBLES = """fn weights_nibbles(v: u32, shift: u32) -> u32 {
+  let b = (v >> shift) & 0x0F0F0F0Fu;
+  return b | ((b & 0x08080808u) * 0x1Eu);
+}
+"""
 
 
 def _block_state(st: int) -> list[str]:
