@@ -93,8 +93,8 @@ class Decomposition:
     split:    invocations sharing one tile's reduction (1: none). They combine partial results through workgroup
               memory, or subgroup shuffles when `subgroup` (the adapter's `subgroup` feature).
     group:    tiles per workgroup, so a workgroup has split * group invocations.
-    wide:     packed weights read 4 words (a vec4<u32>) a load, the reduction's steps being those (kernels that
-              offer it: hybrid int8 FULLY_CONNECTED).
+    wide:     packed weights read a vec4<u32> a load (4 int8 words, or 8 of int4 weights), the reduction's steps
+              being those (kernels that offer it: hybrid FULLY_CONNECTED).
     staged:   the input row(s), shared by every tile of the dispatch, normalized and quantized once per workgroup
               into workgroup memory by all its invocations, the dot loop reading them from there (hybrid
               FULLY_CONNECTED in integer arithmetic when its rows fit one row tile).
