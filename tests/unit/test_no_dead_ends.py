@@ -268,3 +268,5 @@ def test_staged_offer_rule():
     assert not staged_offered(d, 1, 4096, False, 2)  # 16 KiB of words
     assert staged_offered(Decomposition((2, 1), 8, 8, False), 2, 144, False, 3)
     assert not staged_offered(Decomposition((1, 1), 1, 3, False), 1, 144, False, 1)
+    staged = Decomposition((1, 2), 16, 4, True, True, True)  # a tuning cache keeps the form
+    assert Decomposition.from_json(staged.to_json()) == staged and "row staged" in staged.describe()
