@@ -154,3 +154,30 @@ def test_staged_residual_prologue_equals_unstaged_on_a_gemma_decoder():
     got = runner(**feeds)
     for name, r in plain.items():
         assert np.abs(got[name] - r).max() <= 1e-4 * (r.max() - r.min()), name
+
+
+def test_float_arithmetic_stages_the_normalized_row():
+    """hybrid_arithmetic="float": the FCs with a norm prologue (QKV, gate/up, LM head) offer the staged form (the
+    normalized f32 row in workgroup memory), the others none; forced everywhere offered, SmolLM's decode logits
+    are the unstaged program's."""
+    it = Interpreter(model_path=str(SMOLLM), target="discrete", workgroup_cache="/nonexistent/cache.json",
+                     hybrid_arithmetic="float")
+    runner = it.get_signature_runner("decode")
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    feeds = decode_feeds(LiteRT(model_path=str(SMOLLM)).get_signature_runner("decode"))
+    plain = runner(**feeds)["logits"]
+    (prog,) = runner.compiled.gpu_programs
+    forced = 0
+    for index, dispatch in enumerate(list(prog.dispatches)):
+        if dispatch.spec.shader != "fully_connected_int8":
+            continue
+        staged = [d for d in dispatch.spec.variants.candidates if d.staged]
+        assert bool(staged) == dispatch.spec.label.startswith("RMS_NORM"), dispatch.spec.label
+        if staged:
+            prog.replace(index, staged[len(staged) // 2])
+            forced += 1
+    assert forced == 4 * 2 + 1
+    got = runner(**feeds)["logits"]
+    assert np.abs(got - plain).max() <= 1e-5 * (plain.max() - plain.min())
+    assert got.argmax() == plain.argmax()

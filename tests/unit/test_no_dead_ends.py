@@ -257,14 +257,16 @@ def test_staged_hybrid_rows_fit_workgroup_memory(c):
 
 
 def test_staged_offer_rule():
-    """staged_offered: integer arithmetic, rows within one row tile, a power-of-two workgroup, 16 KiB."""
+    """staged_offered: rows within one row tile, a power-of-two workgroup, 16 KiB, a row reduction to share."""
     from gpuengine.lowering.kernels.base import Decomposition
     from gpuengine.lowering.kernels.fully_connected import staged_offered
 
     d = Decomposition((1, 2), 16, 4, True)
     assert staged_offered(d, 1, 144, False, 2)
     assert not staged_offered(d, 2, 144, False, 2)  # rows beyond the tile: tiles read different rows
-    assert not staged_offered(d, 1, 144, True, 2)  # float arithmetic has no quantized row
+    assert staged_offered(d, 1, 144, True, 1)  # float arithmetic: the normalized row (a norm prologue)
+    assert not staged_offered(d, 1, 144, True, 0)  # a plain float row: nothing to stage
+    assert not staged_offered(d, 1, 1024, True, 1)  # 16 KiB of f32 values
     assert not staged_offered(d, 1, 4096, False, 2)  # 16 KiB of words
     assert staged_offered(Decomposition((2, 1), 8, 8, False), 2, 144, False, 3)
     assert not staged_offered(Decomposition((1, 1), 1, 3, False), 1, 144, False, 1)

@@ -482,14 +482,21 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
         src, norm_code, norm_bindings = _norm_prologue(op, graph, raw, d, ic, staged)
         accs = accumulators(d.tile)
         shared, dispatch = tiling.split_params(d, count(d.tile), accs)
-        if staged:  # the rows' reductions and their quantized words (staged_memory counts them)
-            row_words = f"vec4<u32>, {rt * words // 4}" if d.wide else f"u32, {rt * words}"
+        if staged:  # the rows' reductions and their quantized words or normalized values (staged_memory counts them)
+            row_words = (f"row_f: array<vec4<f32>, {rt * words}" if in_float else f"row_q: array<vec4<u32>, "
+                         f"{rt * words // 4}" if d.wide else f"row_q: array<u32, {rt * words}")
             shared["LANE_MEMORY"] = Code(f"{shared['LANE_MEMORY']}\nvar<workgroup> row_partials: array<vec4<f32>, "
-                                         f"{_row_partials(d) * passes}>;\nvar<workgroup> row_q: array<{row_words}>;")
+                                         f"{_row_partials(d) * passes}>;\nvar<workgroup> {row_words}>;")
         if in_float:
             row_ranges, to_float = Code(""), []
             init = [f"var acc_{j}_{t} = vec4<f32>(0.0);" for j in range(st) for t in range(rt)]
             taps = [f"let x_{t} = {src[t]};" for t in range(rt)]
+            if staged:  # the normalized rows stored once by the workgroup, then read one vec4 a word
+                row_ranges = Code(lines([f"for (var q = li; q < {words}u; q += {staged}u) {{", f"  let px = q / {si}u;",
+                                         f"  let sl = q % {si}u;",
+                                         *[f"  row_f[{t * words}u + q] = {src[t]};" for t in range(rt)], "}",
+                                         "workgroupBarrier();"], 2))
+                taps = [f"let x_{t} = row_f[{t * words}u + px * {si}u + sl];" for t in range(rt)]
             if packed.block:  # each weight times its block's scale (the channel scales are then 1)
                 init += _block_state(st)
                 taps += _block_switch(packed.block, ic, st)
@@ -507,7 +514,7 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                                                                      symmetric, packed.block, ic, staged, d.wide,
                                                                      bool(op.opt(RESIDUAL_NORM)))
             shared["REDUCE"] = codegen.lane_reduce(accs, d, first=False)
-        taps = _word_taps(taps, st, si, d.wide, rt if staged else 0, words, per_load)
+        taps = _word_taps(taps, st, si, d.wide, rt if staged and not in_float else 0, words, per_load)
         shared.update({"K": words // per_load if d.wide else words, "WEIGHTS_FN": quad_reader if d.wide else reader})
         store = _stores(values, gated, op)
         bindings = [Binding("src", tensor=x), *(quad_bindings if d.wide else weight_bindings),
@@ -529,7 +536,8 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
     # the value, its scale and its offset
     # a residual prologue (x + RMS_NORM(o)): each value read also reads o, its scale and offset, and one more pass
     residual = bool(op.opt(RESIDUAL_NORM))
-    passes = 1 + (1 if norm else 0) + (1 if residual else 0)  # staged: the row reductions (range, norms)
+    # staged: the row reductions (the range of integer arithmetic's rows, the norms)
+    passes = (0 if in_float else 1) + (1 if norm else 0) + (1 if residual else 0)
     row_loads = (1 if in_float else 2) * (3 if norm else 1) * (2 if residual else 1) + (1 if norm else 0) \
         + (1 if residual else 0)
 
@@ -560,19 +568,22 @@ def _hybrid_build(op: Op, graph: Graph) -> Variants:
                             if staged_offered(d, rows, words, in_float, passes)]
 
     def staged_step(tile: tuple[int, int], wide: bool) -> float:
-        """A step of the staged dot loop: each row's word(s) from workgroup memory (wide: a vec4<u32> per 4), the ST
-        slices' weight words, dot4I8Packed (4 a row and slice and word)."""
+        """A step of the staged dot loop: each row's word(s) from workgroup memory (integer arithmetic, wide: a
+        vec4<u32> per 4 words; float: a vec4 a word), the ST slices' weight words, then dot4I8Packed (4 a row and
+        slice and word) or the float arithmetic's unpacking (8 a slice) and vec4 dot products (16 a row and slice)."""
         rt, st = tile
-        return (rt * tiling.LOAD * (per_load // 4 if wide else 1) + st * 4 * tiling.LOAD
-                + (per_load if wide else 1) * rt * st * 4)
+        words_a_step = per_load if wide else 1
+        if in_float:
+            return words_a_step * (rt * tiling.LOAD + st * 8 + rt * st * 16) + st * 4 * tiling.LOAD
+        return rt * tiling.LOAD * (per_load // 4 if wide else 1) + st * 4 * tiling.LOAD + words_a_step * rt * st * 4
 
     def work(d: Decomposition) -> float:
         rt, st = d.tile
         steps = math.ceil((words // per_load if d.wide else words) / d.split)
         if d.staged:  # every invocation: its share of the row passes (as the unstaged loop's row loads and
-            # quantizing, plus storing the word), the workgroup-wide reductions and the staging barrier
+            # quantizing, plus storing the word or value), the workgroup-wide reductions and the staging barrier
             wg = d.invocations_per_workgroup
-            share = math.ceil(words / wg) * rt * ((row_loads + 1) * tiling.LOAD + 8)
+            share = math.ceil(words / wg) * rt * ((row_loads + 1) * tiling.LOAD + (0 if in_float else 8))
             reductions = passes * _row_reduction_cost(d) + tiling.SHARED_LEVEL
             return (share + reductions + steps * staged_step(d.tile, d.wide)
                     + tiling.reduction_cost(d, rt * st) + tiling.OVERHEAD)
@@ -611,14 +622,14 @@ def _row_reduction_cost(d: Decomposition) -> float:
     return tiling.reduction_cost(Decomposition((rt, 1), wg, 1), rt)
 
 
-def staged_memory(d: Decomposition, words: int, passes: int) -> int:
+def staged_memory(d: Decomposition, words: int, passes: int, word_bytes: int = 4) -> int:
     """Bytes of workgroup memory of a staged hybrid FC (Decomposition.staged): the split's lanes array
     (codegen.lane_placeholders), the row reductions' array (a part for each of `passes`) and the rows' quantized
-    words."""
+    words (word_bytes 4), or normalized values (16: float arithmetic)."""
     rt, st = d.tile
     wg = d.invocations_per_workgroup
     lanes = 0 if d.split == 1 else max(1, wg // (4 if d.subgroup else 1) * rt * st) * 16
-    return lanes + _row_partials(d) * passes * 16 + rt * words * 4
+    return lanes + _row_partials(d) * passes * 16 + rt * words * word_bytes
 
 
 def _row_partials(d: Decomposition) -> int:
@@ -627,12 +638,13 @@ def _row_partials(d: Decomposition) -> int:
 
 
 def staged_offered(d: Decomposition, rows: int, words: int, in_float: bool, passes: int) -> bool:
-    """Whether a hybrid FC offers d staged: integer arithmetic, every row in one row tile (so every tile of every
-    workgroup reads the same rows), workgroups of a power of two, and the staged memory within WebGPU's default
-    16 KiB."""
+    """Whether a hybrid FC offers d staged: every row in one row tile (so every tile of every workgroup reads the
+    same rows), workgroups of a power of two, and the staged memory within WebGPU's default 16 KiB; float
+    arithmetic (its rows staged as normalized f32 vec4s) only with a norm prologue (`passes` > 0: a plain row read
+    from workgroup memory saves nothing)."""
     wg = d.invocations_per_workgroup
-    return (not in_float and rows <= d.tile[0] and wg & (wg - 1) == 0
-            and staged_memory(d, words, passes) <= tiling.LANE_MEMORY_VEC4 * 16)
+    return (rows <= d.tile[0] and wg & (wg - 1) == 0 and passes > 0
+            and staged_memory(d, words, passes, 16 if in_float else 4) <= tiling.LANE_MEMORY_VEC4 * 16)
 
 
 def _word_taps(taps: list[str], st: int, si: int, quads: bool, staged_rows: int = 0, row_words: int = 0,
