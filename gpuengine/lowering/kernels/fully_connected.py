@@ -15,6 +15,9 @@ and multiplies the float rows as they are, f32 sums: the float64 answer up to f3
 numbers. Internal options set by passes: `gated` (gate and up weights interleaved by slice, the store computes
 act(gate) * up, act = SiLU or GELU) and `norm` (an RMS_NORM of the input computed in the kernel's prologue:
 float and hybrid FCs alike, its sums in f32 in fp16 mode too).
+Where every tile reads the same rows (one row tile: a decode step's row), a hybrid FC is also offered `staged`
+(Decomposition.staged): the whole workgroup makes the row passes once (norms, range), the quantized words (float
+arithmetic: the normalized values) go to workgroup memory, and the dot loop reads them from there.
 Weights larger than one storage binding are bound as row chunks.
 
 Fully int8 FULLY_CONNECTED and BATCH_MATMUL (`int8_requant`): operands read as the integers q - zero point, integer
