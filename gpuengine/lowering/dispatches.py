@@ -9,6 +9,7 @@ the render hash and the latency reports call it without a device.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -24,7 +25,7 @@ from . import codegen
 from . import lasnet as lasnet_lowering
 from .fusion import lower
 from .kernels import convert, kv_epilogue, tiling
-from .kernels.base import Decomposition, KernelSpec, Variants
+from .kernels.base import Binding, Decomposition, KernelSpec, Variants
 from .kernels.common import holds_integers
 from .kernels.kv_cache import writes
 from .kernels.tuned import Tuned
@@ -240,8 +241,13 @@ def launched(spec: KernelSpec) -> int:
 
 
 def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
-    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads."""
+    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads: of a binding it reads in
+    part, the part (Binding.touched: a gather's rows, not its whole table; a cache read in full, the worst case)."""
     if spec.macs:
         return spec.macs
-    return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
-               for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
+
+    def read(b: Binding) -> int:
+        elements = graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
+        return elements if b.touched is None else math.ceil(elements * b.touched.fraction())
+
+    return sum(read(b) for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
