@@ -39,14 +39,14 @@ def phwc4_elements(shape: tuple[int, ...]) -> int:
 
 def stored_as_bhwc(shape: tuple[int, ...], padded: bool = True) -> bool:
     """Whether a tensor's PHWC4 storage is byte-for-byte its dense BHWC array, so a boundary needs no converter:
-    C % 4 == 0 with one slice or one pixel per batch (H * W == 1); or, where `padded`, one pixel (B * H * W == 1)
-    with C < 4, whose PHWC4 vec4 is the BHWC values followed by zero padding (the buffer holds a whole vec4)."""
+    C % 4 == 0 with one slice or one pixel per batch (H * W == 1); or, where `padded`, one pixel (B * H * W == 1),
+    whose PHWC4 slices are the BHWC values followed by zero padding to a whole vec4 (which the buffer then holds)."""
     b, h, w, c = to_bhwc(shape)
     if b * h * w * c == 0:
         return False
     if c % 4 == 0:
         return c == 4 or h * w == 1
-    return padded and b * h * w == 1 and c < 4
+    return padded and b * h * w == 1
 
 
 def phwc4_index(shape: tuple[int, ...], b: int, h: int, w: int, c: int) -> int:

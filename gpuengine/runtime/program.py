@@ -955,6 +955,9 @@ class GpuProgram:
                     raise ValueError("a buffer fed to a KV cache written in place needs COPY_SRC usage")
                 self._bound.pop(t, None)
                 self._feedback[t] = buffer
+            elif self.padded(t) and buffer.size < self._raw_bytes(t):
+                raise ValueError(f"input {t} is read as whole vec4s ({self._raw_bytes(t)} bytes): its buffer needs "
+                                 "COPY_SRC usage (copied in) or that many bytes")
             else:
                 self._bound[t] = buffer
             self.set_resident(t, buffer is not None)
