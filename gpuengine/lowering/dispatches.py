@@ -105,7 +105,7 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
     direct_in, direct_out = direct_boundaries(graph, specs, inputs, outputs, in_place, root, precision)
     specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place and t not in direct_in] + specs
              + [convert.from_phwc4(graph, t, root(t)) for t in outputs
-                if t not in in_place.values() and t not in direct_out])
+                if t not in in_place.values() and t not in direct_out.values()])
     tunable = []
     for spec in specs:
         tunable.append(spec.workgroup is None or spec.variants is not None)

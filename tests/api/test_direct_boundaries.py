@@ -42,7 +42,7 @@ def test_interpreter_runs_without_converters_and_equals_litert():
     theirs.allocate_tensors()
     (program,) = ours.compiled.gpu_programs
     names = {t: program.graph.tensors[t].name.split("_")[0] for t in [*program.inputs, *program.outputs]}
-    assert {names[t] for t in program.direct} == {"ids", "x", "pos", "y"}
+    assert {names[t] for t in program.direct} == {"ids", "x", "pos", "y", "w"}
     converted = [names[d.spec.bindings[0 if d.spec.shader == CONVERTERS[0] else 1].tensor]
                  for d in program.dispatches if d.spec.shader in CONVERTERS]
     assert sorted(converted) == ["img", "p", "z"]
