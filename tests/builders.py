@@ -394,9 +394,9 @@ def runtime_reshape_model() -> bytes:
 
 def boundary_model(signature: tuple[int, ...] | None = None) -> bytes:
     """ids (1, 1) int32 -> EMBEDDING_LOOKUP (+ x (1, 8)) -> y (1, 8); img (1, 2, 2, 3) * 2 -> z; pos (1,) int32 ->
-    CAST + 1 -> p (1,); x * 3 reshaped -> w (1, 1, 8), an output whose alias root is another tensor: x, ids, pos
-    qualify as inputs and y, w as outputs; img, z (three channels over four pixels) and p (a padded vec4 written by
-    a kernel) do not."""
+    CAST + 1 -> p (1,); x * 3 reshaped -> w (1, 1, 8), an output whose alias root is another tensor; x times an 8x8
+    matrix -> v (a kernel offering decompositions): x, ids, pos qualify as inputs and y, w, v as outputs; img, z
+    (three channels over four pixels) and p (a padded vec4 written by a kernel) do not."""
     mb = ModelBuilder()
     ids = mb.input("ids", (1, 1), np.int32)
     x = mb.input("x", (1, 8), shape_signature=signature)
@@ -413,5 +413,8 @@ def boundary_model(signature: tuple[int, ...] | None = None) -> bytes:
     tripled = mb.op("MUL", [x, mb.const("three", np.array(3.0, np.float32))], (1, 8),
                     {"fused_activation_function": "NONE"})
     w = mb.op("RESHAPE", [tripled, mb.const("shape", np.array([1, 1, 8], np.int32))], (1, 1, 8), name="w")
-    mb.output(y, z, p, w)
+    weights = (np.arange(64, dtype=np.float32).reshape(8, 8) % 7 - 3) / 10
+    v = mb.op("FULLY_CONNECTED", [x, mb.const("weights", weights), -1], (1, 8), {"fused_activation_function": "NONE"},
+              name="v")
+    mb.output(y, z, p, w, v)
     return mb.build()

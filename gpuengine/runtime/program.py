@@ -25,6 +25,7 @@ from ..lowering import codegen
 from ..lowering.device_fit import stored_data, violations
 from ..lowering.dispatches import (
     Choices,
+    bind_boundaries_directly,
     dispatch_macs,
     finish,
     in_place_pairs,
@@ -297,10 +298,7 @@ class GpuProgram:
                  decomposition: Decomposition | None) -> tuple[KernelSpec, tuple[Any, Any, int, int, int]]:
         d = self.dispatches[index]
         if decomposition is not None:
-            spec = redecompose(d.spec, decomposition)
-            finish(spec, self.root, self.choices)
-            mark_exact(spec, self.graph, self.f32)
-            self._mark_shared([spec])
+            spec = self._redecomposed(d.spec, decomposition)
             self._validate([spec])
             _, pipeline = self._compiled(spec)
             # constants uploaded afresh: a new decomposition packs its weights anew (ids of the old may be reused)
@@ -309,6 +307,18 @@ class GpuProgram:
         self._validate([spec])
         _, pipeline = self._compiled(spec)
         return spec, (pipeline, d.bind_group, *codegen.dispatch_size(spec))
+
+    def _redecomposed(self, spec: KernelSpec, decomposition: Decomposition) -> KernelSpec:
+        """spec in another decomposition, its bindings finished as partition_specs finished the original's: alias
+        roots, exact storage, boundary tensors bound in their boundary buffers (direct_boundaries), shared views."""
+        spec = redecompose(spec, decomposition)
+        finish(spec, self.root, self.choices)
+        mark_exact(spec, self.graph, self.f32)
+        outputs = set(self.outputs)
+        bind_boundaries_directly([spec], frozenset(t for t in self.direct if t not in outputs),
+                                 {self.root(t): t for t in self.direct if t in outputs})
+        self._mark_shared([spec])
+        return spec
 
     def replace(self, index: int, decomposition: Decomposition) -> None:
         """Run dispatch `index` in another decomposition from now on (tests check every one this way)."""
@@ -630,12 +640,9 @@ class GpuProgram:
         decomposition gives), its small constants in buffers where `unbake`; None when it cannot be."""
         if decomposition is not None and spec.decomposition != decomposition:
             try:
-                spec = redecompose(spec, decomposition)
+                spec = self._redecomposed(spec, decomposition)
             except (ValueError, KeyError):
                 return None
-            finish(spec, self.root, self.choices)
-            mark_exact(spec, self.graph, self.f32)
-            self._mark_shared([spec])
         elif decomposition is None and workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
             spec = dataclasses.replace(spec, workgroup=tuple(workgroup))
         if unbake:

@@ -42,7 +42,7 @@ def test_interpreter_runs_without_converters_and_equals_litert():
     theirs.allocate_tensors()
     (program,) = ours.compiled.gpu_programs
     names = {t: program.graph.tensors[t].name.split("_")[0] for t in [*program.inputs, *program.outputs]}
-    assert {names[t] for t in program.direct} == {"ids", "x", "pos", "y", "w"}
+    assert {names[t] for t in program.direct} == {"ids", "x", "pos", "y", "w", "v"}
     converted = [names[d.spec.bindings[0 if d.spec.shader == CONVERTERS[0] else 1].tensor]
                  for d in program.dispatches if d.spec.shader in CONVERTERS]
     assert sorted(converted) == ["img", "p", "z"]
@@ -50,6 +50,16 @@ def test_interpreter_runs_without_converters_and_equals_litert():
         values = feeds(seed)
         for g, w in zip(run(ours, values), run(theirs, values)):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    # every decomposition of the projection writing `v` (the tuner's re-decomposed specs) writes its boundary buffer
+    (k,) = [k for k, d in enumerate(program.dispatches) if d.spec.variants is not None
+            and any(b.raw and b.writable and names.get(b.tensor) == "v" for b in d.spec.bindings)]
+    values = feeds(9)
+    want = run(theirs, values)
+    for decomposition in program.dispatches[k].spec.variants.candidates:
+        program.replace(k, decomposition)
+        assert any(b.raw and b.writable for b in program.dispatches[k].spec.bindings)
+        for g, w in zip(run(ours, values), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_tensor_buffers_and_bound_inputs_equal_litert():

@@ -61,7 +61,7 @@ def test_fp32_converts_only_what_changes_layout():
 def test_fp16_keeps_converting_float_tensors():
     """f16 storage is not the host's f32 bytes: only the int32 inputs (stored f32 in every precision) go direct."""
     into, out_of = converted("fp16")
-    assert into == {"img", "x"} and out_of == {"z", "p", "y", "w"}
+    assert into == {"img", "x"} and out_of == {"z", "p", "y", "w", "v"}
 
 
 def test_symbolic_shapes_keep_their_converter():
