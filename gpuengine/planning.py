@@ -259,7 +259,8 @@ def planned_dispatches(graph: Graph, options: EngineOptions, target: Target, mod
     # a full device's report keeps the KV cache writes a device with more storage buffers shares (today's plans);
     # planned for a baseline device, they are split as its program splits them
     choices = Choices(target, limits=limits, split_writes=options.device_profile == "baseline" or limits != BASELINE)
-    return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices)[0]
+    return plan, [partition_specs(plan.graph, p.ops, p.inputs, p.outputs, options.optimize, choices,
+                                  precision=options.precision)[0]
                   for p in plan.partitions if p.device == "gpu"]
 
 

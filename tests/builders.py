@@ -390,3 +390,31 @@ def runtime_reshape_model() -> bytes:
     y = mb.op("RESHAPE", [r, target], (3, 4), shape_signature=(-1, -1))
     mb.output(mb.op("TANH", [y], (3, 4), shape_signature=(-1, -1)))
     return mb.build()
+
+
+def boundary_model(signature: tuple[int, ...] | None = None) -> bytes:
+    """ids (1, 1) int32 -> EMBEDDING_LOOKUP (+ x (1, 8)) -> y (1, 8); img (1, 2, 2, 3) * 2 -> z; pos (1,) int32 ->
+    CAST + 1 -> p (1,); x * 3 reshaped -> w (1, 1, 8), an output whose alias root is another tensor; x times an 8x8
+    matrix -> v (a kernel offering decompositions): x, ids, pos qualify as inputs and y, w, v as outputs; img, z
+    (three channels over four pixels) and p (a padded vec4 written by a kernel) do not."""
+    mb = ModelBuilder()
+    ids = mb.input("ids", (1, 1), np.int32)
+    x = mb.input("x", (1, 8), shape_signature=signature)
+    img = mb.input("img", (1, 2, 2, 3))
+    pos = mb.input("pos", (1,), np.int32)
+    table = mb.const("table", np.arange(16 * 8, dtype=np.float32).reshape(16, 8) / 100)
+    rows = mb.op("EMBEDDING_LOOKUP", [mb.op("RESHAPE", [ids, mb.const("flat", np.array([1], np.int32))], (1,),
+                                            dtype=np.int32), table], (1, 8))
+    y = mb.op("ADD", [rows, x], (1, 8), {"fused_activation_function": "NONE"}, name="y")
+    z = mb.op("MUL", [img, mb.const("two", np.array(2.0, np.float32))], (1, 2, 2, 3),
+              {"fused_activation_function": "NONE"}, name="z")
+    p = mb.op("ADD", [mb.op("CAST", [pos], (1,)), mb.const("one", np.array([1.0], np.float32))], (1,),
+              {"fused_activation_function": "NONE"}, name="p")
+    tripled = mb.op("MUL", [x, mb.const("three", np.array(3.0, np.float32))], (1, 8),
+                    {"fused_activation_function": "NONE"})
+    w = mb.op("RESHAPE", [tripled, mb.const("shape", np.array([1, 1, 8], np.int32))], (1, 1, 8), name="w")
+    weights = (np.arange(64, dtype=np.float32).reshape(8, 8) % 7 - 3) / 10
+    v = mb.op("FULLY_CONNECTED", [x, mb.const("weights", weights), -1], (1, 8), {"fused_activation_function": "NONE"},
+              name="v")
+    mb.output(y, z, p, w, v)
+    return mb.build()

@@ -9,6 +9,7 @@ the render hash and the latency reports call it without a device.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -24,9 +25,11 @@ from . import codegen
 from . import lasnet as lasnet_lowering
 from .fusion import lower
 from .kernels import convert, kv_epilogue, tiling
-from .kernels.base import Decomposition, KernelSpec, Variants
+from .kernels.base import Binding, Decomposition, KernelSpec, Variants
+from .kernels.common import holds_integers
 from .kernels.kv_cache import writes
 from .kernels.tuned import Tuned
+from .layout import phwc4_elements, stored_as_bhwc
 from .storage_precision import kept_f32, mark_exact, stores_tensor
 
 
@@ -78,11 +81,13 @@ class Choices:
 
 def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int], optimize: bool,
                     choices: Choices, f32_names: frozenset[str] = frozenset(), sparse: list | None = None,
+                    precision: str = "fp32",
                     ) -> tuple[list[KernelSpec], Callable[[int], int], list[bool], frozenset[int]]:
     """Every dispatch of a GPU partition in order, boundary converters included, decomposed and sized by
     `choices`; the alias-root function; which dispatches the tuner may change; and the tensors kept in f32 in an
-    fp16 program (f32_names: mixed precision, kept_f32). sparse: (MaskedBlock, patch, expected rate) of the LASNet
-    blocks that run spatially sparse (lowering/lasnet.py)."""
+    fp16 program (f32_names: mixed precision, kept_f32); precision: the program's (a boundary tensor stored in
+    f32 is bound directly where its PHWC4 layout is its BHWC one, direct_boundaries). sparse: (MaskedBlock,
+    patch, expected rate) of the LASNet blocks that run spatially sparse (lowering/lasnet.py)."""
     skipped = lasnet_lowering.block_ops(sparse) if sparse else set()
     specs, aliases = lower(graph, [i for i in ops if i not in skipped], outputs, fuse=optimize,
                            ready_before=set(inputs), decide=choices.decide,
@@ -97,8 +102,10 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
         specs = lasnet_lowering.insert_blocks(specs, sparse, root)
 
     in_place = in_place_pairs(graph, ops, inputs, outputs)
-    specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place] + specs
-             + [convert.from_phwc4(graph, t, root(t)) for t in outputs if t not in in_place.values()])
+    direct_in, direct_out = direct_boundaries(graph, specs, inputs, outputs, in_place, root, precision)
+    specs = ([convert.to_phwc4(graph, t) for t in inputs if t not in in_place and t not in direct_in] + specs
+             + [convert.from_phwc4(graph, t, root(t)) for t in outputs
+                if t not in in_place.values() and t not in direct_out.values()])
     tunable = []
     for spec in specs:
         tunable.append(spec.workgroup is None or spec.variants is not None)
@@ -112,6 +119,7 @@ def partition_specs(graph: Graph, ops: list[int], inputs: list[int], outputs: li
         for b in spec.bindings:  # a cache written in place lives in its BHWC boundary buffer, as f32
             if b.tensor in in_place.values() and b.data is None:
                 b.raw, b.exact = True, True
+    bind_boundaries_directly(specs, direct_in, direct_out)
     share_shaders(specs, choices.limits.storage_buffers)
     return specs, root, tunable, f32
 
@@ -144,6 +152,59 @@ def share_shaders(specs: list[KernelSpec], max_bindings: int | None = None) -> N
                 for b in spec.bindings:
                     if codegen.is_baked(b):
                         b.bake, b.exact = False, True
+
+
+def direct_boundaries(graph: Graph, specs: list[KernelSpec], inputs: list[int], outputs: list[int],
+                      in_place: dict[int, int], root: Callable[[int], int], precision: str,
+                      ) -> tuple[frozenset[int], dict[int, int]]:
+    """The boundary tensors whose converter would copy bytes unchanged (layout.stored_as_bhwc): the dispatches read
+    such an input from its boundary buffer, and write such an output's alias root into the output's boundary buffer
+    (source -> output), with no converter dispatch. Only tensors stored in f32 (integers, or an fp32 program; f16
+    storage is not the host's f32 bytes), of static shape (a symbolic plan's sizes would change the rule's answer),
+    and not KV caches written in place. An output qualifies without padding lanes only (a producer writes whole
+    vec4s: the padding of an input fed from it would not stay zero) and where its root is written by the
+    partition, read and written by no one dispatch (WebGPU: no read-only and writable views of one buffer), and the
+    root of no other output."""
+    def stored_f32(t: int) -> bool:
+        return holds_integers(graph.tensors[t]) or precision == "fp32"
+
+    def static(t: int) -> bool:
+        tensor = graph.tensors[t]
+        return tensor.shape_signature is None or all(d >= 0 for d in tensor.shape_signature)
+
+    written: set[int] = set()
+    read_and_written: set[int] = set()
+    for spec in specs:
+        mine = {root(b.tensor) for b in spec.bindings if b.tensor is not None and b.writable}
+        written |= mine
+        read_and_written |= mine & {root(b.tensor) for b in spec.bindings if b.tensor is not None and not b.writable}
+    direct_in = frozenset(t for t in inputs if t not in in_place and root(t) == t and t not in written
+                          and static(t) and stored_f32(t) and stored_as_bhwc(graph.tensors[t].shape))
+    roots = [root(t) for t in outputs]
+    direct_out = {}
+    for t, source in zip(outputs, roots):
+        shape = graph.tensors[t].shape
+        if (t in in_place.values() or t in inputs or source in inputs or roots.count(source) > 1
+                or source not in written or source in read_and_written or not static(t) or not static(source)
+                or not stored_f32(t) or holds_integers(graph.tensors[t]) != holds_integers(graph.tensors[source])
+                or not stored_as_bhwc(shape, padded=False)
+                or phwc4_elements(graph.tensors[source].shape) != phwc4_elements(shape)):
+            continue
+        direct_out[source] = t
+    return direct_in, direct_out
+
+
+def bind_boundaries_directly(specs: list[KernelSpec], direct_in: frozenset[int], direct_out: dict[int, int]) -> None:
+    """The bindings of the inputs and output roots of direct_boundaries become bindings of their boundary buffers
+    (raw, f32): read and written where the converters would have copied them (alias roots resolved already)."""
+    for spec in specs:
+        for b in spec.bindings:
+            if b.raw or b.tensor is None or b.data is not None or b.scratch_bytes:
+                continue
+            if b.tensor in direct_in:
+                b.raw, b.exact = True, True
+            elif b.tensor in direct_out:
+                b.tensor, b.raw, b.exact = direct_out[b.tensor], True, True
 
 
 def in_place_pairs(graph: Graph, ops: list[int], inputs: list[int], outputs: list[int]) -> dict[int, int]:
@@ -180,8 +241,13 @@ def launched(spec: KernelSpec) -> int:
 
 
 def dispatch_macs(spec: KernelSpec, graph: Graph) -> int:
-    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads."""
+    """Multiply-accumulates of a dispatch; for kernels without them, the elements it reads: of a binding it reads in
+    part, the part (Binding.touched: a gather's rows, not its whole table; a cache read in full, the worst case)."""
     if spec.macs:
         return spec.macs
-    return sum(graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
-               for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))
+
+    def read(b: Binding) -> int:
+        elements = graph.tensors[b.tensor].size if b.tensor is not None else int(b.data.size)
+        return elements if b.touched is None else math.ceil(elements * b.touched.fraction())
+
+    return sum(read(b) for b in spec.bindings if not b.writable and (b.tensor is not None or b.data is not None))

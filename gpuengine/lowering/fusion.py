@@ -120,17 +120,23 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
               max_bindings: int | None = None) -> bool:
     out = op.outputs[0]
     for position, t in enumerate(op.inputs):
-        if t < 0 or t in aliases or t in keep or len(consumers.get(t, [])) != 1 or writer.get(t, -1) < 0:
+        if t < 0 or t in keep or len(consumers.get(t, [])) != 1 or writer.get(t, -1) < 0:
+            continue
+        # A RESHAPE alias of a dispatch's output read by nothing else (Gemma's embedding rows, reshaped, times
+        # sqrt(width)): the op fuses into that dispatch, whose output it then is; the alias is never read.
+        source = aliases.get(t, t)
+        if source != t and (source in aliases or source in keep or len(consumers.get(source, [])) != 1
+                            or to_bhwc(graph.tensors[source].shape) != to_bhwc(graph.tensors[out].shape)):
             continue
         spec = specs[writer[t]]
-        if spec.output_tensor != t or not has_epilogue(spec):
+        if spec.output_tensor != source or not has_epilogue(spec):
             continue
         if to_bhwc(graph.tensors[t].shape) != to_bhwc(graph.tensors[out].shape):
             continue
         if holds_integers(graph.tensors[t]) != holds_integers(graph.tensors[out]):
             continue  # a dispatch writes integers (f32 storage) or floats (the precision's), never both kinds
         others = [u for k, u in enumerate(op.inputs) if k != position and u >= 0 and graph.tensors[u].data is None]
-        if any(u == t or u not in writer for u in others):
+        if any(u in (t, source) or u not in writer for u in others):
             continue
         epilogue = kernel.as_epilogue(op, graph, position, f"f{len(spec.ops)}_")  # type: ignore[attr-defined]
         if epilogue is None:
@@ -144,8 +150,9 @@ def _try_fuse(op_i: int, op: Op, kernel: object, graph: Graph, specs: list[Kerne
             _move_to_end(specs, writer, writer[t])
         code = "+".join(model_ops(op))
         lines = [*epilogue.lines, *([fake_quant(graph.tensors[out])] if is_quantized(graph.tensors[out]) else [])]
-        apply_fused(spec, FusedOp(op_i, code, t, out, lines, epilogue.functions, epilogue.bindings))
+        apply_fused(spec, FusedOp(op_i, code, source, out, lines, epilogue.functions, epilogue.bindings))
         writer[out] = writer.pop(t)
+        writer.pop(source, None)
         return True
     return False
 

@@ -37,6 +37,18 @@ def phwc4_elements(shape: tuple[int, ...]) -> int:
     return b * slices(c) * h * w * 4
 
 
+def stored_as_bhwc(shape: tuple[int, ...], padded: bool = True) -> bool:
+    """Whether a tensor's PHWC4 storage is byte-for-byte its dense BHWC array, so a boundary needs no converter:
+    C % 4 == 0 with one slice or one pixel per batch (H * W == 1); or, where `padded`, one pixel (B * H * W == 1),
+    whose PHWC4 slices are the BHWC values followed by zero padding to a whole vec4 (which the buffer then holds)."""
+    b, h, w, c = to_bhwc(shape)
+    if b * h * w * c == 0:
+        return False
+    if c % 4 == 0:
+        return c == 4 or h * w == 1
+    return padded and b * h * w == 1
+
+
 def phwc4_index(shape: tuple[int, ...], b: int, h: int, w: int, c: int) -> int:
     _, hh, ww, cc = to_bhwc(shape)
     return (((b * slices(cc) + c // 4) * hh + h) * ww + w) * 4 + c % 4

@@ -25,6 +25,7 @@ from ..lowering import codegen
 from ..lowering.device_fit import stored_data, violations
 from ..lowering.dispatches import (
     Choices,
+    bind_boundaries_directly,
     dispatch_macs,
     finish,
     in_place_pairs,
@@ -35,6 +36,7 @@ from ..lowering.dispatches import (
 from ..lowering.fusion import redecompose
 from ..lowering.kernels.base import Binding, Decomposition, KernelSpec
 from ..lowering.kernels.common import EXACT_LIMIT, holds_integers
+from ..lowering.kernels.convert import CONVERTERS
 from ..lowering.kernels.dispatch_cost import binding_bytes
 from ..lowering.kernels.tuned import Tuned
 from ..lowering.layout import phwc4_elements
@@ -236,7 +238,12 @@ class GpuProgram:
         f32_names = options.f32_tensors if self.precision == "fp16" else frozenset()
         self.in_place = in_place_pairs(graph, ops, self.inputs, self.outputs)  # caches written in their buffer
         specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
-                                                                   options.optimize, self.choices, f32_names, sparse)
+                                                                   options.optimize, self.choices, f32_names, sparse,
+                                                                   self.precision)
+        converted = {b.tensor for spec in specs if spec.shader in CONVERTERS for b in spec.bindings if b.raw}
+        # boundary tensors the dispatches bind in their boundary buffer, no converter (dispatches.direct_boundaries)
+        self.direct = frozenset(t for t in [*self.inputs, *self.outputs] if t not in converted
+                                and t not in self.in_place and t not in self.in_place.values())
         self.tuned = self.choices.from_cache
         self.info = CompiledInfo(specs=specs)
         self.info.records = usage_records(specs, graph, self.root, codegen.element_bytes("S1", self.precision),
@@ -291,10 +298,7 @@ class GpuProgram:
                  decomposition: Decomposition | None) -> tuple[KernelSpec, tuple[Any, Any, int, int, int]]:
         d = self.dispatches[index]
         if decomposition is not None:
-            spec = redecompose(d.spec, decomposition)
-            finish(spec, self.root, self.choices)
-            mark_exact(spec, self.graph, self.f32)
-            self._mark_shared([spec])
+            spec = self._redecomposed(d.spec, decomposition)
             self._validate([spec])
             _, pipeline = self._compiled(spec)
             # constants uploaded afresh: a new decomposition packs its weights anew (ids of the old may be reused)
@@ -303,6 +307,18 @@ class GpuProgram:
         self._validate([spec])
         _, pipeline = self._compiled(spec)
         return spec, (pipeline, d.bind_group, *codegen.dispatch_size(spec))
+
+    def _redecomposed(self, spec: KernelSpec, decomposition: Decomposition) -> KernelSpec:
+        """spec in another decomposition, its bindings finished as partition_specs finished the original's: alias
+        roots, exact storage, boundary tensors bound in their boundary buffers (direct_boundaries), shared views."""
+        spec = redecompose(spec, decomposition)
+        finish(spec, self.root, self.choices)
+        mark_exact(spec, self.graph, self.f32)
+        outputs = set(self.outputs)
+        bind_boundaries_directly([spec], frozenset(t for t in self.direct if t not in outputs),
+                                 {self.root(t): t for t in self.direct if t in outputs})
+        self._mark_shared([spec])
+        return spec
 
     def replace(self, index: int, decomposition: Decomposition) -> None:
         """Run dispatch `index` in another decomposition from now on (tests check every one this way)."""
@@ -557,6 +573,11 @@ class GpuProgram:
             entries.append({"binding": i, "resource": resource})
         return dev.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
 
+    def padded(self, t: int) -> bool:
+        """Input t is read directly as PHWC4 vec4s its BHWC bytes do not fill (a lone pixel of C < 4): the rest of
+        its buffer is zero padding, never written (copies into it move the tensor's bytes only)."""
+        return t in self.direct and t in self.raw_in and self.graph.tensors[t].size * 4 % 16 != 0
+
     def _raw_bytes(self, t: int) -> int:
         return max(16, -(-int(np.prod(self.graph.tensors[t].shape, dtype=np.int64)) * 4 // 16) * 16)
 
@@ -619,12 +640,9 @@ class GpuProgram:
         decomposition gives), its small constants in buffers where `unbake`; None when it cannot be."""
         if decomposition is not None and spec.decomposition != decomposition:
             try:
-                spec = redecompose(spec, decomposition)
+                spec = self._redecomposed(spec, decomposition)
             except (ValueError, KeyError):
                 return None
-            finish(spec, self.root, self.choices)
-            mark_exact(spec, self.graph, self.f32)
-            self._mark_shared([spec])
         elif decomposition is None and workgroup is not None and tuple(spec.workgroup) != tuple(workgroup):
             spec = dataclasses.replace(spec, workgroup=tuple(workgroup))
         if unbake:
@@ -913,7 +931,8 @@ class GpuProgram:
             return []
         encoder = self.gpu.device.create_command_encoder()
         for t, source in self._feedback.items():
-            encoder.copy_buffer_to_buffer(source, 0, self.raw_in[t], 0, self._raw_bytes(t))
+            size = self.graph.tensors[t].size * 4 if self.padded(t) else self._raw_bytes(t)
+            encoder.copy_buffer_to_buffer(source, 0, self.raw_in[t], 0, size)
         return [encoder.finish()]
 
     def set_readback(self, outputs: frozenset[int] | None) -> None:
@@ -935,12 +954,17 @@ class GpuProgram:
                 self._bound.pop(t, None)
             elif t in self.in_place and buffer is self.raw_in[t]:
                 self._bound.pop(t, None)  # a cache written in place fed its own output: already there, no copy
-            elif t in self.in_place or any(buffer is out for out in self.raw_out.values()):
-                # an in-place cache is never read from another's buffer (the write would change it): copied in
+            elif (t in self.in_place or any(buffer is out for out in self.raw_out.values())
+                  or (self.padded(t) and buffer.usage & 4)):
+                # an in-place cache is never read from another's buffer (the write would change it): copied in; so
+                # is a lone pixel read directly as a padded vec4 (its padding must stay zero: the tensor's bytes)
                 if not buffer.usage & 4:  # wgpu.BufferUsage.COPY_SRC
                     raise ValueError("a buffer fed to a KV cache written in place needs COPY_SRC usage")
                 self._bound.pop(t, None)
                 self._feedback[t] = buffer
+            elif self.padded(t) and buffer.size < self._raw_bytes(t):
+                raise ValueError(f"input {t} is read as whole vec4s ({self._raw_bytes(t)} bytes): its buffer needs "
+                                 "COPY_SRC usage (copied in) or that many bytes")
             else:
                 self._bound[t] = buffer
             self.set_resident(t, buffer is not None)

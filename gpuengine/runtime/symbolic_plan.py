@@ -703,6 +703,7 @@ class SizedProgram(GpuProgram):
         self.inputs, self.outputs = list(first.inputs), list(first.outputs)
         self.choices, self.root, self.tunable, self.f32 = first.choices, first.root, [], first.f32
         self.in_place: dict[int, int] = {}
+        self.direct = first.direct
         self.tuned = 0
         features = at.features
         graph = dataclasses.replace(first.graph, tensors=list(first.graph.tensors))

@@ -144,7 +144,9 @@ def test_precision_command_searches_saves_and_reuses(tmp_path, capsys):
     assert report["mixed_search"]["f32_tensors"] == 1 and report["mixed_search"]["error_all_f16"] > 0.1
     rows = report["precisions"]
     assert rows["fp16"]["err_vs_float64"] > 0.05 and rows["fp16-mixed"]["err_vs_float64"] < 1e-3
-    assert rows["fp16"]["memory_bytes"] < rows["fp16-mixed"]["memory_bytes"] <= rows["fp32"]["memory_bytes"]
+    # (not against fp32's: an fp32 program reads inputs and writes outputs whose PHWC4 layout is their BHWC one in
+    # their boundary buffers, outside its arena, where fp16 converts them into it: dispatches.direct_boundaries)
+    assert rows["fp16"]["memory_bytes"] < rows["fp16-mixed"]["memory_bytes"]
     assert rows["fp16-mixed"]["f32_tensors"] >= 1
     assert main(["precision", str(path), "--seeds", "1", "--precision", "fp16", "--f32-tensors", str(saved)]) == 0
     assert "| cancel | fp16-mixed |" in capsys.readouterr().out

@@ -6,6 +6,8 @@ from ...model.ir import Graph
 from ..layout import slices, to_bhwc
 from .base import Binding, KernelSpec
 
+CONVERTERS = ("bhwc_to_phwc4", "phwc4_to_bhwc")  # their shaders
+
 
 def _params(graph: Graph, t: int) -> tuple[dict, tuple[int, int, int]]:
     b, h, w, c = to_bhwc(graph.tensors[t].shape)
