@@ -152,3 +152,24 @@ def test_prefill_families():
     count = _run_each((64, 3, 3, 32, 32, True), lambda cs: [d for d in cs if d.tile[0] in (8, 32)] + _first_of_each(
         [d for d in cs if d.tile[0] == 1 and d.split in (1, 4)], lambda d: (d.split, d.subgroup)))
     assert count == 5
+
+
+@pytest.mark.parametrize("case, widths", [((64, 3, 3, 1, 256, True), ({1, 2, 4}, {1, 2, 4})),
+                                          ((256, 1, 4, 1, 64, True), ({1, 2, 4}, {1, 2}))])
+def test_lanes_merges(case, widths, monkeypatch):
+    """Flash-decoding's key groups of lanes, one candidate per (lanes, PART_R, MERGE_R, across subgroups or not):
+    the subgroups' states merged 1, 2 or 4 invocations a slice, the chunks' likewise, in one round or several (head
+    dim 256: more slices than invocations)."""
+    from gpuengine.lowering.kernels.attention import lanes_merges
+
+    vs = case[0] // 4
+    seen = set()
+
+    def pick(candidates):
+        chosen = _first_of_each([d for d in candidates if d.subgroup and d.tile[0] > 1],
+                                lambda d: (d.tile[0], *lanes_merges(d, vs)[1:]))
+        seen.update(lanes_merges(d, vs)[1:] for d in chosen)
+        return chosen
+
+    assert _run_each(case, pick, monkeypatch) >= 6
+    assert ({r for r, _ in seen}, {r for _, r in seen}) == widths, seen

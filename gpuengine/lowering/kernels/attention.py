@@ -570,11 +570,31 @@ def _lanes_candidates(n: int, ds: int, vs: int, max_chunks: int) -> list[Decompo
     return list(dict.fromkeys(result))
 
 
+def _merge_width(size: int, vs: int, most: int) -> int:
+    """Adjacent invocations that merge one slice of a state (attention_lanes.wgsl's PART_R over the subgroups'
+    states, merge_lanes.wgsl's MERGE_R over the chunks): up to 4 (always within one subgroup), as many as the
+    workgroup has invocations per slice, and no more than the states (`most`) they share."""
+    width = 1
+    while width * 2 <= min(4, most) and width * 2 * vs <= size:
+        width *= 2
+    return width
+
+
+def lanes_merges(dec: Decomposition, vs: int) -> tuple[int, int, int]:
+    """(parts, PART_R, MERGE_R): the states merged across subgroups (SUBGROUP invocations a
+    subgroup; 1: none) and the invocations per slice of the two merges."""
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
+    parts = size // max(lanes, SUBGROUP)
+    return parts, _merge_width(size, vs, parts), _merge_width(size, vs, chunks)
+
+
 def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -> float:
     """Cost units of one invocation over `keys` keys: its blocks of 4 keys (A key and B value slices of each,
     their loads and dot products or multiply-adds, the score's shuffles over the lanes, the mask's 4 reads, one
-    online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then workgroup
-    memory), the state's store and the last tile's merge of the chunks (as the other flash-decoding forms)."""
+    online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then through
+    workgroup memory: each slice by PART_R invocations over the subgroups' states, a maximum of them all, its
+    share rescaled and added, summed by shuffles), the state's store and the last tile's merge of the chunks
+    (each slice by MERGE_R invocations over its share of the chunks, online, combined by shuffles)."""
     lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
     groups = size // lanes
     a, b = -(-ds // lanes), -(-vs // lanes)
@@ -583,12 +603,18 @@ def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -
              + 40 + 4 * b * (tiling.LOAD + 4) + 4 * b)
     levels = math.log2(max(1, min(size, SUBGROUP) // lanes))
     merge_groups = levels * ((b + 1) * tiling.SHUFFLE + 12)
-    span = max(lanes, SUBGROUP)
-    if size > span:
-        merge_groups += tiling.SHARED_LEVEL + (size // span) * (2 * tiling.LOAD * (b + 1) + 12)
-    merge_chunks = chunks * tiling.LOAD + math.ceil(vs / size) * (chunks * (2 * tiling.LOAD + 6) + tiling.LOAD) + 4
-    return (tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + (b + 1) * tiling.LOAD
-            + merge_chunks)
+    parts, part_r, merge_r = lanes_merges(dec, vs)
+    if parts > 1:  # the states' store, then per round of slices: the maxima, its share, the shuffles, the store
+        rounds = math.ceil(vs * part_r / size)
+        merge_groups += tiling.SHARED_LEVEL + (b + 1) * tiling.LOAD + rounds * (
+            parts * (tiling.LOAD + 2) + math.ceil(parts / part_r) * (2 * tiling.LOAD + 10)
+            + math.log2(part_r) * 2 * tiling.SHUFFLE + tiling.LOAD)
+    else:
+        merge_groups += (b + 1) * tiling.LOAD
+    rounds = math.ceil(vs * merge_r / size)
+    merge_chunks = 4 + rounds * (math.ceil(chunks / merge_r) * (2 * tiling.LOAD + 16)
+                                 + math.log2(merge_r) * (2 * tiling.SHUFFLE + 16) + tiling.LOAD)
+    return tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + merge_chunks
 
 
 def _lanes_barriers(dec: Decomposition, n: int) -> int:
@@ -601,12 +627,15 @@ def _lanes_barriers(dec: Decomposition, n: int) -> int:
 
 def _lanes_shuffles(dec: Decomposition, n: int, vs: int) -> int:
     """vec4 shuffles of one invocation: per block of 4 keys one per lane level; per key-group level its state
-    and B value slices (SUBGROUP invocations a subgroup)."""
+    and B value slices (SUBGROUP invocations a subgroup); per level of the two merges' slices, 2."""
     lanes = dec.tile[0]
     groups = dec.split // lanes
     blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
     levels = math.log2(max(1, min(dec.split, SUBGROUP) // lanes))
-    return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1))
+    parts, part_r, merge_r = lanes_merges(dec, vs)
+    merges = (2 * math.log2(part_r) * math.ceil(vs * part_r / dec.split) if parts > 1 else 0) + (
+        2 * math.log2(merge_r) * math.ceil(vs * merge_r / dec.split))
+    return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1) + merges)
 
 
 def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int],
@@ -618,6 +647,7 @@ def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int
     tiles = rows * chunks
     dispatch, nx = codegen.tile_dispatch(tiles, dec)
     a, b = -(-ds // lanes), -(-vs // lanes)
+    _, part_r, merge_r = lanes_merges(dec, vs)
     # a key group of more lanes than 4 may span subgroups (smaller than it): their partial scores through
     # workgroup memory (the condition is uniform; the barriers stay outside it)
     span = "" if lanes <= 4 else codegen.fill("attention/lane_span.wgsl", {"LANES": lanes}, "    ")
@@ -625,9 +655,10 @@ def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int
     params = {**fixed, "LOCATE": Code(locate), "KEY_END": key_end[0], "LANES": lanes, "GROUPS": size // lanes,
               "A": a, "B": b, "DS_LAST": ds - 1, "VS_LAST": vs - 1, "DISPATCH_X": nx, "TILES": tiles,
               "TILES_LAST": tiles - 1, "CHUNKS": chunks, "CHUNKS_LAST": chunks - 1, "STATE": vs + 1,
-              "MERGE_STEP": size, "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
+              "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
               "LANE_SPAN": Code(span), "PART_STATES": states, "PART_VEC4S": states * b,
-              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else "")}
+              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else ""),
+              "PART_R": part_r, "MERGE_R": merge_r}
     fresh = [dataclasses.replace(x) for x in bindings]
     if key_end[1]:  # K and V read up to the position's end: the latency model counts those rows
         for x in fresh[1:3]:
