@@ -173,3 +173,17 @@ def test_lanes_merges(case, widths, monkeypatch):
 
     assert _run_each(case, pick, monkeypatch) >= 6
     assert ({r for r, _ in seen}, {r for _, r in seen}) == widths, seen
+
+
+def test_long_rows_get_key_chunks(monkeypatch):
+    """Prefill of 8 queries a head over 512 keys at head dim 256 (a short prompt over a long cache): one workgroup a
+    row would leave an invocation 32,768 multiply-adds, so the rows get flash-decoding's key chunks too
+    (attention.long_rows); its key groups of lanes (what `discrete` chooses) at 1, 2 and more chunks, against
+    LiteRT. (Forms holding a whole row of 256 channels per invocation are left out: on lavapipe some of them,
+    flash-decoding or not, give wrong rows from run to run, on main too; docs/benchmarks.md.)"""
+    from gpuengine.lowering.kernels.attention import long_rows
+
+    assert long_rows(4 * 8, 512, 256, 256) and not long_rows(4 * 8, 64, 256, 256)
+    count = _run_each((256, 1, 4, 8, 512, True), lambda cs: _first_of_each(
+        [d for d in cs if d.subgroup and d.tile[0] > 1], lambda d: (d.tile[0], min(d.tile[1], 4))), monkeypatch)
+    assert count >= 8

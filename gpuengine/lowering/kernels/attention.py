@@ -52,6 +52,13 @@ MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays 
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
 MIN_CHUNK = 8  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
+# a dispatch of at least BIG_MACS multiply-adds whose rows, each in one workgroup, leave an invocation more than
+# KEYS_MACS of them (a short prompt over a long cache: few rows, each over many keys) also gets flash-decoding's key
+# chunks, at most PREFILL_TILES (row, chunk) tiles (their scratch states); the parallelism rule of
+# tests/models/test_work_decomposition.py
+BIG_MACS = 1_000_000
+KEYS_MACS = 16_384
+PREFILL_TILES = 1024
 
 
 def logical(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
@@ -74,6 +81,14 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 def flash_decoding(m: int, n: int) -> bool:
     """Whether m queries per head over n keys are split across workgroups (flash-decoding) unless ONE_DISPATCH."""
     return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
+
+
+def long_rows(rows: int, n: int, d: int, dv: int) -> bool:
+    """Whether `rows` rows over n keys (more than DECODE_ROWS queries a head) need key chunks too: the largest
+    split of a row within its workgroup (_row_candidates) leaves an invocation more than KEYS_MACS multiply-adds
+    of a big dispatch (head dim 256: more than 32 keys)."""
+    most_split = max(dec.split for dec in _row_candidates(rows, n, slices(dv)))
+    return rows * n * (d + dv) >= BIG_MACS and -(-n // most_split) * (d + dv) > KEYS_MACS and n >= 2 * MIN_CHUNK
 
 
 def _mask_rows_check(op: Op, graph: Graph) -> str | None:
@@ -278,10 +293,11 @@ class AttentionKernel:
         if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
             unit = b1 * m
         units = rows // unit
-        if flash_decoding(m, n) and not op.opt(ONE_DISPATCH):
+        if (flash_decoding(m, n) or long_rows(rows, n, d, dv)) and not op.opt(ONE_DISPATCH):
+            most = _max_chunks(n) if flash_decoding(m, n) else max(2, min(_max_chunks(n), PREFILL_TILES // rows))
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
                                         macs, [readers, mask_value], out, _key_end(op, graph, n),
-                                        len(op.inputs) >= 4)
+                                        len(op.inputs) >= 4, most)
         dst = Binding("dst", tensor=out, writable=True)
 
         def make(dec: Decomposition) -> KernelSpec:
@@ -321,7 +337,7 @@ class AttentionKernel:
     def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
                         sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
                         code: list[str], out: int, key_end: tuple[Code, bool] = (Code(""), False),
-                        masked: bool = False) -> Lowering:
+                        masked: bool = False, most: int = MAX_CHUNKS) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
         (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
         sum, weighted values) in scratch; the last tile of a row to finish (an atomic count per row, reset by that
