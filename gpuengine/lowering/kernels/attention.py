@@ -419,7 +419,8 @@ class AttentionKernel:
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs,
                             work_at=work if by_position else None,
                             barriers=lambda dec: _lanes_barriers(dec, n) if dec.subgroup else None,
-                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None)
+                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None,
+                            template=lambda dec: "attention_lanes" if dec.subgroup else "attention_partials")
         return [variants]
 
 
