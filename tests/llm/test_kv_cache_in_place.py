@@ -221,7 +221,8 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
     program = ours.compiled.gpu_programs[0]
     # converted: q, k, v, start, mask (and cos, sin); then the K and V writes (K rotated, and q's ROPE), ATTENTION
     shaders = [d.spec.shader for d in program.dispatches]
-    assert shaders == ["bhwc_to_phwc4"] * (7 if rope else 5) + ["kv_cache", "attention", "phwc4_to_bhwc"]
+    assert shaders[:-2] == ["bhwc_to_phwc4"] * (7 if rope else 5) + ["kv_cache"] and shaders[-1] == "phwc4_to_bhwc"
+    assert shaders[-2] in ("attention", "attention_partials", "attention_lanes"), shaders  # the policy's choice
     for cache, out in ((3, 1), (4, 2)):
         out_t = ours.get_output_details()[out]["index"]
         assert program.output_buffer(out_t) is program.input_buffer(index[cache])  # one buffer for both
