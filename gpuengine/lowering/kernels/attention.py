@@ -16,7 +16,8 @@ Decompositions (Variants, chosen per target by latency/policy.py), all within We
     query heads) loads blocks of keys into workgroup memory once for all of them.
   * flash-decoding (at most DECODE_ROWS queries per head over many keys, tile[1] = chunks): the keys are cut into
     chunks, each reduced by its own workgroup to a partial state in scratch; the last workgroup of a row to finish
-    merges them, so a big GPU fills at batch 1 in one dispatch.
+    merges them, so a big GPU fills at batch 1 in one dispatch. Also for more queries where one workgroup a row
+    would leave each invocation too much work (`long_rows`: a short prompt over a long cache).
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def long_rows(rows: int, n: int, d: int, dv: int) -> bool:
     of a big dispatch (head dim 256: more than 32 keys)."""
     most_split = max(dec.split for dec in _row_candidates(rows, n, slices(dv)))
     return rows * n * (d + dv) >= BIG_MACS and -(-n // most_split) * (d + dv) > KEYS_MACS and n >= 2 * MIN_CHUNK
+
+
+def _power_of_2(n: int) -> int:
+    """The largest power of 2 at most n (1 below 1)."""
+    return 1 << max(0, n.bit_length() - 1)
 
 
 def _mask_rows_check(op: Op, graph: Graph) -> str | None:
@@ -294,7 +300,8 @@ class AttentionKernel:
             unit = b1 * m
         units = rows // unit
         if (flash_decoding(m, n) or long_rows(rows, n, d, dv)) and not op.opt(ONE_DISPATCH):
-            most = _max_chunks(n) if flash_decoding(m, n) else max(2, min(_max_chunks(n), PREFILL_TILES // rows))
+            most = _max_chunks(n) if flash_decoding(m, n) else max(2, min(_max_chunks(n), _power_of_2(
+                PREFILL_TILES // rows)))
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
                                         macs, [readers, mask_value], out, _key_end(op, graph, n),
                                         len(op.inputs) >= 4, most)
