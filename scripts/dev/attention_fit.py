@@ -1,7 +1,7 @@
 """Fit the attention templates' efficiency on this adapter (lavapipe's entries in gpuengine/latency/devices.py).
 
 ATTENTION alone (tests/ops/test_attention_sizes.py's builder; its mask an input, so every key is read, as the model
-counts): decode at head dims 64 / 128 / 256 and a short prefill, each in the decomposition the `discrete` and the
+counts): decode at head dims 64 / 128 / 256, a short prefill and two prefills over long rows (attention.long_rows), each in the decomposition the `discrete` and the
 `cpu` targets choose and `--alternatives` others (tuning/calibrate.measure_program: the least of `--runs` passes, over
 `--turns` turns). Prints each sample measured and predicted before / after, the median errors and the fitted
 efficiencies (JSON), as lasnet_bench.py --calibrate does for the LASNet kernels.
@@ -33,7 +33,8 @@ from test_attention_sizes import feeds, gqa_attention  # noqa: E402 - the tests'
 TEMPLATES = ("attention", "attention_partials", "attention_lanes")
 # (head dim, KV heads, query heads per KV head, queries, keys, mask)
 CASES = [(64, 3, 3, 1, 256, True), (128, 2, 4, 1, 1024, True), (256, 1, 4, 1, 512, True),
-         (256, 1, 4, 1, 1024, True), (64, 3, 3, 1, 64, True), (64, 3, 3, 8, 256, True)]
+         (256, 1, 4, 1, 1024, True), (64, 3, 3, 1, 64, True), (64, 3, 3, 8, 256, True),
+         (256, 1, 4, 8, 512, True), (128, 2, 4, 16, 512, True)]  # the last two: long rows (flash-decoding's forms)
 
 
 def main() -> None:
