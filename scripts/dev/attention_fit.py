@@ -1,10 +1,11 @@
 """Fit the attention templates' efficiency on this adapter (lavapipe's entries in gpuengine/latency/devices.py).
 
 ATTENTION alone (tests/ops/test_attention_sizes.py's builder; its mask an input, so every key is read, as the model
-counts): decode at head dims 64 / 128 / 256, a short prefill and two prefills over long rows (attention.long_rows), each in the decomposition the `discrete` and the
-`cpu` targets choose and `--alternatives` others (tuning/calibrate.measure_program: the least of `--runs` passes, over
-`--turns` turns). Prints each sample measured and predicted before / after, the median errors and the fitted
-efficiencies (JSON), as lasnet_bench.py --calibrate does for the LASNet kernels.
+counts): decode at head dims 64 / 128 / 256, two short prefills and one over long rows (attention.long_rows), each in
+the decomposition the `discrete` and the `cpu` targets choose and `--alternatives` others
+(tuning/calibrate.measure_program: the least of `--runs` passes, over `--turns` turns). Prints each sample measured
+and predicted before / after, the median errors and the fitted efficiencies (JSON), as lasnet_bench.py --calibrate
+does for the LASNet kernels.
 
     python scripts/dev/attention_fit.py [--runs 5] [--turns 2] [--alternatives 5]
 """
