@@ -4,11 +4,13 @@
 // the matching value slices (B), so no invocation reads a whole key or value row. A key group takes 4 keys at a time
 // (block b of the chunk, interleaved over the groups): each lane's partial dot products, summed over the group's
 // lanes by subgroup shuffles (LANE_SPAN: then across subgroups through workgroup memory where a key group spans
-// several, on adapters whose subgroups are smaller than LANES; never for 4 lanes), give the 4 scores; one online-softmax step per block (running maximum and sum), each lane rescaling and adding
-// its value slices. The key groups' states are then merged lane by lane (subgroup shuffles, then workgroup memory
-// across subgroups), group 0 writes the tile's state to `partials` and the last tile of a row merges them
-// (attention/merge_last.wgsl, its slices spread over the workgroup). The loop bounds are uniform in the workgroup
-// (from the workgroup id and the end read through workgroupUniformLoad), as the shuffles inside need.
+// several, on adapters whose subgroups are smaller than LANES; never for 4 lanes), give the 4 scores; one
+// online-softmax step per block (running maximum and sum), each lane rescaling and adding its value slices. The key
+// groups' states are then merged lane by lane (subgroup shuffles, then workgroup memory across subgroups, each slice
+// by PART_R adjacent invocations), the tile's state goes to `partials` and the last tile of a row merges them
+// (attention/merge_lanes.wgsl: each slice by MERGE_R adjacent invocations over the chunks, then shuffles). The loop
+// bounds are uniform in the workgroup (from the workgroup id and the ends read through workgroupUniformLoad), as
+// the shuffles inside need.
 ${BINDINGS}
 
 ${READERS}
@@ -24,7 +26,7 @@ ${KEY_END}
 var<workgroup> key_end_shared: u32;
 var<workgroup> part_ml: array<vec2<f32>, ${PART_STATES}>;
 var<workgroup> part_acc: array<vec4<f32>, ${PART_VEC4S}>;
-var<workgroup> last_tile: array<u32, 1>;
+var<workgroup> last_tile: u32;
 ${DOTS_MEMORY}
 
 @compute @workgroup_size(${WG_X}, 1, 1)
@@ -32,8 +34,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32,
         @builtin(subgroup_id) sg_id: u32) {
   let pos = sg_id * sg_size + sg_lane;
-  let k = pos;
-  let slot = 0u;
   let lane = pos % ${LANES}u;
   let kg = pos / ${LANES}u;
   let tile = wid.x + wid.y * ${DISPATCH_X}u;
@@ -109,28 +109,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     mx = top;
   }
-  // then across subgroups (or key groups spanning several) through workgroup memory, by the first key group
+  // then across subgroups (or key groups spanning several): the first key group of each stores its state in
+  // workgroup memory; slice s of the tile's state is made by PART_R adjacent invocations, each adding every
+  // PART_R-th state rescaled to their common maximum, summed by shuffles, and stored to `partials`
   let span = max(${LANES}u, sg_size);
-  if (${WG_X}u > span && pos % span < ${LANES}u) {
+  let parts = ${WG_X}u / span;
+  let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;
+  if (parts > 1u && pos % span < ${LANES}u) {
     let at = pos / span * ${LANES}u + lane;
     part_ml[at] = vec2<f32>(mx, total);
     for (var i = 0u; i < ${B}u; i++) { part_acc[at * ${B}u + i] = acc[i]; }
   }
   workgroupBarrier();
-  if (${WG_X}u > span && pos < ${LANES}u) {
-    for (var j = 1u; j < ${WG_X}u / span; j++) {
-      let at = j * ${LANES}u + lane;
-      let other = part_ml[at];
-      let top = max(mx, other.x);
-      let a = exp(mx - top);
-      let w = exp(other.x - top);
-      total = total * a + other.y * w;
-      for (var i = 0u; i < ${B}u; i++) { acc[i] = acc[i] * a + part_acc[at * ${B}u + i] * w; }
-      mx = top;
+  if (parts > 1u) {
+    for (var t0 = 0u; t0 < ${VS}u * ${PART_R}u; t0 += ${WG_X}u) {
+      let t = t0 + pos;
+      let s = min(t / ${PART_R}u, ${VS_LAST}u);
+      let r = t % ${PART_R}u;
+      let l = s % ${LANES}u;
+      var top = ${LOWEST};
+      for (var j = 0u; j < parts; j++) { top = max(top, part_ml[j * ${LANES}u + l].x); }
+      var weights = 0.0;
+      var merged = vec4<f32>(0.0);
+      for (var j = r; j < parts; j += ${PART_R}u) {
+        let at = j * ${LANES}u + l;
+        let state = part_ml[at];
+        let w = exp(state.x - top);
+        weights += state.y * w;
+        merged += part_acc[at * ${B}u + s / ${LANES}u] * w;
+      }
+      for (var o = 1u; o < ${PART_R}u; o = o << 1u) {
+        weights += subgroupShuffleXor(weights, o);
+        merged += subgroupShuffleXor(merged, o);
+      }
+      if (r == 0u && t / ${PART_R}u < ${VS}u && has_row) {
+        if (s == 0u) {
+          partials[base] = vec4<f32>(top, weights, 0.0, 0.0);
+        }
+        partials[base + 1u + s] = merged;
+      }
     }
-  }
-  if (pos < ${LANES}u && has_row) {
-    let base = 1u + (row * ${CHUNKS}u + c) * ${STATE}u;
+  } else if (pos < ${LANES}u && has_row) {
     if (lane == 0u) {
       partials[base] = vec4<f32>(mx, total, 0.0, 0.0);
     }
@@ -139,5 +158,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       if (s < ${VS}u) { partials[base + 1u + s] = acc[i]; }
     }
   }
-  #include "attention/merge_last.wgsl"
+  #include "attention/merge_lanes.wgsl"
 }

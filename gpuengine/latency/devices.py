@@ -60,11 +60,17 @@ def lavapipe(cores: int | None = None) -> Device:
     load average 3.7-4.5 from other sessions, each sample the least of 15 turns: LASNet blocks 32x32x16, 64x64x16,
     32x32x32, their dense dispatches as the engine runs them and their sparse kernels at each S and 5 activation
     rates, 78 samples of these templates, median error 12 %, 114 % before; the general conv had been predicted 8-10x
-    its measured time there)."""
+    its measured time there). Efficiencies of the attention templates: fitted on the dev box (2026-11-26, `python
+    scripts/dev/attention_fit.py --runs 7 --turns 3 --alternatives 5`, load average 1.0-1.5): ATTENTION alone at head
+    dims 64 / 128 / 256, decode over 64-1024 keys, two short prefills and one over long rows, in the `discrete` and
+    `cpu` choices and 5 other decompositions each, 96 samples, median error 363 % before, 47 % after (attention 261
+    -> 55 %, attention_partials 113 -> 62 %, attention_lanes 416 -> 41 %: the key-groups-of-lanes form had been
+    predicted up to 18x its measured time). Runs at load 2.7-3.4 without the long rows fitted 0.49 / 0.47 / 0.105."""
     return Device("lavapipe", cores or os.cpu_count() or 1, 4, 3.0, 20.0, 32 * 2**20, unit_ns=6.6,
                   dispatch_ns=12_600.0, workgroup_ns=1.0, barrier_ns=95.0, invocation_ns=1.0, store_ns=1.0,
                   shuffle_ns=50.0, submit_ns=250_000.0, record_ns=4_000.0, record_raw_ns=1_700.0,
-                  efficiency={"conv2d": 0.11, "lasnet_block": 0.117, "lasnet_mask": 0.795}, target="cpu",
+                  efficiency={"conv2d": 0.11, "lasnet_block": 0.117, "lasnet_mask": 0.795, "attention": 0.34,
+                              "attention_partials": 0.441, "attention_lanes": 0.09}, target="cpu",
                   source="fitted on lavapipe, dev box (2 cores)")
 
 

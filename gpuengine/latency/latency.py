@@ -147,14 +147,15 @@ def lane_memory(d: Decomposition | None) -> int:
 
 def candidate_cost(variants: Variants, d: Decomposition, base: DispatchCost | None = None) -> DispatchCost:
     """The cost of another decomposition of a dispatch, from its Variants alone (nothing is built): bytes are
-    those of `base` (a decomposition changes how a dispatch reads, not what)."""
+    those of `base` (a decomposition changes how a dispatch reads, not what); its template the candidate's own
+    where the kernel names it (Variants.template), else the base's."""
     invocations = int(variants.invocations(d))
     per = d.invocations_per_workgroup
     return DispatchCost(invocations, max(1, min(invocations, int(variants.active(d)))), max(1, invocations // per),
                         float(variants.work(d)), base.bytes_read if base else 0, base.bytes_written if base else 0,
                         variants.macs, d.split, split_barriers(d, variants), lane_memory(d),
-                        split_shuffles(d, variants),
-                        base.label if base else "", base.kernel if base else "")
+                        split_shuffles(d, variants), base.label if base else "",
+                        variants.template(d) if variants.template is not None else base.kernel if base else "")
 
 
 # -- the model ----------------------------------------------------------------------------------------------

@@ -229,8 +229,10 @@ def test_decode_steps_with_the_cache_in_place_match_litert(model_pair):
                          and not stored_as_bhwc(graph.tensors[t].shape)]
     assert 0 < len(converted) < (7 if rope else 5)
     out_converted = [t for t in program.outputs if t not in program.in_place.values() and t not in program.direct]
-    assert shaders == (["bhwc_to_phwc4"] * len(converted) + ["kv_cache", "attention"]
-                       + ["phwc4_to_bhwc"] * len(out_converted))
+    n_in, n_out = len(converted), len(out_converted)
+    assert shaders[:n_in + 1] == ["bhwc_to_phwc4"] * n_in + ["kv_cache"]
+    assert shaders[n_in + 2:] == ["phwc4_to_bhwc"] * n_out
+    assert shaders[n_in + 1] in ("attention", "attention_partials", "attention_lanes"), shaders  # the policy's choice
     for cache, out in ((3, 1), (4, 2)):
         out_t = ours.get_output_details()[out]["index"]
         assert program.output_buffer(out_t) is program.input_buffer(index[cache])  # one buffer for both

@@ -27,8 +27,11 @@ def _model(name: str) -> bytes:
     return zoo.get(name) if name in zoo.MODELS else reference_model(name)
 
 
-def _offenders(data: bytes, target: str, optimize: bool = True) -> list[str]:
-    plan, partitions = planned_dispatches(read_model(data).main, EngineOptions(optimize=optimize), named(target))
+def _offenders(data: bytes, target: str, optimize: bool = True, signature: str | None = None) -> list[str]:
+    model = read_model(data)
+    graph = model.main if signature is None else model.subgraphs[
+        next(s.subgraph for s in model.signatures if s.key == signature)]
+    plan, partitions = planned_dispatches(graph, EngineOptions(optimize=optimize), named(target), model)
     out = []
     for specs in partitions:
         for spec in specs:
@@ -42,6 +45,17 @@ def _offenders(data: bytes, target: str, optimize: bool = True) -> list[str]:
 @pytest.mark.parametrize("optimize", [True, False])
 def test_big_dispatches_fill_a_discrete_gpu(name, optimize):
     assert _offenders(_model(name), "discrete", optimize) == []
+
+
+def test_gemma3_shaped_prefill_fills_a_discrete_gpu():
+    """Gemma-3-270M's attention shape (4 query heads on 1 KV head of 256, cache 1024; 2 layers, a small vocabulary)
+    in its prefill of 32 tokens: 128 rows over 1,024 keys, 65,536 MACs an invocation in one workgroup a row; key
+    chunks (attention.long_rows) split it further. About 1 s."""
+    from gpuengine.zoo.decoder import DecoderConfig, decoder
+
+    data = decoder(DecoderConfig(layers=2, width=640, heads=4, kv_heads=1, head_dim=256, mlp=2048, vocab=256,
+                                 cache=1024, prefill=32, gemma=True, epsilon=1e-6))
+    assert _offenders(data, "discrete", signature="prefill_32") == []
 
 
 def test_the_rule_can_fail(monkeypatch):

@@ -87,7 +87,9 @@ def test_attention_matches_litert(case):
     # decode: flash-decoding (its merge in the same dispatch), or one workgroup a row where the latency model
     # predicts it faster on this adapter (passes/choose_attention_split.py)
     flash = case[3] == 1 and not op.opt("one_dispatch")
-    assert [s for s in shaders if s.startswith("attention")] == (["attention_partials"] if flash else ["attention"])
+    # (flash-decoding in either template: key groups of lanes, or its partials form)
+    attention = [s for s in shaders if s.startswith("attention")]
+    assert attention in ([["attention_lanes"], ["attention_partials"]] if flash else [["attention"]]), attention
     if len(case) > 6:  # K^T through a TRANSPOSE view: the kernel reads K's rows [N, D] instead, whole vec4s
         (spec,) = [d.spec for p in it.compiled.gpu_programs for d in p.dispatches if d.spec.variants is not None]
         assert f"x{(1, case[1], case[4], case[0])}x" in spec.label, spec.label
@@ -152,3 +154,38 @@ def test_prefill_families():
     count = _run_each((64, 3, 3, 32, 32, True), lambda cs: [d for d in cs if d.tile[0] in (8, 32)] + _first_of_each(
         [d for d in cs if d.tile[0] == 1 and d.split in (1, 4)], lambda d: (d.split, d.subgroup)))
     assert count == 5
+
+
+@pytest.mark.parametrize("case, widths", [((64, 3, 3, 1, 256, True), ({1, 2, 4}, {1, 2, 4})),
+                                          ((256, 1, 4, 1, 64, True), ({1, 2, 4}, {1, 2}))])
+def test_lanes_merges(case, widths, monkeypatch):
+    """Flash-decoding's key groups of lanes, one candidate per (lanes, PART_R, MERGE_R, across subgroups or not):
+    the subgroups' states merged 1, 2 or 4 invocations a slice, the chunks' likewise, in one round or several (head
+    dim 256: more slices than invocations)."""
+    from gpuengine.lowering.kernels.attention import lanes_merges
+
+    vs = case[0] // 4
+    seen = set()
+
+    def pick(candidates):
+        chosen = _first_of_each([d for d in candidates if d.subgroup and d.tile[0] > 1],
+                                lambda d: (d.tile[0], *lanes_merges(d, vs)[1:]))
+        seen.update(lanes_merges(d, vs)[1:] for d in chosen)
+        return chosen
+
+    assert _run_each(case, pick, monkeypatch) >= 6
+    assert ({r for r, _ in seen}, {r for _, r in seen}) == widths, seen
+
+
+def test_long_rows_get_key_chunks(monkeypatch):
+    """Prefill of 8 queries a head over 512 keys at head dim 256 (a short prompt over a long cache): one workgroup a
+    row would leave an invocation 32,768 multiply-adds, so the rows get flash-decoding's key chunks too
+    (attention.long_rows); its key groups of lanes (what `discrete` chooses) at 1, 2 and more chunks, against
+    LiteRT. (Forms holding a whole row of 256 channels per invocation are left out: on lavapipe some of them,
+    flash-decoding or not, give wrong rows from run to run, on main too; docs/benchmarks.md.)"""
+    from gpuengine.lowering.kernels.attention import long_rows
+
+    assert long_rows(4 * 8, 512, 256, 256) and not long_rows(4 * 8, 64, 256, 256)
+    count = _run_each((256, 1, 4, 8, 512, True), lambda cs: _first_of_each(
+        [d for d in cs if d.subgroup and d.tile[0] > 1], lambda d: (d.tile[0], min(d.tile[1], 4))), monkeypatch)
+    assert count >= 8

@@ -124,3 +124,30 @@ def test_fit_file_round_trip(tmp_path):
         devices.load_fit(path)
     path.write_text("{not json")
     assert devices.load_fits(path) == {}
+
+
+def test_candidates_are_priced_with_their_own_templates_efficiency():
+    """Flash-decoding's candidates run two templates (attention_lanes where subgroups split a row, else
+    attention_partials): each candidate's cost names its own (Variants.template), so a device's fitted efficiency
+    of that template prices it, in the policy's ranking too (no base dispatch)."""
+    import dataclasses
+
+    from gpuengine.zoo.decoder import DecoderConfig, decoder
+
+    data = decoder(DecoderConfig(layers=1, width=64, heads=4, kv_heads=1, head_dim=64, mlp=128, vocab=256, cache=256,
+                                 prefill=8))
+    model = read_model(data)
+    graph = model.subgraphs[next(s.subgraph for s in model.signatures if s.key == "decode")]
+    _, partitions = planned_dispatches(graph, EngineOptions(), named("discrete"), model)
+    (spec,) = [s for specs in partitions for s in specs if s.shader in ("attention_lanes", "attention_partials")]
+    variants = spec.variants
+    lanes = next(d for d in variants.candidates if d.subgroup)
+    partials = next(d for d in variants.candidates if not d.subgroup)
+    assert latency.candidate_cost(variants, lanes).kernel == "attention_lanes" == variants.make(lanes).shader
+    assert latency.candidate_cost(variants, partials).kernel == "attention_partials" == variants.make(partials).shader
+    plain = dataclasses.replace(devices.lavapipe(), efficiency={})
+    halved = dataclasses.replace(plain, efficiency={"attention_lanes": 0.5})
+    cost = latency.candidate_cost(variants, lanes)
+    assert latency.compute_ns(cost, halved) < latency.compute_ns(cost, plain)
+    cost = latency.candidate_cost(variants, partials)
+    assert latency.compute_ns(cost, halved) == latency.compute_ns(cost, plain)

@@ -19,6 +19,7 @@ from gpuengine.latency import policy
 from gpuengine.latency.target import named
 from gpuengine.lowering import codegen
 from gpuengine.lowering.kernels import registry, tiling
+from gpuengine.lowering.kernels.attention import long_rows
 from gpuengine.lowering.kernels.base import Variants
 from gpuengine.model.builder import ModelBuilder
 from gpuengine.model.ir import Quantization
@@ -171,10 +172,13 @@ def test_attention_offers_a_valid_decomposition(d, n, m):
     codes = [code for code, _ in found]
     assert codes == ["ATTENTION"], codes  # fused: no BATCH_MATMUL / SOFTMAX left
     shaders = _check(*found[0])
-    # flash-decoding: its subgroup form (key groups of lanes) is a template of its own
-    assert shaders == ({"attention_partials", "attention_lanes"} if m == 1 else {"attention"})
+    # flash-decoding (decode, or few rows over many keys: 2 heads x 32 queries over 2048 keys at head dim >= 128):
+    # its subgroup form (key groups of lanes) is a template of its own
+    flash = m == 1 or long_rows(2 * m, n, d, d)
+    assert flash == (m == 1 or (n == 2048 and d >= 128))
+    assert shaders == ({"attention_partials", "attention_lanes"} if flash else {"attention"})
     families = {(dec.tile[0] > 1, dec.tile[1] > 1, dec.split > 1) for dec in found[0][1].candidates}
-    if m == 1:  # flash-decoding: keys split across workgroups, and within them or shared by a KV head's rows
+    if flash:  # flash-decoding: keys split across workgroups, and within them or shared by a KV head's rows
         assert {(False, True, True), (False, True, False), (True, True, False)} <= families
     else:  # prefill: rows sharing K/V through workgroup memory, and rows whose keys are split
         assert (True, False, False) in families and (False, False, True) in families

@@ -16,7 +16,8 @@ Decompositions (Variants, chosen per target by latency/policy.py), all within We
     query heads) loads blocks of keys into workgroup memory once for all of them.
   * flash-decoding (at most DECODE_ROWS queries per head over many keys, tile[1] = chunks): the keys are cut into
     chunks, each reduced by its own workgroup to a partial state in scratch; the last workgroup of a row to finish
-    merges them, so a big GPU fills at batch 1 in one dispatch.
+    merges them, so a big GPU fills at batch 1 in one dispatch. Also for more queries where one workgroup a row
+    would leave each invocation too much work (`long_rows`: a short prompt over a long cache).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ MAX_DEPTH = 256  # channels of a query / value row held in registers (as arrays 
 DECODE_ROWS = 4  # at most this many queries per head: flash-decoding (keys split across workgroups)
 MIN_CHUNK = 8  # keys per flash-decoding chunk at least
 MAX_CHUNKS = 64
+# a dispatch of at least BIG_MACS multiply-adds whose rows, each in one workgroup, leave an invocation more than
+# KEYS_MACS of them (a short prompt over a long cache: few rows, each over many keys) also gets flash-decoding's key
+# chunks, at most PREFILL_TILES (row, chunk) tiles (their scratch states); the parallelism rule of
+# tests/models/test_work_decomposition.py
+BIG_MACS = 1_000_000
+KEYS_MACS = 16_384
+PREFILL_TILES = 1024
 
 
 def logical(op: Op, graph: Graph, i: int) -> tuple[int, ...]:
@@ -74,6 +82,19 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 def flash_decoding(m: int, n: int) -> bool:
     """Whether m queries per head over n keys are split across workgroups (flash-decoding) unless ONE_DISPATCH."""
     return m <= DECODE_ROWS and n >= 2 * MIN_CHUNK
+
+
+def long_rows(rows: int, n: int, d: int, dv: int) -> bool:
+    """Whether `rows` rows over n keys (more than DECODE_ROWS queries a head) need key chunks too: the largest
+    split of a row within its workgroup (_row_candidates) leaves an invocation more than KEYS_MACS multiply-adds
+    of a big dispatch (head dim 256: more than 32 keys)."""
+    most_split = max(dec.split for dec in _row_candidates(rows, n, slices(dv)))
+    return rows * n * (d + dv) >= BIG_MACS and -(-n // most_split) * (d + dv) > KEYS_MACS and n >= 2 * MIN_CHUNK
+
+
+def _power_of_2(n: int) -> int:
+    """The largest power of 2 at most n (1 below 1)."""
+    return 1 << max(0, n.bit_length() - 1)
 
 
 def _mask_rows_check(op: Op, graph: Graph) -> str | None:
@@ -278,10 +299,12 @@ class AttentionKernel:
         if group == 1 and b1 > 1 and batch2(kshape)[1] == 1 and batch2(vshape)[1] == 1:
             unit = b1 * m
         units = rows // unit
-        if flash_decoding(m, n) and not op.opt(ONE_DISPATCH):
+        if (flash_decoding(m, n) or long_rows(rows, n, d, dv)) and not op.opt(ONE_DISPATCH):
+            most = _max_chunks(n) if flash_decoding(m, n) else max(2, min(_max_chunks(n), _power_of_2(
+                PREFILL_TILES // rows)))
             return self._flash_decoding(fixed, inputs, locate, oc_, label, (rows, unit, n, ds, vs), step, numbers,
                                         macs, [readers, mask_value], out, _key_end(op, graph, n),
-                                        len(op.inputs) >= 4)
+                                        len(op.inputs) >= 4, most)
         dst = Binding("dst", tensor=out, writable=True)
 
         def make(dec: Decomposition) -> KernelSpec:
@@ -321,7 +344,7 @@ class AttentionKernel:
     def _flash_decoding(self, fixed: dict, inputs: list[Binding], locate: str, oc_: int, label: str,
                         sizes: tuple[int, int, int, int, int], step: float, numbers: dict, macs: int,
                         code: list[str], out: int, key_end: tuple[Code, bool] = (Code(""), False),
-                        masked: bool = False) -> Lowering:
+                        masked: bool = False, most: int = MAX_CHUNKS) -> Lowering:
         """Few queries over many keys: the keys are cut into `chunks` ranges, each reduced by its own workgroup
         (and `split` invocations within it, or shared by the rows of a KV head) to a partial softmax state (max,
         sum, weighted values) in scratch; the last tile of a row to finish (an atomic count per row, reset by that
@@ -403,7 +426,8 @@ class AttentionKernel:
                             active=lambda dec: count(dec) * dec.split, work=work, make=make, macs=macs,
                             work_at=work if by_position else None,
                             barriers=lambda dec: _lanes_barriers(dec, n) if dec.subgroup else None,
-                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None)
+                            shuffles=lambda dec: _lanes_shuffles(dec, n, vs) if dec.subgroup else None,
+                            template=lambda dec: "attention_lanes" if dec.subgroup else "attention_partials")
         return [variants]
 
 
@@ -570,11 +594,31 @@ def _lanes_candidates(n: int, ds: int, vs: int, max_chunks: int) -> list[Decompo
     return list(dict.fromkeys(result))
 
 
+def _merge_width(size: int, vs: int, most: int) -> int:
+    """Adjacent invocations that merge one slice of a state (attention_lanes.wgsl's PART_R over the subgroups'
+    states, merge_lanes.wgsl's MERGE_R over the chunks): up to 4 (always within one subgroup), as many as the
+    workgroup has invocations per slice, and no more than the states (`most`) they share."""
+    width = 1
+    while width * 2 <= min(4, most) and width * 2 * vs <= size:
+        width *= 2
+    return width
+
+
+def lanes_merges(dec: Decomposition, vs: int) -> tuple[int, int, int]:
+    """(parts, PART_R, MERGE_R): the states merged across subgroups (SUBGROUP invocations a
+    subgroup; 1: none) and the invocations per slice of the two merges."""
+    lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
+    parts = size // max(lanes, SUBGROUP)
+    return parts, _merge_width(size, vs, parts), _merge_width(size, vs, chunks)
+
+
 def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -> float:
     """Cost units of one invocation over `keys` keys: its blocks of 4 keys (A key and B value slices of each,
     their loads and dot products or multiply-adds, the score's shuffles over the lanes, the mask's 4 reads, one
-    online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then workgroup
-    memory), the state's store and the last tile's merge of the chunks (as the other flash-decoding forms)."""
+    online-softmax step on 4 scores), the key groups' merge (shuffles up to SUBGROUP invocations, then through
+    workgroup memory: each slice by PART_R invocations over the subgroups' states, a maximum of them all, its
+    share rescaled and added, summed by shuffles), the state's store and the last tile's merge of the chunks
+    (each slice by MERGE_R invocations over its share of the chunks, online, combined by shuffles)."""
     lanes, chunks, size = dec.tile[0], dec.tile[1], dec.split
     groups = size // lanes
     a, b = -(-ds // lanes), -(-vs // lanes)
@@ -583,12 +627,18 @@ def _lanes_work(dec: Decomposition, keys: int, ds: int, vs: int, masked: bool) -
              + 40 + 4 * b * (tiling.LOAD + 4) + 4 * b)
     levels = math.log2(max(1, min(size, SUBGROUP) // lanes))
     merge_groups = levels * ((b + 1) * tiling.SHUFFLE + 12)
-    span = max(lanes, SUBGROUP)
-    if size > span:
-        merge_groups += tiling.SHARED_LEVEL + (size // span) * (2 * tiling.LOAD * (b + 1) + 12)
-    merge_chunks = chunks * tiling.LOAD + math.ceil(vs / size) * (chunks * (2 * tiling.LOAD + 6) + tiling.LOAD) + 4
-    return (tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + (b + 1) * tiling.LOAD
-            + merge_chunks)
+    parts, part_r, merge_r = lanes_merges(dec, vs)
+    if parts > 1:  # the states' store, then per round of slices: the maxima, its share, the shuffles, the store
+        rounds = math.ceil(vs * part_r / size)
+        merge_groups += tiling.SHARED_LEVEL + (b + 1) * tiling.LOAD + rounds * (
+            parts * (tiling.LOAD + 2) + math.ceil(parts / part_r) * (2 * tiling.LOAD + 10)
+            + math.log2(part_r) * 2 * tiling.SHUFFLE + tiling.LOAD)
+    else:
+        merge_groups += (b + 1) * tiling.LOAD
+    rounds = math.ceil(vs * merge_r / size)
+    merge_chunks = 4 + rounds * (math.ceil(chunks / merge_r) * (2 * tiling.LOAD + 16)
+                                 + math.log2(merge_r) * (2 * tiling.SHUFFLE + 16) + tiling.LOAD)
+    return tiling.OVERHEAD + a * tiling.LOAD + blocks * block + merge_groups + merge_chunks
 
 
 def _lanes_barriers(dec: Decomposition, n: int) -> int:
@@ -601,12 +651,15 @@ def _lanes_barriers(dec: Decomposition, n: int) -> int:
 
 def _lanes_shuffles(dec: Decomposition, n: int, vs: int) -> int:
     """vec4 shuffles of one invocation: per block of 4 keys one per lane level; per key-group level its state
-    and B value slices (SUBGROUP invocations a subgroup)."""
+    and B value slices (SUBGROUP invocations a subgroup); per level of the two merges' slices, 2."""
     lanes = dec.tile[0]
     groups = dec.split // lanes
     blocks = math.ceil(math.ceil(n / dec.tile[1]) / (4 * groups))
     levels = math.log2(max(1, min(dec.split, SUBGROUP) // lanes))
-    return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1))
+    parts, part_r, merge_r = lanes_merges(dec, vs)
+    merges = (2 * math.log2(part_r) * math.ceil(vs * part_r / dec.split) if parts > 1 else 0) + (
+        2 * math.log2(merge_r) * math.ceil(vs * merge_r / dec.split))
+    return int(blocks * math.log2(lanes) + levels * (-(-vs // lanes) + 1) + merges)
 
 
 def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int],
@@ -618,6 +671,7 @@ def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int
     tiles = rows * chunks
     dispatch, nx = codegen.tile_dispatch(tiles, dec)
     a, b = -(-ds // lanes), -(-vs // lanes)
+    _, part_r, merge_r = lanes_merges(dec, vs)
     # a key group of more lanes than 4 may span subgroups (smaller than it): their partial scores through
     # workgroup memory (the condition is uniform; the barriers stay outside it)
     span = "" if lanes <= 4 else codegen.fill("attention/lane_span.wgsl", {"LANES": lanes}, "    ")
@@ -625,9 +679,10 @@ def _lanes_spec(dec: Decomposition, fixed: dict, sizes: tuple[int, int, int, int
     params = {**fixed, "LOCATE": Code(locate), "KEY_END": key_end[0], "LANES": lanes, "GROUPS": size // lanes,
               "A": a, "B": b, "DS_LAST": ds - 1, "VS_LAST": vs - 1, "DISPATCH_X": nx, "TILES": tiles,
               "TILES_LAST": tiles - 1, "CHUNKS": chunks, "CHUNKS_LAST": chunks - 1, "STATE": vs + 1,
-              "MERGE_STEP": size, "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
+              "BLOCK_KEYS": 4 * (size // lanes), "BLOCK_KEYS_LAST": 4 * (size // lanes) - 1,
               "LANE_SPAN": Code(span), "PART_STATES": states, "PART_VEC4S": states * b,
-              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else "")}
+              "DOTS_MEMORY": Code(f"var<workgroup> part_dots: array<vec4<f32>, {size // 4}>;" if lanes > 4 else ""),
+              "PART_R": part_r, "MERGE_R": merge_r}
     fresh = [dataclasses.replace(x) for x in bindings]
     if key_end[1]:  # K and V read up to the position's end: the latency model counts those rows
         for x in fresh[1:3]:

@@ -155,6 +155,8 @@ class Variants:
     barriers, shuffles: a kernel's own count of what one invocation passes (workgroup barriers) and does (vec4
                  subgroup shuffles) where it does not follow the split's reduction tree (None, or a callback
                  answering None: the tree's counts, latency.split_barriers / split_shuffles).
+    template:    the template (KernelSpec.shader) a candidate runs, where candidates run different ones (None: all
+                 the dispatch's), so a device's fitted efficiency of each prices its candidates.
     """
 
     problem: str
@@ -167,6 +169,7 @@ class Variants:
     work_at: Callable[[Decomposition, int | None], float] | None = None
     barriers: Callable[[Decomposition], int | None] | None = None
     shuffles: Callable[[Decomposition], int | None] | None = None
+    template: Callable[[Decomposition], str] | None = None
 
     def resolve(self, decomposition: Decomposition) -> KernelSpec:
         spec = self.make(decomposition)
