@@ -20,22 +20,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def feeds_for(runner, position: int = 5) -> dict[str, np.ndarray]:
-    """A token at `position`, random caches before it."""
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for name, d in runner.get_input_details().items():
-        if name == "tokens":
-            feeds[name] = np.array([[int(rng.integers(0, 49152))]], np.int32)
-        elif name == "input_pos":
-            feeds[name] = np.array([position], np.int32)
-        else:
-            cache = np.zeros(d["shape"], np.float32)
-            cache[:, :position] = rng.standard_normal(cache[:, :position].shape)
-            feeds[name] = cache
-    return feeds
+from tests.helpers import decode_feeds  # noqa: E402  (the test suite's decode inputs, one definition)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         it = Interpreter(model_path=path, target="cpu", workgroup_cache="/nonexistent/cache.json",
                          hybrid_arithmetic=args.hybrid)
         runner = it.get_signature_runner("decode")
-        feeds = feeds_for(runner)
+        feeds = decode_feeds(runner)
         planned = runner(**feeds)["logits"]
     (prog,) = runner.compiled.gpu_programs
     device = device_of(prog)
