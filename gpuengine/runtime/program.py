@@ -240,7 +240,9 @@ class GpuProgram:
         specs, self.root, self.tunable, self.f32 = partition_specs(graph, ops, self.inputs, self.outputs,
                                                                    options.optimize, self.choices, f32_names, sparse,
                                                                    self.precision)
-        converted = {b.tensor for spec in specs if spec.shader in CONVERTERS for b in spec.bindings if b.raw}
+        # a converter writes the tensor it converts (an input's PHWC4 copy, an output's BHWC array); it may also read
+        # a direct input's boundary buffer (an output aliasing that input), which is not converted
+        converted = {b.tensor for spec in specs if spec.shader in CONVERTERS for b in spec.bindings if b.writable}
         # boundary tensors the dispatches bind in their boundary buffer, no converter (dispatches.direct_boundaries)
         self.direct = frozenset(t for t in [*self.inputs, *self.outputs] if t not in converted
                                 and t not in self.in_place and t not in self.in_place.values())

@@ -13,6 +13,7 @@ import wgpu
 from builders import boundary_model
 
 from gpuengine import CompiledModel, HardwareAccelerator, Interpreter
+from gpuengine.model.builder import ModelBuilder
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -60,6 +61,32 @@ def test_interpreter_runs_without_converters_and_equals_litert():
         assert any(b.raw and b.writable for b in program.dispatches[k].spec.bindings)
         for g, w in zip(run(ours, values), want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_input_reshaped_to_an_output_stays_direct():
+    """An input read in place by a projection and reshaped into an output (whose converter then reads the input's
+    boundary buffer) is still a direct input: every decomposition of the projection reads it there."""
+    mb = ModelBuilder()
+    x = mb.input("x", (1, 8))
+    w = mb.op("RESHAPE", [x, mb.const("shape", np.array([1, 1, 8], np.int32))], (1, 1, 8), name="w")
+    weights = (np.arange(64, dtype=np.float32).reshape(8, 8) % 7 - 3) / 10
+    v = mb.op("FULLY_CONNECTED", [x, mb.const("weights", weights), -1], (1, 8),
+              {"fused_activation_function": "NONE"}, name="v")
+    mb.output(w, v)
+    model = mb.build()
+    ours = Interpreter(model_content=model)
+    ours.allocate_tensors()
+    theirs = litert.Interpreter(model_content=model)
+    theirs.allocate_tensors()
+    (program,) = ours.compiled.gpu_programs
+    assert {program.graph.tensors[t].name.split("_")[0] for t in program.direct} == {"x", "v"}
+    values = {"x": np.random.default_rng(3).standard_normal((1, 8)).astype(np.float32)}
+    want = run(theirs, values)
+    (k,) = [k for k, d in enumerate(program.dispatches) if d.spec.variants is not None]
+    for decomposition in program.dispatches[k].spec.variants.candidates:
+        program.replace(k, decomposition)
+        for g, expected in zip(run(ours, values), want):
+            np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_tensor_buffers_and_bound_inputs_equal_litert():
