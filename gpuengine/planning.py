@@ -121,7 +121,7 @@ def sparse_partitions(graph: Graph, partitions: list[Partition], options: Engine
             continue
         alone = with_boundaries(graph, "gpu", ops)
         specs = partition_specs(graph, alone.ops, alone.inputs, alone.outputs, options.optimize,
-                                Choices(named(device.target)))[0]
+                                Choices(named(device.target)), precision=options.precision)[0]
         # the block's own dispatches: the layout converters at the boundaries of a partition of the block alone are
         # there dense or sparse
         dense_ns = sum(predict_ns(dispatch_cost(spec, graph, options.precision), device) for spec in specs
