@@ -9,6 +9,7 @@ choice is clearly (3 %) faster.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -141,15 +142,17 @@ def decomposition_space(variants: Variants, default: Decomposition, subgroups: b
         return spec is None or workgroup_memory_bytes(codegen.render(spec)) <= LANE_MEMORY_VEC4 * 16
 
     def around(d: Decomposition) -> list[Decomposition]:
+        """d's neighbours, of d's form (a `wide` or `staged` choice stays one: its flags are kept)."""
         out = []
         for group in (d.group * 2, d.group // 2):
-            cand = Decomposition(d.tile, d.split, group, d.subgroup)
+            cand = dataclasses.replace(d, group=group)
             if group >= 1 and fits(cand):
                 out.append(cand)
         for split in (d.split * 2, d.split // 2):
             mode = d.subgroup if split > 1 else False
             if (d.tile, split, mode) in keys:
-                cand = Decomposition(d.tile, split, max(1, d.invocations_per_workgroup // split), mode)
+                cand = dataclasses.replace(d, split=split, group=max(1, d.invocations_per_workgroup // split),
+                                           subgroup=mode)
                 if fits(cand):
                     out.append(cand)
         return out

@@ -260,6 +260,23 @@ def test_staged_hybrid_rows_fit_workgroup_memory(c):
     assert (len(staged) == len(one.candidates) - len(staged)) == (c == 64)
 
 
+def test_tuning_neighbours_keep_the_form():
+    """`gpuengine tune`'s neighbours of a staged or wide choice are staged or wide too (the tuner tunes the form
+    the policy chose, not its plain twin), and fit the default limits."""
+    from gpuengine.tuning.search import decomposition_space
+
+    one, _ = [v for code, v in _variants(hybrid_projections(64)) if code == "FULLY_CONNECTED"]
+    for subgroups in (False, True):
+        ordered, around = decomposition_space(one, one.candidates[0], subgroups)
+        formed = [d for d in ordered if d.staged or d.wide]
+        assert formed
+        for d in formed:
+            for near in around(d):
+                assert (near.staged, near.wide) == (d.staged, d.wide), (d, near)
+                memory = tiling.workgroup_memory_bytes(codegen.render(one.resolve(near)))
+                assert memory <= LIMIT_BYTES and near.invocations_per_workgroup <= tiling.MAX_WORKGROUP, near
+
+
 def test_staged_offer_rule():
     """staged_offered: rows within one row tile, a power-of-two workgroup, 16 KiB, a row reduction to share."""
     from gpuengine.lowering.kernels.base import Decomposition
